@@ -1,0 +1,237 @@
+"""`AutoModelForConfidence`: a transformers Auto class that builds, saves and reloads LoRA confidence models.
+
+A saved confidence model is an adapter folder, never a backbone copy:
+
+- `adapter_model.safetensors`: LoRA weights and the head (PEFT `modules_to_save`),
+- `adapter_config.json`: the PEFT config, naming the base model,
+- tokenizer files (the chat template the prompts were rendered with),
+- `confidence_config.json`: prompt template, pooling, provenance; written last, so its presence marks a complete save.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from typing import Any
+
+from peft import LoraConfig, PeftConfig, PeftModel
+from transformers import AutoConfig, AutoTokenizer
+from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
+from .data import ensure_pad_token
+from .embedded import resolve_model_path
+from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
+
+
+logger = logging.getLogger(__name__)
+
+HEAD_MODULE = "confidence_head"
+_HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
+
+MODEL_FOR_CONFIDENCE_MAPPING_NAMES = OrderedDict(
+    (model_type, confidence_class_name(model_type)) for model_type in CONFIDENCE_BACKBONES
+)
+
+
+class _ConfidenceModelMapping(_LazyAutoMapping):
+    """transformers' lazy config -> model mapping, resolving model names in `elical_hf.modeling`."""
+
+    def _load_attr_from_module(self, model_type: str, attr: str) -> Any:
+        if MODEL_FOR_CONFIDENCE_MAPPING_NAMES.get(model_type) == attr:
+            return confidence_class_for(model_type)
+        return super()._load_attr_from_module(model_type, attr)
+
+
+MODEL_FOR_CONFIDENCE_MAPPING = _ConfidenceModelMapping(CONFIG_MAPPING_NAMES, MODEL_FOR_CONFIDENCE_MAPPING_NAMES)
+
+
+class PeftModelForConfidence(PeftModel):
+    """
+    A [`~peft.PeftModel`] around a confidence model whose `save_pretrained` also writes the tokenizer and the
+    [`ConfidenceConfig`], records the base model's Hub id, and never leaves a half-written folder that loads.
+
+    Everything else (`confidence()`, `forward`, `confidence_config`, `tokenizer`) is the wrapped model's.
+    """
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
+        save_directory = os.fspath(save_directory)
+        os.makedirs(save_directory, exist_ok=True)
+        marker = os.path.join(save_directory, CONFIDENCE_CONFIG_NAME)
+        if os.path.exists(marker):  # invalidate first: a crash below must not leave old marker + new weights
+            os.remove(marker)
+        inner = self.get_base_model()
+        for peft_config in self.peft_config.values():
+            peft_config.base_model_name_or_path = inner.confidence_config.base_model_name_or_path
+        kwargs.setdefault("save_embedding_layers", False)  # embeddings stay frozen: never copy them
+        super().save_pretrained(save_directory, **kwargs)
+        if kwargs.get("is_main_process", True):
+            if inner.tokenizer is not None:
+                inner.tokenizer.save_pretrained(save_directory)
+            inner.confidence_config.save_pretrained(save_directory)
+
+    def trainable_parts(self) -> dict[str, list[Any]]:
+        """The LoRA and head parameters, by part (`"lora"`, `"head"`)."""
+        parts: dict[str, list[Any]] = {"lora": [], "head": []}
+        for name, parameter in self.named_parameters():
+            if "lora_" in name:
+                parts["lora"].append(parameter)
+            elif f"{HEAD_MODULE}.modules_to_save" in name:
+                parts["head"].append(parameter)
+        return parts
+
+    def set_trainable(self, lora: bool, head: bool = True) -> None:
+        """Freeze or unfreeze the LoRA weights and the head; the backbone always stays frozen."""
+        parts = self.trainable_parts()
+        for parameter in parts["lora"]:
+            parameter.requires_grad_(lora)
+        for parameter in parts["head"]:
+            parameter.requires_grad_(head)
+
+
+class AutoModelForConfidence(_BaseAutoModelClass):
+    r"""
+    Builds a confidence model (frozen backbone + LoRA + linear head) from a base causal LM, or reloads a saved one.
+
+    Examples:
+
+    ```python
+    >>> from elical_hf import AutoModelForConfidence
+    >>> model = AutoModelForConfidence.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")  # fresh LoRA + head
+    >>> model.save_pretrained("my-confidence-model")
+    >>> model = AutoModelForConfidence.from_pretrained("my-confidence-model")  # the same model back
+    >>> model.confidence(["Who wrote Hamlet?"])
+    ```
+    """
+
+    _model_mapping = MODEL_FOR_CONFIDENCE_MAPPING
+
+    @classmethod
+    def register(cls, config_class: type, model_class: type, exist_ok: bool = False) -> None:
+        """Map a backbone config class to a confidence model class (e.g. a subclass of `ForConfidenceMixin`)."""
+        if config_class in cls._model_mapping and not exist_ok:
+            raise ValueError(f"{config_class.__name__} already has a confidence model; pass exist_ok=True to replace it.")
+        # transformers silently ignores its own config classes unless exist_ok=True.
+        super().register(config_class, model_class, exist_ok=True)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *,
+        peft_config: LoraConfig | None = None,
+        lora_r: int = 8,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.0,
+        target_modules: list[str] | None = None,
+        confidence_config: ConfidenceConfig | None = None,
+        base_model_name_or_path: str | None = None,
+        is_trainable: bool = False,
+        **kwargs: Any,
+    ) -> PeftModelForConfidence:
+        r"""
+        Load a confidence model.
+
+        Args:
+            pretrained_model_name_or_path (`str` or `os.PathLike`):
+                Either a base causal LM (Hub id or folder) — a fresh LoRA + head is added — or a confidence model
+                saved with `save_pretrained` (folder or Hub repo with `confidence_config.json`), loaded as saved.
+            peft_config ([`~peft.LoraConfig`], *optional*):
+                Full LoRA config for a fresh model; overrides the `lora_*` shortcuts.
+            lora_r (`int`, *optional*, defaults to 8), lora_alpha (`int`, *optional*, defaults to 16),
+            lora_dropout (`float`, *optional*, defaults to 0.0):
+                LoRA settings of a fresh model (the paper's).
+            target_modules (`list[str]`, *optional*):
+                Modules to adapt; defaults to every linear layer of the backbone.
+            confidence_config ([`ConfidenceConfig`], *optional*):
+                Prompt template and pooling of a fresh model.
+            base_model_name_or_path (`str`, *optional*):
+                For a saved model: load its adapter onto this base instead (e.g. a local copy of the same model);
+                refused when the architecture differs from the one it was trained on.
+            is_trainable (`bool`, *optional*, defaults to `False`):
+                For a saved model: keep the adapter trainable.
+            kwargs:
+                Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...).
+        """
+        name = os.fspath(pretrained_model_name_or_path)
+        hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+        saved = _find_saved_model(name, **hub_kwargs)
+        if saved is not None:
+            return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)
+        if os.path.isfile(os.path.join(name, "adapter_config.json")):
+            raise ValueError(
+                f"{name} holds an adapter but no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model "
+                "(an interrupted save, or a plain PEFT adapter; see `elical-hf convert-official` for the paper's)."
+            )
+        model = cls._load_base(name, confidence_config or ConfidenceConfig(), **kwargs)
+        if peft_config is None:
+            peft_config = LoraConfig(
+                r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                bias="none",
+                target_modules=target_modules or default_lora_targets(model),
+                modules_to_save=[HEAD_MODULE],
+            )
+        elif HEAD_MODULE not in (peft_config.modules_to_save or []):
+            peft_config.modules_to_save = [*(peft_config.modules_to_save or []), HEAD_MODULE]
+        return PeftModelForConfidence(model, peft_config)
+
+    @classmethod
+    def _load_base(cls, name: str, confidence_config: ConfidenceConfig, **kwargs: Any) -> Any:
+        """Backbone + fresh head as the architecture's `XForConfidence`, with its tokenizer attached."""
+        path, source = resolve_model_path(name, revision=kwargs.get("revision"))
+        hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+        config = AutoConfig.from_pretrained(path, **hub_kwargs)
+        if type(config) not in cls._model_mapping:
+            confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        model = super().from_pretrained(path, config=config, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
+        model.tokenizer = ensure_pad_token(tokenizer)
+        confidence_config.base_model_name_or_path = name
+        confidence_config.base_model_signature = backbone_signature(model.config)
+        confidence_config.base_weights_source = source
+        model.confidence_config = confidence_config
+        return model
+
+    @classmethod
+    def _from_saved(
+        cls, folder: str, base_model_name_or_path: str | None, is_trainable: bool, **kwargs: Any
+    ) -> PeftModelForConfidence:
+        saved_config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+        adapter_config = PeftConfig.from_pretrained(folder)
+        base = base_model_name_or_path or saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
+        if base is None:
+            raise ValueError(f"{folder} does not name its base model; pass `base_model_name_or_path=`.")
+        loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
+        model = cls._load_base(base, loading_config, **kwargs)
+        expected, found = saved_config.base_model_signature, loading_config.base_model_signature
+        if expected is not None and expected != found:
+            raise ValueError(
+                f"The adapter in {folder} was trained on {saved_config.base_model_name_or_path!r} {expected}, "
+                f"but the base {base!r} is {found}. Load it onto the base it was trained on."
+            )
+        if base != saved_config.base_model_name_or_path:
+            logger.warning("Loading an adapter trained on %s onto %s.", saved_config.base_model_name_or_path, base)
+        # What the adapter was trained with wins; only the provenance of this load's weights is new.
+        saved_config.base_weights_source = loading_config.base_weights_source
+        model.confidence_config = saved_config
+        if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
+            model.tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(folder))
+        return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+
+
+def _find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
+    """The local folder of a saved confidence model at `name` (downloading a Hub repo), or `None`."""
+    if os.path.isdir(name):
+        return name if os.path.isfile(os.path.join(name, CONFIDENCE_CONFIG_NAME)) else None
+    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        hf_hub_download(name, CONFIDENCE_CONFIG_NAME, **hub_kwargs)
+    except (OSError, HFValidationError):  # not a confidence repo, or not reachable: treat as a base model
+        return None
+    return snapshot_download(name, **hub_kwargs)

@@ -1,0 +1,147 @@
+"""`ConfidenceConfig`: everything besides weights that a confidence model needs to score a question.
+
+It is saved as `confidence_config.json` next to the adapter. That file is written last and atomically, so it is also
+the marker of a complete save: a folder without it is never loaded as a confidence model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .prompts import QA_PROMPT, render_prompt
+
+
+CONFIDENCE_CONFIG_NAME = "confidence_config.json"
+POOLING_MODES = ("last_token",)
+HEAD_ACTIVATIONS = ("sigmoid",)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` so that readers see either the old file or the complete new one, never a part."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def backbone_signature(config: Any) -> dict[str, Any]:
+    """The facts about a backbone that an adapter depends on; two bases with different signatures are not
+    interchangeable."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "model_type": getattr(text_config, "model_type", None),
+        "hidden_size": getattr(text_config, "hidden_size", None),
+        "num_hidden_layers": getattr(text_config, "num_hidden_layers", None),
+        "vocab_size": getattr(text_config, "vocab_size", None),
+    }
+
+
+@dataclass
+class ConfidenceConfig:
+    r"""
+    Settings of a confidence model that are not weights: how a question becomes the text the head reads, how that
+    text is pooled, and where the model came from.
+
+    Parameters:
+        prompt_template (`str`, *optional*, defaults to the paper's QA prompt):
+            Template with a `{question}` field. The filled-in text is wrapped in the model's chat template.
+        use_chat_template (`bool`, *optional*, defaults to `True`):
+            Whether to wrap the prompt in the tokenizer's chat template (ignored when the tokenizer has none).
+        system_prompt (`str`, *optional*):
+            System message placed before the question; `None` keeps the chat template's default.
+        add_generation_prompt (`bool`, *optional*, defaults to `True`):
+            Append the assistant header, so the pooled token is where the model would start answering.
+        pooling (`str`, *optional*, defaults to `"last_token"`):
+            Which hidden state feeds the head. `"last_token"`: the last real token of each row, found from the
+            attention mask (correct under left or right padding, and when the pad token equals EOS).
+        head_activation (`str`, *optional*, defaults to `"sigmoid"`):
+            Maps the head's logit to a confidence in [0, 1].
+        max_length (`int`, *optional*, defaults to `512`):
+            Longest prompt in tokens; longer prompts are truncated from the left so the end of the prompt is kept.
+        base_model_name_or_path (`str`, *optional*):
+            Hub id of the frozen backbone (never a local cache path when a Hub id is known).
+        base_model_signature (`dict`, *optional*):
+            `model_type`, `hidden_size`, `num_hidden_layers`, `vocab_size` of the backbone; checked on load.
+        base_weights_source (`str`, *optional*):
+            Where the backbone weights really came from (e.g. a dequantized GGUF when the Hub was unreachable).
+        decision_threshold (`float`, *optional*):
+            Answer when confidence >= threshold, abstain otherwise (set from an alignment evaluation).
+        training_history (`list[dict]`, *optional*):
+            One entry per training run: stage, label column, number of examples, what was trainable.
+    """
+
+    prompt_template: str = QA_PROMPT
+    use_chat_template: bool = True
+    system_prompt: str | None = None
+    add_generation_prompt: bool = True
+    pooling: str = "last_token"
+    head_activation: str = "sigmoid"
+    max_length: int = 512
+    base_model_name_or_path: str | None = None
+    base_model_signature: dict[str, Any] | None = None
+    base_weights_source: str | None = None
+    decision_threshold: float | None = None
+    training_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if "{question}" not in self.prompt_template:
+            raise ValueError(f"`prompt_template` must contain a '{{question}}' field, got {self.prompt_template!r}.")
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
+        if self.head_activation not in HEAD_ACTIVATIONS:
+            raise ValueError(f"`head_activation` must be one of {HEAD_ACTIVATIONS}, got {self.head_activation!r}.")
+        if self.max_length < 8:
+            raise ValueError(f"`max_length` must be at least 8 tokens, got {self.max_length}.")
+        if self.decision_threshold is not None and not 0.0 <= self.decision_threshold <= 1.0:
+            raise ValueError(f"`decision_threshold` must lie in [0, 1], got {self.decision_threshold}.")
+
+    @property
+    def trained_stages(self) -> list[str]:
+        """Stages this model went through, in order (e.g. `["elicitation", "calibration"]`)."""
+        return [entry["stage"] for entry in self.training_history]
+
+    def format_prompt(self, question: str, tokenizer: Any) -> str:
+        """The exact text the head reads for `question` (tokenize it with `add_special_tokens=False`)."""
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"Questions must be non-empty strings, got {question!r}.")
+        return render_prompt(
+            tokenizer,
+            self.prompt_template.format(question=question.strip()),
+            use_chat_template=self.use_chat_template,
+            system_prompt=self.system_prompt,
+            add_generation_prompt=self.add_generation_prompt,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        from . import __version__
+
+        return {**asdict(self), "elical_hf_version": __version__}
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> None:
+        """Write `confidence_config.json` into `save_directory` atomically."""
+        os.makedirs(save_directory, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        atomic_write_text(os.path.join(save_directory, CONFIDENCE_CONFIG_NAME), text)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ConfidenceConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> ConfidenceConfig:
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))

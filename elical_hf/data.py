@@ -1,0 +1,148 @@
+"""From question tables to model inputs: validation, tokenization with the model's template, and the collator."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from datasets import Dataset
+
+from .configuration import ConfidenceConfig
+
+
+QUESTION_COLUMN = "question"
+EVAL_LABEL_COLUMN = "greedy_correct"
+
+
+def ensure_pad_token(tokenizer: Any) -> Any:
+    """Give a tokenizer without a pad token one (EOS, else UNK, else token 0).
+
+    Which token pads does not matter: rows are pooled and attended by the attention mask, never by pad id.
+    """
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        elif tokenizer.unk_token is not None:
+            tokenizer.pad_token = tokenizer.unk_token
+        else:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
+    return tokenizer
+
+
+def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:
+    """Render each question with `config` and tokenize it, keeping the last `config.max_length` tokens."""
+    texts = [config.format_prompt(question, tokenizer) for question in questions]
+    input_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [ids[-config.max_length :] for ids in input_ids]
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]], tokenizer: Any, device: torch.device | str | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad token id lists on the tokenizer's `padding_side` into `input_ids` and `attention_mask` tensors."""
+    ensure_pad_token(tokenizer)
+    length = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), length), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        span = slice(length - len(ids), length) if tokenizer.padding_side == "left" else slice(0, len(ids))
+        input_ids[row, span] = torch.as_tensor(list(ids), dtype=torch.long)
+        attention_mask[row, span] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+@dataclass
+class ConfidenceDataCollator:
+    """
+    Pads tokenized prompts and stacks the float targets (`labels`) and the binary evaluation labels
+    (`greedy_correct`, NaN where unknown, so every evaluation batch has the same keys).
+
+    Args:
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`]):
+            Supplies the pad token and padding side.
+    """
+
+    tokenizer: Any
+
+    def __call__(self, features: list[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        batch = pad_batch([feature["input_ids"] for feature in features], self.tokenizer)
+        if "labels" in features[0]:
+            batch["labels"] = torch.tensor([float(f["labels"]) for f in features], dtype=torch.float32)
+            batch[EVAL_LABEL_COLUMN] = torch.tensor(
+                [_float_or_nan(f.get(EVAL_LABEL_COLUMN)) for f in features], dtype=torch.float32
+            )
+        return batch
+
+
+def _float_or_nan(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]], name: str) -> Dataset:
+    """Accept a `datasets.Dataset`, a list of row dicts or a dict of columns."""
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, Mapping):
+        return Dataset.from_dict(dict(data))
+    if isinstance(data, Sequence) and not isinstance(data, str):
+        return Dataset.from_list(list(data))
+    raise TypeError(f"The {name} dataset must be a datasets.Dataset, a list of dicts or a dict of lists, got {type(data)}.")
+
+
+def validate_columns(
+    dataset: Dataset, name: str, label_column: str | None, question_column: str = QUESTION_COLUMN
+) -> None:
+    """Raise one clear `ValueError` for a missing column, an empty question, or a target that is not in [0, 1]."""
+    if len(dataset) == 0:
+        raise ValueError(f"The {name} dataset is empty.")
+    missing = [c for c in (question_column, label_column) if c is not None and c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"The {name} dataset lacks column(s) {missing}; it has {dataset.column_names}. "
+            f"Expected a {question_column!r} column and the target column {label_column!r}."
+        )
+    for row, question in enumerate(dataset[question_column]):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"The {name} dataset has an empty or non-string question at row {row}: {question!r}.")
+    if label_column is not None:
+        _check_unit_interval(dataset[label_column], f"{name} column {label_column!r}")
+    if EVAL_LABEL_COLUMN in dataset.column_names:
+        for row, value in enumerate(dataset[EVAL_LABEL_COLUMN]):
+            if value is not None and value not in (0, 1, True, False):
+                raise ValueError(
+                    f"The {name} column {EVAL_LABEL_COLUMN!r} must hold 0/1 (or None), got {value!r} at row {row}."
+                )
+
+
+def _check_unit_interval(values: Sequence[Any], what: str) -> None:
+    for row, value in enumerate(values):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"The {what} must hold numbers in [0, 1]; row {row} holds {value!r}.") from None
+        if math.isnan(number) or not 0.0 <= number <= 1.0:
+            raise ValueError(f"The {what} must hold numbers in [0, 1]; row {row} holds {value!r}.")
+
+
+def tokenize_dataset(
+    dataset: Dataset,
+    tokenizer: Any,
+    config: ConfidenceConfig,
+    label_column: str | None,
+    question_column: str = QUESTION_COLUMN,
+) -> Dataset:
+    """Keep `input_ids`, `labels` (from `label_column`) and `greedy_correct` (when present); drop the rest."""
+    keep_eval = EVAL_LABEL_COLUMN in dataset.column_names
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {"input_ids": encode_prompts(batch[question_column], tokenizer, config)}
+        if label_column is not None:
+            out["labels"] = [float(value) for value in batch[label_column]]
+        if keep_eval:
+            out[EVAL_LABEL_COLUMN] = [None if v is None else float(v) for v in batch[EVAL_LABEL_COLUMN]]
+        return out
+
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenizing")

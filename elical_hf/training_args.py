@@ -1,0 +1,103 @@
+"""`ConfidenceTrainingArguments`: `TrainingArguments` plus the two EliCal stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+from transformers.utils import ExplicitEnum
+
+
+class Stage(ExplicitEnum):
+    """Which EliCal stage a run trains."""
+
+    ELICITATION = "elicitation"
+    CALIBRATION = "calibration"
+
+
+class CalibrationTrainable(ExplicitEnum):
+    """What the calibration stage trains."""
+
+    HEAD = "head"
+    ALL = "all"
+
+
+DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "correctness"}
+
+
+@dataclass
+class ConfidenceTrainingArguments(TrainingArguments):
+    r"""
+    Configuration for [`ConfidenceTrainer`]. Everything of [`~transformers.TrainingArguments`] applies.
+
+    > Stage
+
+    Parameters:
+        stage (`str` or [`Stage`], *optional*, defaults to `"elicitation"`):
+            `"elicitation"`: regress the model's self-consistency (no correctness labels needed).
+            `"calibration"`: regress the share of sampled answers judged correct (a small labelled set).
+        calibration_trainable (`str` or [`CalibrationTrainable`], *optional*, defaults to `"head"`):
+            In calibration, `"head"` trains only the linear head on top of the stage-1 LoRA (what the paper's code
+            does; requires a model trained in elicitation), `"all"` trains LoRA and head (what the paper's text
+            describes, and Cal-Only from a fresh model).
+
+    > Data
+
+    Parameters:
+        label_column (`str`, *optional*):
+            Target column. Defaults to `"consistency"` in elicitation and `"correctness"` in calibration.
+        question_column (`str`, *optional*, defaults to `"question"`):
+            Column holding the raw question text.
+        early_stopping_patience (`int`, *optional*):
+            Stop after this many evaluations without a lower eval MSE and restore the best checkpoint. Needs an
+            `eval_dataset`: a dev split carved from training data, never the test set.
+
+    > Defaults that differ from [`~transformers.TrainingArguments`]
+
+    `learning_rate=5e-5`, `weight_decay=0.1`, `warmup_steps=0.1` (a ratio), `lr_scheduler_type="linear"`,
+    `remove_unused_columns=False`, `report_to="none"`, `logging_steps=10` — the paper's recipe where it is known.
+    """
+
+    stage: Stage | str = field(
+        default=Stage.ELICITATION,
+        metadata={"help": "EliCal stage: 'elicitation' (consistency targets) or 'calibration' (correctness targets)."},
+    )
+    calibration_trainable: CalibrationTrainable | str = field(
+        default=CalibrationTrainable.HEAD,
+        metadata={"help": "In calibration: 'head' (only the head, on top of stage-1 LoRA) or 'all' (LoRA + head)."},
+    )
+    label_column: str | None = field(
+        default=None,
+        metadata={"help": "Target column; defaults to 'consistency' (elicitation) or 'correctness' (calibration)."},
+    )
+    question_column: str = field(default="question", metadata={"help": "Column holding the raw question."})
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "Evaluations without eval-MSE improvement before stopping (needs a dev eval_dataset)."},
+    )
+    learning_rate: float = field(default=5e-5, metadata={"help": "Peak AdamW learning rate."})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (paper: 0.1)."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps; a value below 1 is a ratio."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Kept False: the trainer prepares its own columns."}
+    )
+    report_to: str | list[str] | None = field(default="none", metadata={"help": "Integrations to report to."})
+    logging_steps: float = field(default=10, metadata={"help": "Log every N steps (a value below 1 is a ratio)."})
+
+    def __post_init__(self) -> None:
+        self.stage = Stage(self.stage)
+        self.calibration_trainable = CalibrationTrainable(self.calibration_trainable)
+        if self.label_column is None:
+            self.label_column = DEFAULT_LABEL_COLUMNS[self.stage]
+        if self.early_stopping_patience is not None:
+            if self.early_stopping_patience < 1:
+                raise ValueError(f"`early_stopping_patience` must be >= 1, got {self.early_stopping_patience}.")
+            if self.eval_strategy == "no":
+                self.eval_strategy = "epoch"
+            self.save_strategy = self.eval_strategy
+            if self.save_strategy == "steps" and self.eval_steps is not None:
+                self.save_steps = self.eval_steps
+            self.load_best_model_at_end = True
+            self.metric_for_best_model = "loss"
+            self.greater_is_better = False
+        super().__post_init__()

@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny random backbones saved to disk like a Hub checkpoint, and the offline switches."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
+
+
+def save_tiny_base(folder, arch: str = "llama", seed: int = 0, **overrides) -> str:
+    """Save a tiny random causal LM and its tokenizer into `folder`, as a Hub checkpoint would look."""
+    tokenizer = make_tiny_tokenizer()
+    model = make_tiny_causal_lm(tokenizer, arch=arch, seed=seed, **overrides)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> str:
+    return save_tiny_base(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory) -> str:
+    return save_tiny_base(tmp_path_factory.mktemp("tiny-qwen2"), "qwen2")
+
+
+@pytest.fixture(params=["llama", "qwen2"])
+def tiny_base(request, tiny_llama, tiny_qwen2) -> str:
+    return {"llama": tiny_llama, "qwen2": tiny_qwen2}[request.param]

@@ -1,0 +1,224 @@
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from peft import PeftModel
+from safetensors import safe_open
+from transformers import GPT2Config
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from elical_hf import AutoModelForConfidence, ConfidenceConfig, ForConfidenceMixin, PeftModelForConfidence
+from elical_hf.data import encode_prompts, pad_batch
+from elical_hf.modeling import CONFIDENCE_BACKBONES, default_lora_targets, last_token_indices
+from tests.conftest import save_tiny_base
+
+
+QUESTIONS = ["who wrote hamlet", "what is the capital city of france and of germany", "who was the first king"]
+
+
+def trained_like(model: PeftModelForConfidence, seed: int = 0) -> PeftModelForConfidence:
+    """Give LoRA B and the head non-zero values, as after training (fresh LoRA is an identity)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    return model
+
+
+def test_last_token_indices_left_and_right():
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert last_token_indices(mask).tolist() == [2, 4, 4]
+    with pytest.raises(ValueError, match="at least one token"):
+        last_token_indices(torch.tensor([[0, 0]]))
+
+
+def test_padding_side_does_not_change_confidence(tiny_base):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_base))
+    tokenizer = model.tokenizer
+    alone = [model.confidence([q])[0] for q in QUESTIONS]
+    tokenizer.padding_side = "right"
+    right = model.confidence(QUESTIONS)
+    tokenizer.padding_side = "left"
+    left = model.confidence(QUESTIONS)
+    assert len({round(c, 3) for c in alone}) == len(QUESTIONS), "questions should not all score the same"
+    torch.testing.assert_close(torch.tensor(right), torch.tensor(alone), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(left), torch.tensor(alone), atol=1e-5, rtol=0)
+
+
+def test_pools_last_real_token_when_pad_equals_eos(tiny_llama):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
+    tokenizer = model.tokenizer
+    assert tokenizer.pad_token_id == tokenizer.eos_token_id
+    # A prompt whose last real token is EOS (== pad): pooling by pad id would pick the wrong position.
+    ids = encode_prompts(QUESTIONS[:1], tokenizer, model.confidence_config)[0] + [tokenizer.eos_token_id]
+    short = ids[:5]
+    for side in ("left", "right"):
+        tokenizer.padding_side = side
+        batch = pad_batch([ids, short], tokenizer)
+        batched = model(**batch).confidence
+        single = torch.cat([model(**pad_batch([row], tokenizer)).confidence for row in (ids, short)])
+        torch.testing.assert_close(batched, single, atol=1e-5, rtol=0)
+
+
+def test_output_and_loss(tiny_llama):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
+    batch = pad_batch(encode_prompts(QUESTIONS, model.tokenizer, model.confidence_config), model.tokenizer)
+    labels = torch.tensor([0.0, 0.5, 1.0])
+    out = model(**batch, labels=labels)
+    assert out.confidence.shape == (3,)
+    assert bool(((out.confidence >= 0) & (out.confidence <= 1)).all())
+    torch.testing.assert_close(out.confidence, torch.sigmoid(out.logits))
+    torch.testing.assert_close(out.loss, ((out.confidence - labels) ** 2).mean())
+    summed = model(**batch, labels=labels, num_items_in_batch=6).loss
+    torch.testing.assert_close(summed, ((out.confidence - labels) ** 2).sum() / 6)
+
+
+def test_fresh_model_layout(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    assert isinstance(model, PeftModel) and isinstance(model.get_base_model(), ForConfidenceMixin)
+    assert type(model.get_base_model()).__name__ == "LlamaForConfidence"
+    lora = model.peft_config["default"]
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.bias) == (8, 16, 0.0, "none")
+    assert set(lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or "confidence_head.modules_to_save" in n for n in trainable)
+    assert any("confidence_head" in n for n in trainable)
+    assert model.confidence_config.base_model_name_or_path == tiny_llama
+
+
+def test_save_load_round_trip(tiny_base, tmp_path):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_base))
+    model.confidence_config.decision_threshold = 0.4
+    before = model.confidence(QUESTIONS)
+    model.save_pretrained(tmp_path / "saved")
+
+    files = set(os.listdir(tmp_path / "saved"))
+    assert {"adapter_model.safetensors", "adapter_config.json", "confidence_config.json"} <= files
+    assert not any(name.startswith("model") and name.endswith(".safetensors") for name in files)
+    with safe_open(tmp_path / "saved" / "adapter_model.safetensors", "pt") as handle:
+        keys = list(handle.keys())
+    assert keys and all("lora_" in key or "confidence_head" in key for key in keys)
+    adapter = json.loads((tmp_path / "saved" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == tiny_base
+    saved = json.loads((tmp_path / "saved" / "confidence_config.json").read_text())
+    assert saved["prompt_template"] == ConfidenceConfig().prompt_template and saved["pooling"] == "last_token"
+
+    loaded = AutoModelForConfidence.from_pretrained(tmp_path / "saved")
+    after = loaded.confidence(QUESTIONS)
+    assert max(abs(a - b) for a, b in zip(before, after)) < 1e-6
+    assert loaded.confidence_config.decision_threshold == 0.4
+
+
+def test_template_travels_with_the_model(tiny_llama, tmp_path):
+    custom = ConfidenceConfig(prompt_template="Question: {question}\nCan you answer it?", system_prompt="Be honest.")
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama, confidence_config=custom))
+    model.save_pretrained(tmp_path / "m")
+    loaded = AutoModelForConfidence.from_pretrained(tmp_path / "m")
+    assert loaded.confidence_config.prompt_template == custom.prompt_template
+    assert loaded.confidence_config.format_prompt("q", loaded.tokenizer) == custom.format_prompt("q", model.tokenizer)
+    assert loaded.confidence(QUESTIONS) == pytest.approx(model.confidence(QUESTIONS), abs=1e-6)
+
+
+def test_unsupported_backbone_is_a_clear_error(tmp_path):
+    from transformers import GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no confidence model for backbone type 'gpt2'"):
+        AutoModelForConfidence.from_pretrained(str(tmp_path))
+
+
+def test_adapter_on_a_different_base_is_refused(tiny_llama, tmp_path):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
+    model.save_pretrained(tmp_path / "m")
+    other = save_tiny_base(tmp_path / "other", "llama", hidden_size=48, num_attention_heads=4)
+    with pytest.raises(ValueError, match="was trained on"):
+        AutoModelForConfidence.from_pretrained(tmp_path / "m", base_model_name_or_path=other)
+
+
+def test_interrupted_save_never_loads(tiny_llama, tmp_path, monkeypatch):
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
+    target = tmp_path / "m"
+    model.save_pretrained(target)
+    assert AutoModelForConfidence.from_pretrained(target) is not None
+
+    def crash(self, *args, **kwargs):
+        (target / "adapter_model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PeftModel, "save_pretrained", crash)
+    with pytest.raises(KeyboardInterrupt):
+        model.save_pretrained(target)
+    assert not (target / "confidence_config.json").exists()
+    with pytest.raises(ValueError, match="not a complete confidence model"):
+        AutoModelForConfidence.from_pretrained(target)
+
+
+def test_tokenizer_without_pad_token(tmp_path):
+    folder = save_tiny_base(tmp_path / "base", "llama")
+    config = json.loads((tmp_path / "base" / "tokenizer_config.json").read_text())
+    config.pop("pad_token", None)
+    (tmp_path / "base" / "tokenizer_config.json").write_text(json.dumps(config))
+    model = AutoModelForConfidence.from_pretrained(folder)
+    assert model.tokenizer.pad_token is not None
+    assert len(model.confidence(QUESTIONS)) == 3
+
+
+def test_empty_question_is_refused(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    with pytest.raises(ValueError, match="non-empty strings"):
+        model.confidence(["who wrote hamlet", "   "])
+
+
+def tiny_config(model_type: str):
+    sizes = dict(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, pad_token_id=0, eos_token_id=1, bos_token_id=1,
+    )
+    config = CONFIG_MAPPING[model_type](**sizes)
+    config._attn_implementation = "eager"
+    return config
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "qwen3", "mistral", "gemma3_text", "phi3"])
+def test_architectures_in_the_mapping(model_type):
+    config = tiny_config(model_type)
+    assert type(config) in AutoModelForConfidence._model_mapping
+    model = AutoModelForConfidence.from_config(config)
+    assert isinstance(model, ForConfidenceMixin) and model.config_class is type(config)
+    targets = default_lora_targets(model)
+    assert "confidence_head" not in targets and "o_proj" in targets
+    ids = torch.tensor([[1, 2, 3, 4], [0, 0, 5, 6]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    out = model(input_ids=ids, attention_mask=mask)
+    assert out.confidence.shape == (2,) and bool(torch.isfinite(out.confidence).all())
+
+
+def test_every_listed_backbone_resolves():
+    for model_type in CONFIDENCE_BACKBONES:
+        assert issubclass(AutoModelForConfidence._model_mapping[CONFIG_MAPPING[model_type]], ForConfidenceMixin)
+
+
+def test_register_a_new_backbone():
+    from transformers import Starcoder2Config, Starcoder2PreTrainedModel
+
+    class Starcoder2ForConfidence(ForConfidenceMixin, Starcoder2PreTrainedModel):
+        config_class = Starcoder2Config
+
+    assert Starcoder2Config not in AutoModelForConfidence._model_mapping
+    AutoModelForConfidence.register(Starcoder2Config, Starcoder2ForConfidence)
+    config = Starcoder2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=4, num_key_value_heads=2)
+    assert isinstance(AutoModelForConfidence.from_config(config), Starcoder2ForConfidence)
+    with pytest.raises(ValueError, match="already has a confidence model"):
+        AutoModelForConfidence.register(Starcoder2Config, Starcoder2ForConfidence)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="question"):
+        ConfidenceConfig(prompt_template="no field here")
+    with pytest.raises(ValueError, match="pooling"):
+        ConfidenceConfig(pooling="mean")
