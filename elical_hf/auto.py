@@ -22,7 +22,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .data import ensure_pad_token
-from .embedded import resolve_model_path
+from .embedded import hub_offline, resolve_model_path
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
 
 
@@ -188,6 +188,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
         model = super().from_pretrained(path, config=config, **kwargs)
+        model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
         model.tokenizer = ensure_pad_token(tokenizer)
         confidence_config.base_model_name_or_path = name
@@ -230,6 +231,7 @@ def _find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
     from huggingface_hub import hf_hub_download, snapshot_download
     from huggingface_hub.errors import HFValidationError
 
+    hub_kwargs.setdefault("local_files_only", hub_offline())
     try:
         hf_hub_download(name, CONFIDENCE_CONFIG_NAME, **hub_kwargs)
     except (OSError, HFValidationError):  # not a confidence repo, or not reachable: treat as a base model

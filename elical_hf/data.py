@@ -92,6 +92,30 @@ def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequen
     raise TypeError(f"The {name} dataset must be a datasets.Dataset, a list of dicts or a dict of lists, got {type(data)}.")
 
 
+TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+
+
+def load_table(source: str, split: str = "train") -> Dataset:
+    """
+    Load a question table from a file (`.jsonl`, `.json`, `.parquet`, `.csv`, `.arrow`), a folder written by
+    `Dataset.save_to_disk`, or a dataset on the Hub (`split` of it).
+    """
+    import os
+
+    from datasets import load_dataset, load_from_disk
+
+    if os.path.isdir(source) and os.path.isfile(os.path.join(source, "dataset_info.json")):
+        return load_from_disk(source)
+    if os.path.isfile(source):
+        extension = os.path.splitext(source)[1].lower()
+        if extension not in TABLE_FORMATS:
+            raise ValueError(f"Unknown table format {extension!r} for {source}; use one of {sorted(TABLE_FORMATS)}.")
+        return load_dataset(TABLE_FORMATS[extension], data_files=source, split="train")
+    if os.path.exists(source):
+        raise ValueError(f"{source} is neither a data file nor a folder saved with `Dataset.save_to_disk`.")
+    return load_dataset(source, split=split)
+
+
 def validate_columns(
     dataset: Dataset, name: str, label_column: str | None, question_column: str = QUESTION_COLUMN
 ) -> None:

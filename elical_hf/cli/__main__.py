@@ -1,0 +1,6 @@
+import sys
+
+from elical_hf.cli import main
+
+
+sys.exit(main())

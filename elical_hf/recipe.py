@@ -1,0 +1,152 @@
+"""The whole EliCal recipe: stage 1 on consistency targets, stage 2 on a small label budget, and Cal-Only."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from typing import Any
+
+from datasets import Dataset
+
+from .auto import AutoModelForConfidence
+from .bundled import split_questions
+from .data import as_dataset
+from .trainer import ConfidenceTrainer
+from .training_args import ConfidenceTrainingArguments
+
+
+logger = logging.getLogger(__name__)
+
+STAGE_DIRS = {"elicitation": "elicitation", "elical": "elical", "cal_only": "cal-only"}
+
+
+def paper_epochs(num_examples: int) -> int:
+    """The reference code's epochs: 10 for the full 560k set, 50 for <= 10k examples, 15 otherwise."""
+    if num_examples >= 500_000:
+        return 10
+    return 50 if num_examples <= 10_000 else 15
+
+
+def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dataset, Dataset | None]:
+    """Split rows into train and dev, disjoint by question text (seeded)."""
+    dataset = as_dataset(data, name)
+    if not 0.0 <= dev_fraction < 1.0:
+        raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
+    if dev_fraction == 0.0 or len(dataset) < 10:
+        return dataset, None
+    parts = split_questions(dataset.to_list(), {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
+    return Dataset.from_list(parts["train"]), Dataset.from_list(parts["dev"]) if parts["dev"] else None
+
+
+def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
+    """A seeded random subset of `num_labels` labelled rows (all rows when `None`)."""
+    dataset = as_dataset(data, "calibration")
+    if num_labels is None or num_labels >= len(dataset):
+        return dataset
+    if num_labels < 2:
+        raise ValueError(f"`num_labels` must be at least 2, got {num_labels}.")
+    indices = sorted(random.Random(seed).sample(range(len(dataset)), num_labels))
+    return dataset.select(indices)
+
+
+def train_stage(
+    model: Any,
+    train_data: Any,
+    output_dir: str,
+    stage: str,
+    *,
+    dev_fraction: float = 0.1,
+    seed: int = 42,
+    training_args: dict[str, Any] | None = None,
+    calibration_trainable: str = "head",
+) -> ConfidenceTrainer:
+    """Train one stage with a seeded dev split for early stopping, and save the final model to `output_dir`."""
+    train, dev = split_dev(train_data, dev_fraction, seed, stage)
+    settings: dict[str, Any] = {
+        "num_train_epochs": paper_epochs(len(train)),
+        "early_stopping_patience": 4 if dev is not None else None,
+        "eval_strategy": "epoch" if dev is not None else "no",
+        "save_total_limit": 1,
+        "seed": seed,
+    }
+    settings.update(training_args or {})
+    args = ConfidenceTrainingArguments(
+        output_dir=output_dir, stage=stage, calibration_trainable=calibration_trainable, **settings
+    )
+    trainer = ConfidenceTrainer(model, args=args, train_dataset=train, eval_dataset=dev)
+    trainer.train()
+    trainer.save_model(output_dir)
+    return trainer
+
+
+def train_elical(
+    model_name_or_path: str,
+    elicitation_data: Any,
+    calibration_data: Any,
+    output_dir: str,
+    *,
+    num_labels: int | None = None,
+    calibration_trainable: str = "head",
+    cal_only: bool = True,
+    dev_fraction: float = 0.1,
+    seed: int = 42,
+    training_args: dict[str, Any] | None = None,
+    calibration_training_args: dict[str, Any] | None = None,
+    model_init_kwargs: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """
+    Run EliCal end to end and save each model.
+
+    Args:
+        model_name_or_path (`str`):
+            Base causal LM (Hub id or folder).
+        elicitation_data:
+            Rows with `question` and `consistency` (no correctness labels needed).
+        calibration_data:
+            Rows with `question` and `correctness`; `num_labels` of them are used.
+        output_dir (`str`):
+            Gets `elicitation/`, `elical/` and (with `cal_only`) `cal-only/`, each a loadable confidence model.
+        num_labels (`int`, *optional*):
+            Label budget for stage 2 (dev rows for early stopping are taken out of it). `None`: all rows.
+        calibration_trainable (`str`, *optional*, defaults to `"head"`):
+            What stage 2 trains on top of stage 1: `"head"` or `"all"` (LoRA + head).
+        cal_only (`bool`, *optional*, defaults to `True`):
+            Also train Cal-Only (LoRA + head from scratch on the same labels) for comparison.
+        dev_fraction (`float`, *optional*, defaults to 0.1):
+            Share of each stage's rows held out (by question) for early stopping.
+        seed (`int`, *optional*, defaults to 42):
+            Seeds the label subset, the dev splits and training.
+        training_args (`dict`, *optional*):
+            [`ConfidenceTrainingArguments`] fields for both stages (e.g. `num_train_epochs`, `learning_rate`).
+        calibration_training_args (`dict`, *optional*):
+            Overrides for stage 2 and Cal-Only.
+        model_init_kwargs (`dict`, *optional*):
+            Passed to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`).
+
+    Returns:
+        `dict[str, str]`: the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`.
+    """
+    labelled = take_labels(calibration_data, num_labels, seed)
+    stage2_args = {**(training_args or {}), **(calibration_training_args or {})}
+    paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
+    init = model_init_kwargs or {}
+
+    logger.info("Stage 1 (elicitation) on %d questions", len(as_dataset(elicitation_data, "elicitation")))
+    model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
+    train_stage(model, elicitation_data, paths["elicitation"], "elicitation", dev_fraction=dev_fraction, seed=seed,
+                training_args=training_args)
+
+    logger.info("Stage 2 (calibration, %s) on %d labels", calibration_trainable, len(labelled))
+    model = AutoModelForConfidence.from_pretrained(paths["elicitation"], is_trainable=True, **init)
+    train_stage(model, labelled, paths["elical"], "calibration", dev_fraction=dev_fraction, seed=seed,
+                training_args=stage2_args, calibration_trainable=calibration_trainable)
+
+    if not cal_only:
+        paths.pop("cal_only")
+        return paths
+    logger.info("Cal-Only on the same %d labels", len(labelled))
+    model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
+    train_stage(model, labelled, paths["cal_only"], "calibration", dev_fraction=dev_fraction, seed=seed,
+                training_args=stage2_args, calibration_trainable="all")
+    return paths
