@@ -41,7 +41,8 @@ def _prompt_words() -> list[str]:
 
 
 def make_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer (whitespace/punctuation split, lowercase-agnostic vocabulary) with a chat template.
+    """A word-level tokenizer (split on whitespace and punctuation; each word lowercase and capitalized) with a
+    ChatML-style chat template.
 
     Special tokens: `<unk>` (0), `<|im_start|>` (1), `<|im_end|>` (2, EOS and PAD). Unknown words map to `<unk>`.
     Punctuation `. , ? ! : ' " -` and the digits are in the vocabulary; decoding joins tokens with spaces.

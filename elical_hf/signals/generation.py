@@ -1,0 +1,423 @@
+"""Greedy answers with token log-probabilities and k sampled answers, one prefill per question.
+
+[`generate_answers`] is the library's own decoding loop (it does not call `model.generate`), built for the signals
+EliCal needs: the question prompt is run through the model once, its KV cache is copied for the greedy row and the k
+sample rows, and all rows of a batch decode together. Rows that finish (EOS, a stop string) leave the batch at once.
+Every sample row draws from its own `torch.Generator`, seeded from the settings' seed, the question text and the
+sample index, so a question's samples do not depend on which batch it lands in or on `batch_size`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache
+
+from ..prompts import QA_PROMPT, render_prompt
+
+
+@dataclass
+class SamplingSettings:
+    r"""
+    How [`generate_answers`] decodes: the paper's sampling recipe by default.
+
+    Parameters:
+        > Samples
+
+        num_samples (`int`, *optional*, defaults to `20`):
+            Number k of sampled answers per question (the paper shows k in {2, 5, 10, 20} all work). Must be >= 1.
+        temperature (`float`, *optional*, defaults to `1.0`):
+            Sampling temperature (> 0). The greedy answer always uses temperature 0.
+        top_p (`float`, *optional*, defaults to `0.95`):
+            Nucleus sampling: keep the smallest set of tokens whose probability sums to at least `top_p` (always at
+            least one token). `1.0` disables it.
+        top_k (`int`, *optional*, defaults to `50`):
+            Keep only the `top_k` most likely tokens (ties with the k-th kept). `0` disables it.
+        repetition_penalty (`float`, *optional*, defaults to `1.05`):
+            Hugging Face repetition penalty over the prompt and the generated tokens, applied to sample rows only.
+        max_new_tokens (`int`, *optional*, defaults to `256`):
+            Most tokens generated per answer.
+
+        > Batching and randomness
+
+        batch_size (`int`, *optional*, defaults to `8`):
+            Questions per batch; a batch decodes `batch_size * (num_samples + 1)` rows.
+        seed (`int`, *optional*, defaults to `42`):
+            Base seed; each sample row is seeded from (`seed`, SHA-256 of the question, sample index).
+
+        > Prompt
+
+        prompt_template (`str`, *optional*, defaults to `QA_PROMPT`):
+            Template with a `{question}` field, filled with `str.format`.
+        use_chat_template (`bool`, *optional*, defaults to `True`):
+            Wrap the prompt in the tokenizer's chat template (see [`~elical_hf.prompts.render_prompt`]).
+        system_prompt (`str`, *optional*):
+            System message; `None` keeps the template's default.
+        stop_strings (`list[str]`, *optional*, defaults to `[]`):
+            A row stops as soon as its text contains one of these; the answer is cut at the first one.
+    """
+
+    num_samples: int = field(default=20, metadata={"help": "Number k of sampled answers per question (>= 1)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (> 0)."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold in (0, 1]; 1 disables."})
+    top_k: int = field(default=50, metadata={"help": "Top-k filter (>= 0); 0 disables."})
+    repetition_penalty: float = field(default=1.05, metadata={"help": "Repetition penalty (> 0) for samples."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Most tokens generated per answer (>= 1)."})
+    batch_size: int = field(default=8, metadata={"help": "Questions per batch (>= 1)."})
+    seed: int = field(default=42, metadata={"help": "Base seed of the per-sample generators."})
+    prompt_template: str = field(default=QA_PROMPT, metadata={"help": "Prompt with a `{question}` field."})
+    use_chat_template: bool = field(default=True, metadata={"help": "Wrap the prompt in the chat template."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message (None: template default)."})
+    stop_strings: list[str] = field(default_factory=list, metadata={"help": "Strings that end an answer."})
+
+    def __post_init__(self):
+        checks = [
+            ("num_samples", self.num_samples >= 1, "must be >= 1"),
+            ("temperature", self.temperature > 0, "must be > 0 (the greedy answer already uses temperature 0)"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", self.top_k >= 0, "must be >= 0 (0 disables top-k)"),
+            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 disables it)"),
+            ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
+            ("batch_size", self.batch_size >= 1, "must be >= 1"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                raise ValueError(f"`{name}` {rule}, got {getattr(self, name)!r}.")
+        if "{question}" not in self.prompt_template:
+            raise ValueError("`prompt_template` must contain a `{question}` field.")
+        if isinstance(self.stop_strings, str):
+            self.stop_strings = [self.stop_strings]
+        self.stop_strings = list(self.stop_strings)
+        if any(not isinstance(s, str) or not s for s in self.stop_strings):
+            raise ValueError(f"`stop_strings` must be non-empty strings, got {self.stop_strings!r}.")
+
+
+def sample_seed(seed: int, question: str, sample_index: int) -> int:
+    """Seed of one sample row: SHA-256 of (`seed`, `sample_index`, `question`), stable across processes and runs."""
+    digest = hashlib.sha256(f"{seed}\x1f{sample_index}\x1f{question}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def cpu_supports_bf16() -> bool:
+    """Whether this CPU runs bfloat16 matmuls natively (oneDNN sees AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None = "auto") -> torch.dtype | None:
+    """Resolve `autocast_dtype` to a dtype or `None` (no autocast).
+
+    `"auto"` means bfloat16 for a float32 model on a CPU with native bf16 support, and no autocast otherwise (the model
+    runs in its own dtype). An explicit dtype equal to the model's dtype also means no autocast.
+    """
+    if autocast_dtype == "auto":
+        on_cpu = model.device.type == "cpu"
+        return torch.bfloat16 if on_cpu and model.dtype == torch.float32 and cpu_supports_bf16() else None
+    if autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
+        raise ValueError(f"`autocast_dtype` must be 'auto', None or a torch.dtype, got {autocast_dtype!r}.")
+    return None if autocast_dtype == model.dtype else autocast_dtype
+
+
+def apply_repetition_penalty(scores: torch.Tensor, token_ids: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Hugging Face repetition penalty: logits of the tokens in `token_ids` (`(rows, n)`, repeats allowed) are divided
+    by `penalty`, or multiplied by it where negative. Returns a new tensor."""
+    picked = scores.gather(1, token_ids)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return scores.scatter(1, token_ids, picked)
+
+
+_TIE_MARGIN = 16
+
+
+def filter_candidates(scores: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k then top-p filtering with Hugging Face semantics, on the surviving candidates only.
+
+    Args:
+        scores (`torch.FloatTensor` of shape `(rows, vocab)`):
+            Logits after repetition penalty and temperature.
+        top_k (`int`): Tokens below the k-th largest logit are removed (ties with it are kept); `0` disables.
+        top_p (`float`): Keep the smallest most-likely set with probability >= `top_p`, at least one token.
+
+    Returns:
+        `tuple[torch.FloatTensor, torch.LongTensor]`: candidate logits sorted in decreasing order, with removed ones
+        set to `-inf`, and their token ids. Tokens outside the candidates are removed.
+    """
+    vocab = scores.shape[-1]
+    if 0 < top_k < vocab:
+        # Ties with the k-th logit are kept too (common with bf16 logits): look a few places further, count if needed.
+        values, ids = torch.topk(scores, min(top_k + _TIE_MARGIN, vocab), dim=-1)
+        kth = values[:, top_k - 1 : top_k]
+        if values.shape[-1] < vocab and bool((values[:, -1:] == kth).any()):
+            values, ids = torch.topk(scores, int((scores >= kth).sum(-1).max()), dim=-1)
+        values = values.masked_fill(values < kth, float("-inf"))
+    else:
+        values, ids = torch.sort(scores, dim=-1, descending=True)
+    if top_p < 1.0:
+        probs = values.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs
+        remove = mass_before >= top_p
+        remove[:, 0] = False
+        values = values.masked_fill(remove, float("-inf"))
+    return values, ids
+
+
+def _sample(values: torch.Tensor, ids: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """Draw one token per row by inverse CDF, with one uniform number from each row's own generator."""
+    uniforms = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    cdf = values.softmax(-1).double().cumsum(-1)
+    target = (uniforms.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+    pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+    return ids.gather(-1, pick).squeeze(-1)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    generation_config = getattr(model, "generation_config", None)
+    for value in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if value is not None:
+            ids.update([value] if isinstance(value, int) else value)
+    if not ids:
+        raise ValueError("Neither the model's generation_config nor the tokenizer defines an EOS token.")
+    return ids
+
+
+def _cut_at_stop(text: str, stop_strings: list[str]) -> str:
+    cuts = [i for i in (text.find(s) for s in stop_strings) if i >= 0]
+    return text[: min(cuts)] if cuts else text
+
+
+class _Decoder:
+    """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
+
+    def __init__(self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None):
+        self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        self.eos_ids = _eos_ids(model, tokenizer)
+        # The pad id only fills masked slots (real tokens are always found through the attention mask).
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        params = inspect.signature(base.forward).parameters
+        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.keep_last_only = "logits_to_keep" in params
+        self.autocast_dtype = autocast_dtype
+        # Tokens in the tail decoded to look for stop strings: each token adds at least one byte.
+        self.stop_window = max((len(s.encode("utf-8")) for s in settings.stop_strings), default=0) + 2
+
+    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        kwargs = {self.cache_kwarg: cache, "use_cache": True}
+        if self.keep_last_only:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
+        return out.logits[:, -1].float()
+
+    def _finished(self, tokens: list[int]) -> bool:
+        if tokens[-1] in self.eos_ids or len(tokens) >= self.settings.max_new_tokens:
+            return True
+        if not self.settings.stop_strings:
+            return False
+        tail = self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
+        return any(s in tail for s in self.settings.stop_strings)
+
+    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs) -> torch.Tensor:
+        """Greedy rows: argmax of the raw logits, logging its log-probability. Sample rows: penalty, temperature,
+        top-k, top-p, then a draw from the row's own generator."""
+        settings = self.settings
+        next_tokens = torch.empty(len(row_ids), dtype=torch.long, device=logits.device)
+        if greedy.any():
+            raw = logits[greedy]
+            chosen = raw.argmax(-1)
+            next_tokens[greedy] = chosen
+            chosen_logprobs = raw.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1).tolist()
+            for r, logprob in zip(row_ids[greedy].tolist(), chosen_logprobs):
+                logprobs[r].append(logprob)
+        if not greedy.all():
+            sampled = ~greedy
+            scores = logits[sampled]
+            if seen is not None:
+                scores = apply_repetition_penalty(scores, seen[sampled], settings.repetition_penalty)
+            values, ids = filter_candidates(scores / settings.temperature, settings.top_k, settings.top_p)
+            next_tokens[sampled] = _sample(values, ids, [generators[r] for r in row_ids[sampled].tolist()])
+        return next_tokens
+
+    def __call__(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
+        # One autocast region per batch: autocast keeps low-precision copies of the weights until it exits. It does
+        # so under `no_grad` but not under `inference_mode`, where every step would re-cast every weight.
+        dtype, device_type = self.autocast_dtype, self.model.device.type
+        autocast = torch.autocast(device_type, dtype=dtype) if dtype is not None else nullcontext()
+        with torch.no_grad(), autocast:
+            return self._decode(questions, prompt_ids)
+
+    def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
+        settings, device = self.settings, self.model.device
+        batch, group = len(prompt_ids), settings.num_samples + 1
+        length = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, length), dtype=torch.long)
+        for i, ids in enumerate(prompt_ids):  # left padding
+            input_ids[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, length - len(ids) :] = 1
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(input_ids, attention_mask, position_ids, cache)
+        # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
+        cache.batch_repeat_interleave(group)
+        logits = logits.repeat_interleave(group, dim=0)
+        attention_mask = attention_mask.repeat_interleave(group, dim=0)
+        next_pos = attention_mask.sum(-1)
+        n_rows = batch * group
+        row_ids = torch.arange(n_rows, device=device)
+        is_greedy = row_ids % group == 0
+        seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
+        if settings.repetition_penalty != 1.0:
+            seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
+            seen = seen.repeat_interleave(group, dim=0)
+        generators = [
+            None if j == 0 else torch.Generator().manual_seed(sample_seed(settings.seed, q, j - 1))
+            for q in questions
+            for j in range(group)
+        ]
+        tokens: list[list[int]] = [[] for _ in range(n_rows)]
+        logprobs: list[list[float]] = [[] for _ in range(n_rows)]
+
+        while True:
+            rows = row_ids.tolist()
+            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs)
+            done = []
+            for r, t in zip(rows, next_tokens.tolist()):
+                tokens[r].append(t)
+                done.append(self._finished(tokens[r]))
+            if all(done):
+                break
+            if any(done):  # finished rows leave the batch and its cache
+                keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
+                cache.batch_select_indices(keep)
+                row_ids, next_tokens, next_pos = row_ids[keep], next_tokens[keep], next_pos[keep]
+                attention_mask = attention_mask[keep]
+                seen = seen[keep] if seen is not None else None
+            if seen is not None:
+                seen = torch.cat([seen, next_tokens[:, None]], dim=-1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(next_tokens), 1))], dim=-1)
+            logits = self._forward(next_tokens[:, None], attention_mask, next_pos[:, None], cache)
+            next_pos = next_pos + 1
+
+        results = []
+        for q in range(batch):
+            rows = range(q * group, (q + 1) * group)
+            texts = [self.tokenizer.decode(tokens[r], skip_special_tokens=True) for r in rows]
+            texts = [_cut_at_stop(t, settings.stop_strings).strip() for t in texts]
+            greedy_ids, greedy_lps = tokens[q * group], logprobs[q * group]
+            results.append(
+                {
+                    "greedy_response": texts[0],
+                    "greedy_tokens": self.tokenizer.batch_decode([[t] for t in greedy_ids]),
+                    "greedy_logprobs": greedy_lps,
+                    "greedy_cumulative_logprobs": float(sum(greedy_lps)),
+                    "sampling_response": texts[1:],
+                    "num_generated_tokens": sum(len(tokens[r]) for r in rows),
+                }
+            )
+        return results
+
+
+def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
+    """Token ids of each question's prompt, rendered by [`~elical_hf.prompts.render_prompt`]."""
+    texts = [
+        render_prompt(
+            tokenizer,
+            settings.prompt_template.format(question=q),
+            use_chat_template=settings.use_chat_template,
+            system_prompt=settings.system_prompt,
+        )
+        for q in questions
+    ]
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def generate_answers(
+    model: Any,
+    tokenizer: Any,
+    questions: list[str],
+    settings: SamplingSettings | None = None,
+    progress: bool = True,
+    autocast_dtype: torch.dtype | str | None = "auto",
+) -> list[dict]:
+    """Generate the greedy answer (with token log-probabilities) and k sampled answers for each question.
+
+    Each question's prompt is prefilled once; its KV cache is shared by the greedy row and the k sample rows, which
+    decode in one batch. Finished rows leave the batch. Greedy decoding is the argmax of the raw logits; sampling
+    applies repetition penalty, temperature, top-k and top-p (Hugging Face semantics) and draws from a per-sample
+    generator, so results do not depend on batching (up to the numerics of batched kernels).
+
+    Args:
+        model ([`~transformers.PreTrainedModel`]):
+            A causal LM that accepts a [`~transformers.DynamicCache`] (any decoder-only model of `transformers`).
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`]):
+            Its tokenizer. Left padding and the pad id (EOS when the tokenizer has none) are handled here; real
+            tokens are always found through the attention mask.
+        questions (`list[str]`):
+            The questions, filled into `settings.prompt_template`.
+        settings ([`SamplingSettings`], *optional*):
+            Decoding settings; defaults to the paper's (k=20, temperature 1.0, top-p 0.95, top-k 50, ...).
+        progress (`bool`, *optional*, defaults to `True`):
+            Show a progress bar over questions with questions/s and generated tokens/s.
+        autocast_dtype (`torch.dtype` or `"auto"`, *optional*, defaults to `"auto"`):
+            Autocast dtype. `"auto"`: bfloat16 for a float32 model on a CPU with native bf16, else the model's dtype.
+            `None`: no autocast. Log-probabilities are always computed in float32.
+
+    Returns:
+        `list[dict]`: one dict per question, in input order, with `greedy_response` (`str`), `greedy_tokens`
+        (`list[str]`, one decoded string per generated token, EOS included when emitted), `greedy_logprobs`
+        (`list[float]`, log-softmax of the raw logits at each greedy token), `greedy_cumulative_logprobs` (`float`,
+        their sum), `sampling_response` (`list[str]`, k answers) and `num_generated_tokens` (`int`, all k+1 rows).
+        Responses are decoded without special tokens, cut at the first stop string and stripped.
+
+    Example:
+
+    ```python
+    >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+    >>> from elical_hf.signals import SamplingSettings, generate_answers
+    >>> model = AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
+    >>> tokenizer = AutoTokenizer.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")  # doctest: +SKIP
+    >>> settings = SamplingSettings(num_samples=4, max_new_tokens=32)
+    >>> records = generate_answers(model, tokenizer, ["who wrote hamlet"], settings)  # doctest: +SKIP
+    >>> records[0]["greedy_response"], len(records[0]["sampling_response"])  # doctest: +SKIP
+    ('Hamlet by William Shakespeare.', 4)
+
+    ```
+    """
+    settings = settings if settings is not None else SamplingSettings()
+    questions = list(questions)
+    if not questions:
+        return []
+    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype))
+    prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+    order = sorted(range(len(questions)), key=lambda i: -len(prompt_ids[i]))  # similar lengths batch together
+    results: list[dict | None] = [None] * len(questions)
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(questions), unit="q", desc="Generating answers", disable=not progress)
+    start, generated = time.perf_counter(), 0
+    try:
+        for begin in range(0, len(order), settings.batch_size):
+            idx = order[begin : begin + settings.batch_size]
+            for i, result in zip(idx, decoder([questions[i] for i in idx], [prompt_ids[i] for i in idx])):
+                results[i] = result
+                generated += result["num_generated_tokens"]
+            bar.update(len(idx))
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            bar.set_postfix(q_s=f"{bar.n / elapsed:.2f}", tok_s=f"{generated / elapsed:.1f}")
+    finally:
+        bar.close()
+        model.train(was_training)
+    return results

@@ -1,0 +1,242 @@
+import pytest
+import torch
+from transformers import (
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from elical_hf.prompts import QA_PROMPT, render_prompt
+from elical_hf.signals import (
+    SamplingSettings,
+    apply_repetition_penalty,
+    build_prompt_ids,
+    filter_candidates,
+    generate_answers,
+    resolve_autocast_dtype,
+    sample_seed,
+)
+
+from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
+
+
+QUESTIONS = [
+    "who wrote hamlet?",
+    "what is the capital of france?",
+    "who was the first president?",
+    "in which year did the war end and which country was the largest?",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request, tokenizer):
+    # A larger init scale gives peaked distributions, so greedy argmaxes are far from ties.
+    return make_tiny_causal_lm(tokenizer, arch=request.param, initializer_range=0.3)
+
+
+def settings(**kwargs):
+    defaults = dict(num_samples=3, max_new_tokens=8, batch_size=4)
+    return SamplingSettings(**{**defaults, **kwargs})
+
+
+def run(model, tokenizer, questions, **kwargs):
+    return generate_answers(model, tokenizer, questions, settings(**kwargs), progress=False, autocast_dtype=None)
+
+
+def test_greedy_matches_hf_generate(model, tokenizer):
+    results = run(model, tokenizer, QUESTIONS, max_new_tokens=12)
+    for question, result in zip(QUESTIONS, results):
+        text = render_prompt(tokenizer, QA_PROMPT.format(question=question))
+        input_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        out = model.generate(input_ids, do_sample=False, max_new_tokens=12, pad_token_id=tokenizer.pad_token_id)
+        expected = out[0, input_ids.shape[1] :].tolist()
+        if tokenizer.eos_token_id in expected:
+            expected = expected[: expected.index(tokenizer.eos_token_id) + 1]
+        assert result["greedy_tokens"] == tokenizer.batch_decode([[t] for t in expected])
+        assert result["greedy_response"] == tokenizer.decode(expected, skip_special_tokens=True).strip()
+
+
+def test_greedy_logprobs_match_full_forward(model, tokenizer):
+    results = run(model, tokenizer, QUESTIONS, max_new_tokens=10)
+    prompt_ids = build_prompt_ids(tokenizer, QUESTIONS, settings())
+    for prompt, result in zip(prompt_ids, results):
+        answer = tokenizer.convert_tokens_to_ids(result["greedy_tokens"])
+        ids = torch.tensor([prompt + answer])
+        with torch.no_grad():
+            logprobs = model(ids).logits[0].float().log_softmax(-1)
+        positions = torch.arange(len(prompt) - 1, len(prompt) + len(answer) - 1)
+        expected = logprobs[positions, torch.tensor(answer)]
+        torch.testing.assert_close(torch.tensor(result["greedy_logprobs"]), expected, atol=1e-4, rtol=0)
+        assert result["greedy_cumulative_logprobs"] == pytest.approx(expected.sum().item(), abs=1e-3)
+        assert len(result["greedy_logprobs"]) == len(result["greedy_tokens"])
+
+
+def assert_same_answers(result, reference):
+    """Same tokens and texts exactly; log-probabilities up to the rounding of batched kernels."""
+    exact = [k for k in reference if k not in ("greedy_logprobs", "greedy_cumulative_logprobs")]
+    assert {k: result[k] for k in exact} == {k: reference[k] for k in exact}
+    torch.testing.assert_close(result["greedy_logprobs"], reference["greedy_logprobs"], atol=1e-5, rtol=0)
+
+
+def test_samples_returned_and_reproducible_across_batching(model, tokenizer):
+    reference = run(model, tokenizer, QUESTIONS, batch_size=1)
+    batched = run(model, tokenizer, QUESTIONS, batch_size=3)
+    shuffled = run(model, tokenizer, QUESTIONS[::-1], batch_size=3)[::-1]
+    for ref, other, rev in zip(reference, batched, shuffled):
+        assert len(ref["sampling_response"]) == 3
+        assert_same_answers(other, ref)
+        assert_same_answers(rev, ref)
+    assert_same_answers(run(model, tokenizer, [QUESTIONS[2]], batch_size=2)[0], reference[2])
+
+
+def test_more_samples_extend_fewer(model, tokenizer):
+    two, three = run(model, tokenizer, QUESTIONS, num_samples=2), run(model, tokenizer, QUESTIONS, num_samples=3)
+    assert [r["sampling_response"] for r in two] == [r["sampling_response"][:2] for r in three]
+
+
+def test_samples_depend_on_seed_and_sample_index(model, tokenizer):
+    first = run(model, tokenizer, QUESTIONS, seed=1)
+    second = run(model, tokenizer, QUESTIONS, seed=2)
+    assert [r["sampling_response"] for r in first] != [r["sampling_response"] for r in second]
+    assert [r["greedy_response"] for r in first] == [r["greedy_response"] for r in second]
+    for record in first:  # k independent streams, not one sample repeated
+        assert len(set(record["sampling_response"])) > 1
+    assert sample_seed(42, "q", 0) != sample_seed(42, "q", 1) != sample_seed(43, "q", 1)
+    assert sample_seed(42, "q", 0) == sample_seed(42, "q", 0)
+
+
+def test_finished_rows_leave_the_batch(tokenizer):
+    model = make_tiny_causal_lm(tokenizer, initializer_range=0.3)
+    eos = tokenizer.eos_token_id
+    batch_sizes = []
+
+    def force_eos_after_even_tokens(module, args, kwargs, output):
+        input_ids = kwargs["input_ids"]
+        batch_sizes.append(input_ids.shape[0])
+        stop = (input_ids[:, -1] % 2 == 0) & (input_ids.shape[1] == 1)  # decode steps after an even token
+        output.logits[stop, -1, eos] = output.logits[stop, -1].max(-1).values + 100
+        return output
+
+    handle = model.register_forward_hook(force_eos_after_even_tokens, with_kwargs=True)
+    try:
+        results = run(model, tokenizer, QUESTIONS, num_samples=4, max_new_tokens=12, batch_size=4)
+    finally:
+        handle.remove()
+    rows = len(QUESTIONS) * 5
+    prefill, decode = batch_sizes[0], batch_sizes[1:]
+    assert prefill == len(QUESTIONS)
+    assert decode == sorted(decode, reverse=True) and decode[-1] < rows
+    # Each row costs one decode slot per token after its first: nothing is spent on finished rows.
+    assert sum(decode) == sum(r["num_generated_tokens"] for r in results) - rows
+
+
+def test_all_rows_finish_at_once(tokenizer):
+    model = make_tiny_causal_lm(tokenizer)
+    batch_sizes = []
+
+    def always_eos(module, args, kwargs, output):
+        batch_sizes.append(kwargs["input_ids"].shape[0])
+        output.logits[:, -1, tokenizer.eos_token_id] = 1e4
+        return output
+
+    model.register_forward_hook(always_eos, with_kwargs=True)
+    results = run(model, tokenizer, QUESTIONS[:2], num_samples=2)
+    assert batch_sizes == [2]  # the prefill only
+    assert results[0]["greedy_response"] == "" and results[0]["greedy_tokens"] == ["<|im_end|>"]
+    assert results[0]["sampling_response"] == ["", ""] and results[0]["num_generated_tokens"] == 3
+
+
+def test_stop_strings_cut_answers(model, tokenizer):
+    plain = run(model, tokenizer, QUESTIONS, max_new_tokens=12)
+    word = plain[0]["greedy_response"].split()[2]
+    stopped = run(model, tokenizer, QUESTIONS, max_new_tokens=12, stop_strings=[word])
+    greedy = stopped[0]["greedy_response"]
+    assert word not in greedy and plain[0]["greedy_response"].startswith(greedy)
+    assert len(stopped[0]["greedy_tokens"]) < len(plain[0]["greedy_tokens"])
+    for before, after in zip(plain[0]["sampling_response"], stopped[0]["sampling_response"]):
+        assert word not in after and before.startswith(after)
+
+
+def test_bf16_autocast_runs(tokenizer):
+    model = make_tiny_causal_lm(tokenizer, initializer_range=0.3)
+    out = generate_answers(model, tokenizer, QUESTIONS[:2], settings(), progress=False, autocast_dtype=torch.bfloat16)
+    assert len(out) == 2 and all(len(r["sampling_response"]) == 3 for r in out)
+    assert all(isinstance(lp, float) for lp in out[0]["greedy_logprobs"])
+    assert resolve_autocast_dtype(model, None) is None
+    assert resolve_autocast_dtype(model, torch.float32) is None
+    assert resolve_autocast_dtype(model, "auto") in (None, torch.bfloat16)
+    with pytest.raises(ValueError, match="autocast_dtype"):
+        resolve_autocast_dtype(model, "bf16")
+
+
+def test_progress_bar_and_empty_input(model, tokenizer, capsys):
+    assert generate_answers(model, tokenizer, [], settings()) == []
+    generate_answers(model, tokenizer, QUESTIONS[:1], settings(), progress=True, autocast_dtype=None)
+    assert "tok_s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_samples=0), "num_samples"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(prompt_template="no field"), "question"),
+        (dict(stop_strings=[""]), "stop_strings"),
+    ],
+)
+def test_invalid_settings_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingSettings(**kwargs)
+
+
+def test_defaults_follow_the_paper():
+    s = SamplingSettings()
+    paper = dict(num_samples=20, temperature=1.0, top_p=0.95, top_k=50, repetition_penalty=1.05, max_new_tokens=256)
+    assert {name: getattr(s, name) for name in paper} == paper
+    assert SamplingSettings(stop_strings="\n").stop_strings == ["\n"]
+
+
+@pytest.mark.parametrize("top_k, top_p", [(50, 0.95), (0, 0.9), (5, 1.0), (0, 1.0), (3, 0.5), (8, 0.9), (299, 1.0)])
+def test_filters_match_transformers_processors(top_k, top_p):
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 300, generator=generator) * 3
+    scores[0, :10] = scores[0].max() + 1  # ten tied top tokens: ties at the top-k boundary are all kept
+    input_ids = torch.randint(0, 300, (6, 40), generator=generator)  # with repeats
+    input_ids[0, :3] = torch.tensor([0, 11, 0])  # a tied top-k token, penalized
+
+    ours = apply_repetition_penalty(scores, input_ids, 1.3) / 0.7
+    values, ids = filter_candidates(ours, top_k, top_p)
+    ours_full = torch.full_like(scores, float("-inf")).scatter_(1, ids, values)
+
+    expected = RepetitionPenaltyLogitsProcessor(1.3)(input_ids, scores.clone())
+    expected = TemperatureLogitsWarper(0.7)(input_ids, expected)
+    if top_k:
+        expected = TopKLogitsWarper(top_k)(input_ids, expected)
+    if top_p < 1.0:
+        expected = TopPLogitsWarper(top_p)(input_ids, expected)
+    torch.testing.assert_close(ours_full[1:], expected[1:])
+    # Row 0: which of several equal tokens top-p drops depends on sort order; the kept values must agree.
+    torch.testing.assert_close(ours_full[0].sort().values, expected[0].sort().values)
+    assert torch.equal(values[:, 0], expected.max(-1).values)  # the best token always survives
+
+
+def test_top_k_keeps_many_ties():
+    scores = torch.zeros(2, 100)
+    scores[0, 10:50] = 1.0  # 40 tokens tied at the top, far more than top_k
+    scores[1] = torch.arange(100.0)
+    values, ids = filter_candidates(scores, top_k=5, top_p=1.0)
+    ours = torch.full_like(scores, float("-inf")).scatter_(1, ids, values)
+    torch.testing.assert_close(ours, TopKLogitsWarper(5)(None, scores.clone()))
+    assert torch.isfinite(ours[0]).sum() == 40 and torch.isfinite(ours[1]).sum() == 5
