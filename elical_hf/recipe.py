@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 from datasets import Dataset
+from transformers import set_seed
 
 from .auto import AutoModelForConfidence
 from .bundled import split_questions
@@ -133,6 +134,7 @@ def train_elical(
     init = model_init_kwargs or {}
 
     logger.info("Stage 1 (elicitation) on %d questions", len(as_dataset(elicitation_data, "elicitation")))
+    set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
     model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
     train_stage(model, elicitation_data, paths["elicitation"], "elicitation", dev_fraction=dev_fraction, seed=seed,
                 training_args=training_args)
@@ -146,6 +148,7 @@ def train_elical(
         paths.pop("cal_only")
         return paths
     logger.info("Cal-Only on the same %d labels", len(labelled))
+    set_seed(seed)
     model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
     train_stage(model, labelled, paths["cal_only"], "calibration", dev_fraction=dev_fraction, seed=seed,
                 training_args=stage2_args, calibration_trainable="all")

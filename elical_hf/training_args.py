@@ -54,8 +54,8 @@ class ConfidenceTrainingArguments(TrainingArguments):
 
     > Defaults that differ from [`~transformers.TrainingArguments`]
 
-    `learning_rate=5e-5`, `weight_decay=0.1`, `warmup_steps=0.1` (a ratio), `lr_scheduler_type="linear"`,
-    `remove_unused_columns=False`, `report_to="none"`, `logging_steps=10` — the paper's recipe where it is known.
+    `weight_decay=0.1`, `warmup_steps=0.1` (a ratio), `remove_unused_columns=False`, `logging_steps=10` — the
+    paper's recipe where it is known (its learning rate is the default 5e-5 with a linear schedule).
     """
 
     stage: Stage | str = field(
@@ -75,13 +75,11 @@ class ConfidenceTrainingArguments(TrainingArguments):
         default=None,
         metadata={"help": "Evaluations without eval-MSE improvement before stopping (needs a dev eval_dataset)."},
     )
-    learning_rate: float = field(default=5e-5, metadata={"help": "Peak AdamW learning rate."})
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (paper: 0.1)."})
     warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps; a value below 1 is a ratio."})
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Kept False: the trainer prepares its own columns."}
     )
-    report_to: str | list[str] | None = field(default="none", metadata={"help": "Integrations to report to."})
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps (a value below 1 is a ratio)."})
 
     def __post_init__(self) -> None:

@@ -223,3 +223,23 @@ def test_bad_datasets_fail_before_anything_is_written(tiny_llama, tmp_path, muta
     with pytest.raises(ValueError, match=message):
         ConfidenceTrainer(tiny_llama, args=args, train_dataset=mutate(make_rows(8)))
     assert not (tmp_path / "bad").exists()
+
+
+def test_resuming_head_only_calibration_keeps_lora_frozen(stage1, tmp_path):
+    rows = make_rows(16, seed=2)
+
+    def run(name: str, resume: str | None = None, stop_at: int | None = None):
+        set_seed(0)
+        model = AutoModelForConfidence.from_pretrained(stage1, is_trainable=True)
+        args = make_args(tmp_path, name, stage="calibration", calibration_trainable="head", save_steps=100,
+                         save_strategy="steps")
+        ConfidenceTrainer(model, args=args, train_dataset=rows, callbacks=[StopAt(stop_at)] if stop_at else []).train(
+            resume_from_checkpoint=resume
+        )
+        return model
+
+    before = snapshot(AutoModelForConfidence.from_pretrained(stage1))
+    run("cal", stop_at=2)
+    resumed = run("cal-resumed", resume=str(tmp_path / "cal" / "checkpoint-2"))
+    # `original_module` is the unused fresh head of the base model (re-drawn at each load).
+    assert {n for n in changed(before, resumed) if "original_module" not in n} == head_names(resumed)
