@@ -189,6 +189,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
         model = super().from_pretrained(path, config=config, **kwargs)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
+        model.config._name_or_path = name  # cards and adapter configs name the Hub id, not a local cache path
         tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
         model.tokenizer = ensure_pad_token(tokenizer)
         confidence_config.base_model_name_or_path = name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 from typing import Any
 
 from datasets import Dataset
@@ -61,8 +62,13 @@ def train_stage(
     seed: int = 42,
     training_args: dict[str, Any] | None = None,
     calibration_trainable: str = "head",
+    keep_checkpoints: bool = False,
 ) -> ConfidenceTrainer:
-    """Train one stage with a seeded dev split for early stopping, and save the final model to `output_dir`."""
+    """Train one stage with a seeded dev split for early stopping, and save the final model to `output_dir`.
+
+    Checkpoints go to `output_dir/checkpoints` while training (for `resume_from_checkpoint`) and are removed once
+    the final model is saved, unless `keep_checkpoints`.
+    """
     train, dev = split_dev(train_data, dev_fraction, seed, stage)
     settings: dict[str, Any] = {
         "num_train_epochs": paper_epochs(len(train)),
@@ -72,12 +78,15 @@ def train_stage(
         "seed": seed,
     }
     settings.update(training_args or {})
+    checkpoints = os.path.join(output_dir, "checkpoints")
     args = ConfidenceTrainingArguments(
-        output_dir=output_dir, stage=stage, calibration_trainable=calibration_trainable, **settings
+        output_dir=checkpoints, stage=stage, calibration_trainable=calibration_trainable, **settings
     )
     trainer = ConfidenceTrainer(model, args=args, train_dataset=train, eval_dataset=dev)
     trainer.train()
     trainer.save_model(output_dir)
+    if not keep_checkpoints:
+        shutil.rmtree(checkpoints, ignore_errors=True)
     return trainer
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,8 +11,10 @@ import numpy as np
 import torch
 from datasets import Dataset
 from transformers import EarlyStoppingCallback, EvalPrediction, Trainer
+from transformers.trainer import TRAINING_ARGS_NAME
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
+from .configuration import atomic_write_text
 from .data import (
     EVAL_LABEL_COLUMN,
     ConfidenceDataCollator,
@@ -170,6 +173,16 @@ class ConfidenceTrainer(Trainer):
     ) -> torch.Tensor | tuple[torch.Tensor, Any]:
         inputs = {key: value for key, value in inputs.items() if key != EVAL_LABEL_COLUMN}
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
+        super()._save(output_dir, state_dict)
+        # Model folders hold no pickles: the training arguments are kept as JSON instead of `training_args.bin`.
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if self.args.should_save:
+            pickled = os.path.join(output_dir, TRAINING_ARGS_NAME)
+            if os.path.exists(pickled):
+                os.remove(pickled)
+            atomic_write_text(os.path.join(output_dir, "training_args.json"), self.args.to_json_string())
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         entry: dict[str, Any] = {

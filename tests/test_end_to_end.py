@@ -40,6 +40,9 @@ def test_cli_train_learns_a_real_signal(tmp_path):
         assert os.path.isfile(out / folder / "confidence_config.json")
         adapter = json.loads((out / folder / "adapter_config.json").read_text())
         assert adapter["base_model_name_or_path"] == DEFAULT_MODEL
+        assert f"base_model: {DEFAULT_MODEL}" in (out / folder / "README.md").read_text()  # never a cache path
+        leftovers = [p.name for p in (out / folder).iterdir() if p.suffix in (".bin", ".pt", ".pth") or p.is_dir()]
+        assert not leftovers, f"a final model folder holds only the adapter, tokenizer and settings: {leftovers}"
 
     model = AutoModelForConfidence.from_pretrained(out / "elical")
     assert model.confidence_config.trained_stages == ["elicitation", "calibration"]
