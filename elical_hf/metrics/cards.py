@@ -1,0 +1,276 @@
+"""Keep the three evaluate metric folders in sync with their single sources.
+
+Each folder `elical_hf/metrics/<name>/` is a ready-to-publish evaluate module (and Hugging Face Space):
+`<name>.py`, `functional.py`, `README.md`, `app.py`, `requirements.txt`. Only `<name>.py` and the prose sections of
+`README.md` are written by hand. This module derives everything else:
+
+- `functional.py`: a byte-identical copy of `elical_hf/metrics/functional.py`;
+- `app.py` and `requirements.txt`: from the templates below;
+- in `README.md`, the YAML front matter and every block between `<!-- BEGIN GENERATED: <block> ... -->` and
+  `<!-- END GENERATED: <block> -->` markers: rendered from the module's `_DESCRIPTION`, `_KWARGS_DESCRIPTION` (its
+  Args, Returns and Examples) and `_CITATION`, read with `ast`, so nothing heavy is imported.
+
+Run `python -m elical_hf.metrics.cards` to rewrite the derived files, `python -m elical_hf.metrics.cards --check` to
+list the stale ones (exit status 1); a test runs the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+
+
+try:
+    from .registration import METRIC_MODULES, VENDORED_FILES
+except ImportError:  # run as a file
+    from registration import METRIC_MODULES, VENDORED_FILES  # type: ignore[no-redef]
+
+
+__all__ = ["CARD_META", "check_metric_folders", "module_strings", "render_folder", "sync_metric_folders"]
+
+_METRICS_DIR = os.path.dirname(os.path.abspath(__file__))
+_GRADIO_VERSION = "3.19.1"  # launch_gradio_widget uses the gradio 3 `gr.inputs` API
+
+
+@dataclass(frozen=True)
+class CardMeta:
+    """Space metadata of one metric card (the YAML front matter besides `description`)."""
+
+    title: str
+    emoji: str
+    color_from: str
+    color_to: str
+
+
+CARD_META: dict[str, CardMeta] = {
+    "honesty_alignment": CardMeta("Honesty Alignment", "🎯", "green", "blue"),
+    "honesty_auroc": CardMeta("Honesty AUROC", "🧭", "blue", "purple"),
+    "honesty_ece": CardMeta("Honesty ECE", "📏", "yellow", "red"),
+}
+
+_APP = '''\
+"""Gradio widget of the `{name}` metric, loaded from the file next to this one (works in a Space and locally)."""
+
+from pathlib import Path
+
+import evaluate
+from evaluate.utils import launch_gradio_widget
+
+
+launch_gradio_widget(evaluate.load(str(Path(__file__).with_name("{name}.py"))))
+'''
+
+_REQUIREMENTS = """\
+evaluate>=0.4.3
+datasets>=2.0
+numpy>=1.24
+"""
+
+_HOW_TO_USE = """\
+`predictions` are the model's confidences in [0, 1] that its answers are correct; `references` are the 0/1
+correctness labels of those answers (1 = correct).
+
+```python
+>>> import evaluate
+>>> {name} = evaluate.load("{name}")  # offline too, once `pip install elical-hf` is done
+>>> results = {name}.compute(predictions=[0.9, 0.2, 0.7], references=[1, 0, 0])
+```
+
+Without elical-hf installed, load this folder by path (`evaluate.load("path/to/{name}")`) or the published Space
+(`evaluate.load("<user>/{name}")`): the module only needs `evaluate`, `datasets` and `numpy`, since it carries
+`functional.py`, a copy of `elical_hf.metrics.functional`. With elical-hf installed,
+`elical_hf.metrics.registration.metric_module_path("{name}")` gives the folder's path."""
+
+_BLOCK = re.compile(
+    r"(<!-- BEGIN GENERATED: (?P<block>[\w-]+)[^\n]*-->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=block) -->)", re.S
+)
+_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
+_SECTIONS = ("Args", "Returns", "Examples")
+
+
+def module_strings(name: str) -> dict[str, str]:
+    """`_DESCRIPTION`, `_KWARGS_DESCRIPTION` and `_CITATION` of `<name>/<name>.py`, read without importing it."""
+    path = os.path.join(_METRICS_DIR, name, f"{name}.py")
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), filename=path)
+    wanted = {"_DESCRIPTION", "_KWARGS_DESCRIPTION", "_CITATION"}
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in wanted:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+    missing = wanted - set(found)
+    if missing:
+        raise ValueError(f"{path} does not define {sorted(missing)} as string literals")
+    return found
+
+
+def _paragraphs(text: str) -> list[str]:
+    """Blank-line separated paragraphs, each joined into one line."""
+    return [" ".join(line.strip() for line in chunk.splitlines()) for chunk in re.split(r"\n\s*\n", text.strip())]
+
+
+def _kwargs_sections(kwargs_description: str) -> dict[str, list[str]]:
+    """Split `_KWARGS_DESCRIPTION` into its `Args:`, `Returns:` and `Examples:` sections (lines dedented by 4)."""
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in kwargs_description.strip("\n").splitlines():
+        header = line.strip().rstrip(":")
+        if not line.startswith(" ") and line.rstrip().endswith(":") and header in _SECTIONS:
+            current = sections.setdefault(header, [])
+        elif current is None:
+            raise ValueError(f"_KWARGS_DESCRIPTION must start with one of {_SECTIONS} headers, got {line!r}")
+        else:
+            current.append(line[4:] if line.startswith("    ") else line.strip())
+    if set(sections) != set(_SECTIONS):
+        raise ValueError(f"_KWARGS_DESCRIPTION must have the sections {_SECTIONS}, got {sorted(sections)}")
+    return sections
+
+
+def _entries_to_markdown(lines: list[str]) -> str:
+    """`name (type): text` entries with indented continuation lines -> a markdown bullet list."""
+    items: list[str] = []
+    for line in lines:
+        match = re.match(r"^(\w+) \((.*?)\): (.*)$", line)
+        if match:
+            items.append(f"- **`{match.group(1)}`** ({match.group(2)}): {match.group(3)}")
+        elif line.strip() and items:
+            items[-1] += " " + line.strip()
+        elif line.strip():
+            raise ValueError(f"Cannot parse argument line {line!r}")
+    return "\n".join(items)
+
+
+def _examples_to_markdown(lines: list[str]) -> str:
+    """Doctest chunks become python code blocks, other paragraphs stay prose."""
+    chunks = re.split(r"\n\s*\n", "\n".join(lines).strip())
+    out = []
+    for chunk in chunks:
+        if chunk.lstrip().startswith(">>>"):
+            out.append("```python\n" + textwrap.dedent(chunk) + "\n```")
+        else:
+            out.append(" ".join(part.strip() for part in chunk.splitlines()))
+    return "\n\n".join(out)
+
+
+def _front_matter(name: str, description: str) -> str:
+    meta = CARD_META[name]
+    described = "\n\n".join("  " + paragraph for paragraph in _paragraphs(description))
+    return (
+        f"---\ntitle: {meta.title}\nemoji: {meta.emoji}\ncolorFrom: {meta.color_from}\ncolorTo: {meta.color_to}\n"
+        f"sdk: gradio\nsdk_version: {_GRADIO_VERSION}\napp_file: app.py\npinned: false\ntags:\n- evaluate\n- metric\n"
+        f"description: >-\n{described}\n---\n"
+    )
+
+
+def render_blocks(name: str) -> dict[str, str]:
+    """The generated README blocks of metric `name`, keyed by block name."""
+    strings = module_strings(name)
+    sections = _kwargs_sections(strings["_KWARGS_DESCRIPTION"])
+    return {
+        "description": "\n\n".join(_paragraphs(strings["_DESCRIPTION"])),
+        "how-to-use": _HOW_TO_USE.format(name=name),
+        "inputs": _entries_to_markdown(sections["Args"]),
+        "outputs": _entries_to_markdown(sections["Returns"]),
+        "examples": _examples_to_markdown(sections["Examples"]),
+        "citation": "```bibtex\n" + strings["_CITATION"].strip() + "\n```",
+    }
+
+
+def _render_readme(name: str, current: str) -> str:
+    strings = module_strings(name)
+    blocks = render_blocks(name)
+    seen = set()
+
+    def fill(match: re.Match) -> str:
+        block = match.group("block")
+        if block not in blocks:
+            raise ValueError(f"{name}/README.md has an unknown generated block {block!r}; known: {sorted(blocks)}")
+        seen.add(block)
+        return f"{match.group(1)}{blocks[block]}\n{match.group(4)}"
+
+    body = _BLOCK.sub(fill, _FRONT_MATTER.sub("", current, count=1))
+    missing = set(blocks) - seen
+    if missing:
+        raise ValueError(f"{name}/README.md lacks the generated blocks {sorted(missing)}")
+    return _front_matter(name, strings["_DESCRIPTION"]) + body
+
+
+def render_folder(name: str) -> dict[str, str]:
+    """Expected content of every derived file of metric folder `name`, keyed by absolute path.
+
+    Args:
+        name (`str`): One of `registration.METRIC_MODULES`.
+
+    Returns:
+        `dict[str, str]`: path -> text, for `README.md`, `app.py`, `requirements.txt` and the vendored files.
+    """
+    folder = os.path.join(_METRICS_DIR, name)
+    readme = os.path.join(folder, "README.md")
+    with open(readme, encoding="utf-8") as handle:
+        current = handle.read()
+    files = {
+        readme: _render_readme(name, current),
+        os.path.join(folder, "app.py"): _APP.format(name=name),
+        os.path.join(folder, "requirements.txt"): _REQUIREMENTS,
+    }
+    for vendored in VENDORED_FILES:
+        with open(os.path.join(_METRICS_DIR, vendored), encoding="utf-8", newline="") as handle:
+            files[os.path.join(folder, vendored)] = handle.read()
+    return files
+
+
+def _read(path: str) -> str | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def sync_metric_folders(check: bool = False, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
+    """Rewrite (or, with `check=True`, only list) the derived files that differ from what their sources give.
+
+    Args:
+        check (`bool`, *optional*, defaults to `False`): Only report, write nothing.
+        names (`tuple[str, ...]`, *optional*, defaults to all modules): Metric folders to process.
+
+    Returns:
+        `list[str]`: Paths that were stale (and, unless `check`, have been rewritten).
+    """
+    stale = []
+    for name in names:
+        for path, text in render_folder(name).items():
+            if _read(path) != text:
+                stale.append(path)
+                if not check:
+                    with open(path, "w", encoding="utf-8", newline="") as handle:
+                        handle.write(text)
+    return stale
+
+
+def check_metric_folders(names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
+    """Paths of the derived files that are out of date; empty when everything is in sync."""
+    return sync_metric_folders(check=True, names=names)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="list stale files and exit 1 instead of rewriting them")
+    args = parser.parse_args(argv)
+    stale = sync_metric_folders(check=args.check)
+    verb = "stale" if args.check else "rewrote"
+    for path in stale:
+        print(f"{verb}: {os.path.relpath(path)}")
+    if args.check and stale:
+        print("Run `python -m elical_hf.metrics.cards` to regenerate them.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

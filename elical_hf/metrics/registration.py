@@ -1,0 +1,253 @@
+"""Make `evaluate.load("honesty_auroc")` work offline, from any directory, right after `pip install elical-hf`.
+
+`evaluate.load(name)` first asks the Hub for `evaluate-metric/<name>` and, when that fails (offline, or no such
+canonical metric), falls back to its module cache, taking the most recently modified
+`$HF_MODULES_CACHE/evaluate_modules/metrics/evaluate-metric--<name>/<64-hex hash>/<name>.py`. This module fills that
+cache with the metric modules shipped in `elical_hf/metrics/<name>/` (the module file plus its sibling
+`functional.py`), in the layout evaluate itself uses for a downloaded module. (evaluate then logs "Using the latest
+cached version of the module ..." on each load by name; that message is expected.)
+
+Wheels cannot run code at install time, so the wheel ships a one-line `elical_hf_evaluate.pth` in `site-packages`
+(see `setup.py`). At interpreter start-up it loads this file *by path* (importing `elical_hf` would pull in torch) and
+calls [`install_import_hook`], which only puts a one-shot finder at the front of `sys.meta_path` (about 0.3 ms in
+all): no cache is touched until `evaluate` is imported. Right after `evaluate` has been imported, the finder calls
+[`install_evaluate_modules`] with evaluate's own `config.HF_MODULES_CACHE`, so a cache chosen with `HF_HOME` or
+`HF_MODULES_CACHE` (even one set in `os.environ` by the script before importing evaluate) is the one filled. Our copy
+is also made the newest one, so the installed version wins over copies left by other installs. Set
+`ELICAL_HF_NO_EVALUATE_HOOK=1` to switch the hook off; call [`install_evaluate_modules`] yourself where `.pth` files are
+not processed (`python -S`).
+
+This file must only import the standard library: it runs before anything else is importable.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+__all__ = [
+    "METRIC_MODULES", "PTH_FILENAME", "install_evaluate_modules", "install_import_hook", "metric_module_path",
+    "pth_content",
+]
+
+METRIC_MODULES: tuple[str, ...] = ("honesty_alignment", "honesty_auroc", "honesty_ece")
+"""Names of the evaluate metric modules shipped in `elical_hf/metrics/<name>/<name>.py`."""
+
+PTH_FILENAME = "elical_hf_evaluate.pth"
+"""Start-up hook written into `site-packages`; sorts after setuptools' `__editable__.*.pth` on purpose."""
+
+VENDORED_FILES: tuple[str, ...] = ("functional.py",)
+"""Files each module folder carries next to `<name>.py` (byte-identical copies of `elical_hf/metrics/...`)."""
+
+DISABLE_ENV = "ELICAL_HF_NO_EVALUATE_HOOK"
+_NAMESPACE = "evaluate-metric"
+_DYNAMIC_MODULES = "evaluate_modules"  # evaluate.config.MODULE_NAME_FOR_DYNAMIC_MODULES
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def metric_module_path(name: str) -> str:
+    """Folder of the metric module `name` in the installed package, for `evaluate.load(metric_module_path(name))`.
+
+    Args:
+        name (`str`): One of [`METRIC_MODULES`].
+
+    Returns:
+        `str`: Absolute path of `elical_hf/metrics/<name>/`.
+    """
+    if name not in METRIC_MODULES:
+        raise ValueError(f"Unknown elical-hf metric module {name!r}; expected one of {METRIC_MODULES}")
+    return os.path.join(_HERE, name)
+
+
+def _module_files(name: str) -> list[str]:
+    folder = metric_module_path(name)
+    return [os.path.join(folder, f"{name}.py")] + [os.path.join(folder, f) for f in VENDORED_FILES]
+
+
+def _default_modules_cache() -> str:
+    """evaluate's `config.HF_MODULES_CACHE`: taken from evaluate when imported, else recomputed from the environment."""
+    config = getattr(sys.modules.get("evaluate"), "config", None)
+    if config is not None and getattr(config, "HF_MODULES_CACHE", None):
+        return str(config.HF_MODULES_CACHE)
+    if os.environ.get("HF_MODULES_CACHE"):
+        return os.environ["HF_MODULES_CACHE"]
+    hf_home = os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+    return os.path.join(os.path.expanduser(hf_home), "modules")
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-elical-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _ensure_init(folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    init = os.path.join(folder, "__init__.py")
+    if not os.path.exists(init):
+        open(init, "a").close()
+
+
+def _make_newest(name_dir: str, ours: str, script: str) -> None:
+    """Give `ours/<script>` a strictly larger mtime than any other cached version (evaluate picks the newest)."""
+    others = []
+    for entry in os.listdir(name_dir):
+        candidate = os.path.join(name_dir, entry, script)
+        if entry != ours and len(entry) == 64 and os.path.isfile(candidate):
+            others.append(os.stat(candidate).st_mtime_ns)
+    target = os.path.join(name_dir, ours, script)
+    mtime = os.stat(target).st_mtime_ns
+    if others and mtime <= max(others):
+        newer = max(others) + 1_000_000_000
+        os.utime(target, ns=(newer, newer))
+
+
+def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
+    """Copy the shipped metric modules into evaluate's module cache, so that `evaluate.load(name)` finds them offline.
+
+    Idempotent and safe to run concurrently: files are written atomically, existing identical copies are kept. The
+    folder name is the SHA-256 of the module files (64 hex digits, as evaluate's own cache entries).
+
+    Args:
+        modules_cache (`str`, *optional*, defaults to `None`): evaluate's `HF_MODULES_CACHE`; `None` uses the value of
+            the imported `evaluate.config`, else `$HF_MODULES_CACHE`, else `$HF_HOME/modules`.
+        names (`tuple[str, ...]`, *optional*, defaults to `METRIC_MODULES`): Modules to install.
+
+    Returns:
+        `list[str]`: Paths of the cached `<name>.py` files, one per name.
+    """
+    import hashlib
+    import json
+
+    cache = os.path.abspath(os.path.expanduser(str(modules_cache or _default_modules_cache())))
+    _ensure_init(cache)
+    dynamic = os.path.join(cache, _DYNAMIC_MODULES)
+    _ensure_init(dynamic)
+    _ensure_init(os.path.join(dynamic, "metrics"))
+    installed = []
+    for name in names:
+        sources = _module_files(name)
+        contents = []
+        for src in sources:
+            with open(src, "rb") as handle:
+                contents.append(handle.read())
+        digest = hashlib.sha256(b"\0".join(contents)).hexdigest()
+        name_dir = os.path.join(dynamic, "metrics", f"{_NAMESPACE}--{name}")
+        target_dir = os.path.join(name_dir, digest)
+        _ensure_init(name_dir)
+        _ensure_init(target_dir)
+        for src, data in zip(sources, contents):
+            dst = os.path.join(target_dir, os.path.basename(src))
+            if not os.path.isfile(dst) or os.path.getsize(dst) != len(data):
+                _write_atomic(dst, data)
+        script = os.path.join(target_dir, f"{name}.py")
+        meta = os.path.join(target_dir, f"{name}.json")
+        if not os.path.isfile(meta):  # the same record evaluate writes next to a downloaded module
+            record = {"original file path": sources[0], "local file path": script}
+            _write_atomic(meta, json.dumps(record).encode("utf-8"))
+        _make_newest(name_dir, digest, f"{name}.py")
+        installed.append(script)
+    return installed
+
+
+class _EvaluateImportHook:
+    """One-shot `sys.meta_path` finder: lets `evaluate` import normally, then runs [`install_evaluate_modules`]."""
+
+    elical_hf_evaluate_hook = True  # recognised by `install_import_hook`, whichever copy of this file defined it
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "evaluate":
+            return None
+        _remove_hooks()
+        spec = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_then_install(module):
+            try:
+                exec_module(module)
+            finally:
+                try:
+                    del loader.exec_module
+                except AttributeError:
+                    pass
+            _install_quietly()
+
+        try:
+            loader.exec_module = exec_then_install  # instance attribute: only this spec's loader is affected
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+
+def _remove_hooks() -> None:
+    # Rebind rather than edit in place: the import system may be iterating over the current list right now.
+    sys.meta_path = [f for f in sys.meta_path if not getattr(f, "elical_hf_evaluate_hook", False)]
+
+
+def _install_quietly() -> None:
+    try:
+        install_evaluate_modules()
+    except Exception as err:  # never break `import evaluate`
+        import logging
+
+        logging.getLogger("elical_hf.metrics").warning(
+            "elical-hf could not copy its evaluate metric modules into the evaluate module cache (%s); "
+            "evaluate.load('honesty_auroc') may fail offline. Load by path instead: "
+            "evaluate.load(elical_hf.metrics.registration.metric_module_path('honesty_auroc')).", err
+        )
+
+
+def install_import_hook() -> None:
+    """Arrange for [`install_evaluate_modules`] to run right after `evaluate` is imported (at once if it already is).
+
+    Idempotent; does nothing when the environment variable `ELICAL_HF_NO_EVALUATE_HOOK` is set to a non-empty value.
+    """
+    if os.environ.get(DISABLE_ENV):
+        return
+    if "evaluate" in sys.modules:
+        _install_quietly()
+        return
+    if not any(getattr(f, "elical_hf_evaluate_hook", False) for f in sys.meta_path):
+        sys.meta_path.insert(0, _EvaluateImportHook())  # ahead of the path finder that would find evaluate
+
+
+def pth_content() -> str:
+    """The single line of `elical_hf_evaluate.pth`: load this file by path (no `import elical_hf`), install the hook.
+
+    Any failure is swallowed: a `.pth` line must never break interpreter start-up.
+    """
+    code = (  # importlib.machinery is already loaded at start-up; importlib.util would cost ~1 ms more
+        "try:\n"
+        " import os\n"
+        f" if not os.environ.get({DISABLE_ENV!r}):\n"
+        "  from importlib.machinery import SourceFileLoader\n"
+        "  for f in sys.meta_path:\n"
+        "   s = f.find_spec('elical_hf', None) if hasattr(f, 'find_spec') else None\n"
+        "   if s is not None:\n"
+        "    break\n"
+        "  p = os.path.join(s.submodule_search_locations[0], 'metrics', 'registration.py')\n"
+        "  m = type(sys)('elical_hf_evaluate_hook')\n"
+        "  m.__file__ = p\n"
+        "  SourceFileLoader(m.__name__, p).exec_module(m)\n"
+        "  m.install_import_hook()\n"
+        "except Exception:\n"
+        " pass\n"
+    )
+    return f"import sys; exec({code!r})\n"

@@ -1,0 +1,325 @@
+"""The three evaluate metric modules: offline loading by name and by path, doctests, bad inputs, parity, cards."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+
+from elical_hf.metrics import functional as F
+from elical_hf.metrics import registration
+from elical_hf.metrics.cards import CARD_META, check_metric_folders, module_strings
+
+
+NAMES = registration.METRIC_MODULES
+SPACE_FILES = {"README.md", "app.py", "requirements.txt", "functional.py"}
+CARD_SECTIONS = (
+    "## Metric Description", "## How to Use", "### Inputs", "## Output Values", "### Values from Popular Papers",
+    "## Examples", "## Limitations and Bias", "## Citation",
+)
+
+
+def _offline_env(hf_home, **extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "ELICAL_HF_", "XDG_CACHE"))}
+    env.update(HF_HOME=str(hf_home), HF_EVALUATE_OFFLINE="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
+    return env
+
+
+def _run(script: str, cwd, env) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _data(seed: int = 0, n: int = 400) -> tuple[list[float], list[int]]:
+    rng = np.random.default_rng(seed)
+    conf = np.round(rng.random(n), 2)  # ties on purpose
+    correct = (rng.random(n) < 0.2 + 0.6 * conf).astype(int)
+    return conf.tolist(), correct.tolist()
+
+
+def _expected(name: str, conf, correct) -> dict[str, float]:
+    if name == "honesty_auroc":
+        return {
+            "auroc": F.auroc(conf, correct), "auprc_correct": F.auprc(conf, correct, positive="correct"),
+            "auprc_error": F.auprc(conf, correct, positive="error"), "aurc": F.aurc(conf, correct),
+            "prr": F.prr(conf, correct),
+        }
+    if name == "honesty_ece":
+        return {"ece": F.ece(conf, correct), "brier": F.brier(conf, correct)}
+    return F.alignment(conf, correct)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Loading in fresh processes
+
+
+def test_installed_pth_hook_is_current():
+    """The start-up hook must be in site-packages, or `evaluate.load("honesty_auroc")` cannot work offline."""
+    pth = os.path.join(sysconfig.get_paths()["purelib"], registration.PTH_FILENAME)
+    assert os.path.isfile(pth), f"{pth} is missing: reinstall the package (`make install` or `pip install -e .`)"
+    with open(pth, encoding="utf-8") as handle:
+        assert handle.read() == registration.pth_content(), f"{pth} is stale: reinstall the package"
+
+
+def test_load_by_name_offline_in_fresh_process(tmp_path):
+    """By name, offline, from another directory, with an empty cache; plus by path (package folder and lone copies)."""
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    for name in NAMES:  # "copied alone": the folder without the package around it
+        shutil.copytree(registration.metric_module_path(name), tmp_path / "lone" / name)
+    conf, correct = _data()
+    script = f"""
+        import doctest, json, os, sys
+        import evaluate
+        conf, correct = {conf!r}, {correct!r}
+        out = {{"by_name": {{}}, "doctests": {{}}, "by_path": {{}}, "files": {{}}}}
+        for name in {NAMES!r}:
+            metric = evaluate.load(name, keep_in_memory=True)
+            module = sys.modules[type(metric).__module__]
+            out["files"][name] = module.__file__
+            out["by_name"][name] = metric.compute(predictions=conf, references=correct)
+            result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+            out["doctests"][name] = [result.attempted, result.failed]
+            for kind, path in (("package", {registration.metric_module_path("honesty_auroc")!r}),
+                               ("lone", os.path.join({str(tmp_path / "lone")!r}, name))):
+                if kind == "package" and name != "honesty_auroc":
+                    continue
+                loaded = evaluate.load(path, keep_in_memory=True)
+                out["by_path"][kind + ":" + name] = loaded.compute(predictions=conf, references=correct)
+        out["elical_hf_imported"] = "elical_hf" in sys.modules
+        print(json.dumps(out))
+    """
+    hf_home = tmp_path / "hf"
+    out = _run(script, cwd, _offline_env(hf_home))
+    assert not out["elical_hf_imported"], "a metric module must not need the elical_hf package"
+    for name in NAMES:
+        assert out["files"][name].startswith(str(hf_home / "modules" / "evaluate_modules" / "metrics")), out["files"]
+        attempted, failed = out["doctests"][name]
+        assert attempted >= 4 and failed == 0, (name, attempted, failed)
+        expected = _expected(name, conf, correct)
+        assert out["by_name"][name] == expected  # exact: JSON round-trips floats
+        assert out["by_path"][f"lone:{name}"] == out["by_name"][name]
+    assert out["by_path"]["package:honesty_auroc"] == out["by_name"]["honesty_auroc"]
+
+
+def test_hook_uses_cache_chosen_after_start_up(tmp_path):
+    """HF_MODULES_CACHE set by the script itself, after start-up but before `import evaluate`, is the one filled."""
+    late = tmp_path / "late-modules"
+    script = f"""
+        import json, os, sys
+        os.environ["HF_MODULES_CACHE"] = {str(late)!r}
+        import evaluate
+        metric = evaluate.load("honesty_ece", keep_in_memory=True)
+        result = metric.compute(predictions=[0.9, 0.2, 1.0], references=[1, 0, 1], n_bins=5)
+        print(json.dumps({{"file": sys.modules[type(metric).__module__].__file__, "result": result}}))
+    """
+    out = _run(script, tmp_path, _offline_env(tmp_path / "hf"))
+    assert out["file"].startswith(str(late))
+    conf, correct = [0.9, 0.2, 1.0], [1, 0, 1]
+    assert out["result"] == {"ece": F.ece(conf, correct, n_bins=5), "brier": F.brier(conf, correct)}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The registration machinery, without evaluate
+
+
+def test_install_evaluate_modules_is_idempotent_and_newest(tmp_path):
+    cache = tmp_path / "modules"
+    first = registration.install_evaluate_modules(str(cache))
+    name_dir = cache / "evaluate_modules" / "metrics" / "evaluate-metric--honesty_auroc"
+    other = name_dir / ("f" * 64)  # a newer copy left by another install
+    other.mkdir()
+    (other / "honesty_auroc.py").write_text("# other version\n")
+    future = os.stat(first[1]).st_mtime_ns + 10**10
+    os.utime(other / "honesty_auroc.py", ns=(future, future))
+    second = registration.install_evaluate_modules(str(cache))
+    assert first == second and [os.path.basename(p) for p in first] == [f"{n}.py" for n in NAMES]
+    assert os.stat(second[1]).st_mtime_ns > future  # ours is the one evaluate's cache fallback picks
+    for path, name in zip(second, NAMES):
+        folder = os.path.dirname(path)
+        assert len(os.path.basename(folder)) == 64
+        assert sorted(os.listdir(folder)) == sorted(["__init__.py", "functional.py", f"{name}.py", f"{name}.json"])
+        source = os.path.join(registration.metric_module_path(name), f"{name}.py")
+        with open(path, "rb") as mine, open(source, "rb") as src:
+            assert mine.read() == src.read()
+    for init in ("__init__.py", "evaluate_modules/__init__.py", "evaluate_modules/metrics/__init__.py"):
+        assert (cache / init).is_file()
+
+
+def test_pth_line_installs_hook_without_importing_the_package(monkeypatch):
+    monkeypatch.delenv(registration.DISABLE_ENV, raising=False)
+    saved = list(sys.meta_path)
+    try:
+        sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "elical_hf_evaluate_hook", False)]
+        before = set(sys.modules)
+        exec(registration.pth_content(), {})
+        exec(registration.pth_content(), {})  # idempotent
+        hooks = [f for f in sys.meta_path if getattr(f, "elical_hf_evaluate_hook", False)]
+        assert len(hooks) == 1 and sys.meta_path[0] is hooks[0]
+        assert not {m for m in set(sys.modules) - before if m.startswith(("numpy", "torch", "evaluate"))}
+        assert hooks[0].find_spec("json") is None
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not hooks[0]]
+        monkeypatch.setenv(registration.DISABLE_ENV, "1")
+        exec(registration.pth_content(), {})
+        assert not any(getattr(f, "elical_hf_evaluate_hook", False) for f in sys.meta_path)
+    finally:
+        sys.meta_path[:] = saved
+
+
+def test_pth_line_never_raises(monkeypatch):
+    monkeypatch.setattr(sys, "meta_path", [])  # nothing can be found: the line must stay silent
+    exec(registration.pth_content(), {})
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Folder layout, vendored copy and generated cards
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_folder_is_a_space(name):
+    folder = registration.metric_module_path(name)
+    files = {f for f in os.listdir(folder) if f != "__pycache__"}
+    assert files == SPACE_FILES | {f"{name}.py"}
+    with open(os.path.join(folder, "functional.py"), "rb") as copy, open(F.__file__, "rb") as source:
+        assert copy.read() == source.read(), "run `python -m elical_hf.metrics.cards` to refresh the vendored copy"
+    with open(os.path.join(folder, "README.md"), encoding="utf-8") as handle:
+        readme = handle.read()
+    front = yaml.safe_load(readme.split("---\n")[1])
+    assert front["title"] == CARD_META[name].title and front["sdk"] == "gradio" and front["app_file"] == "app.py"
+    assert front["pinned"] is False and front["tags"] == ["evaluate", "metric"] and front["sdk_version"]
+    assert {"emoji", "colorFrom", "colorTo", "description"} <= set(front)
+    positions = [readme.index(section) for section in CARD_SECTIONS]
+    assert positions == sorted(positions)
+    strings = module_strings(name)
+    assert "2510.17509" in strings["_CITATION"]
+    assert "Annotation-Efficient Universal Honesty Alignment" in strings["_CITATION"]
+    with open(os.path.join(folder, "app.py"), encoding="utf-8") as handle:
+        app = handle.read()
+    compile(app, "app.py", "exec")
+    assert "launch_gradio_widget(evaluate.load(" in app
+
+
+def test_cards_and_vendored_copies_in_sync():
+    assert check_metric_folders() == [], "run `python -m elical_hf.metrics.cards` to regenerate them"
+
+
+def test_metric_module_path_rejects_unknown():
+    with pytest.raises(ValueError, match="Unknown elical-hf metric module"):
+        registration.metric_module_path("accuracy")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# In-process: parity with the functional API and bad inputs
+
+
+@pytest.fixture(scope="module")
+def metrics(tmp_path_factory):
+    if "evaluate" not in sys.modules:  # keep this process's evaluate caches out of the user's home
+        root = tmp_path_factory.mktemp("hf-in-process")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HF_MODULES_CACHE", str(root / "modules"))
+            patch.setenv("HF_EVALUATE_CACHE", str(root / "evaluate"))
+            patch.setenv("HF_METRICS_CACHE", str(root / "metrics"))
+            import evaluate  # noqa: F401
+    import evaluate
+
+    return {name: evaluate.load(registration.metric_module_path(name), keep_in_memory=True) for name in NAMES}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_results_equal_functional(metrics, seed):
+    conf, correct = _data(seed)
+    for name in NAMES:
+        assert metrics[name].compute(predictions=conf, references=correct) == _expected(name, conf, correct)
+    got = metrics["honesty_ece"].compute(predictions=conf, references=correct, n_bins=7, strategy="quantile")
+    assert got["ece"] == F.ece(conf, correct, n_bins=7, strategy="quantile")
+    got = metrics["honesty_alignment"].compute(
+        predictions=conf, references=correct, calibration_fraction=0.3, shuffle_seed=seed
+    )
+    assert got == F.alignment(conf, correct, calibration_fraction=0.3, shuffle_seed=seed)
+
+
+def test_bootstrap_intervals(metrics):
+    conf, correct = _data(3, n=120)
+    fns = {
+        "honesty_auroc": ("auroc", F.auroc),
+        "honesty_ece": ("ece", functools.partial(F.ece, n_bins=10, strategy="uniform")),
+        "honesty_alignment": ("alignment", lambda c, y: F.alignment(c, y)["alignment"]),
+    }
+    for name, (key, fn) in fns.items():
+        got = metrics[name].compute(predictions=conf, references=correct, bootstrap=50, bootstrap_seed=7)
+        ci = F.bootstrap_ci(fn, conf, correct, n_resamples=50, seed=7)
+        assert (got[f"{key}_ci_low"], got[f"{key}_ci_high"]) == (ci["low"], ci["high"])
+        assert got[f"{key}_ci_low"] <= got[key] <= got[f"{key}_ci_high"]
+        assert f"{key}_ci_low" not in metrics[name].compute(predictions=conf, references=correct)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "predictions, references, match",
+    [
+        ([0.2, 0.8, 0.5], [0, 1], "same length"),
+        ([0.2, float("nan"), 0.5], [0, 1, 1], "finite"),
+        ([0.2, 1.5, 0.5], [0, 1, 1], r"must lie in \[0, 1\]"),
+        ([0.2, -0.1, 0.5], [0, 1, 1], r"must lie in \[0, 1\]"),
+        ([0.2, 0.8, 0.5], [0, 2, 1], "only 0/1"),
+        ([0.2, 0.8, 0.5], [0, 0.5, 1], "only 0/1"),  # evaluate's int32 cast alone would turn 0.5 into 0
+        ([0.2, 0.8, 0.5], ["a", "b", "c"], "only 0/1"),
+        (["x", 0.8, 0.5], [0, 1, 1], "must be numeric"),
+        ([], [], "non-empty"),
+    ],
+)
+def test_bad_inputs_raise_one_clear_error(metrics, name, predictions, references, match):
+    with pytest.raises(ValueError, match=match):
+        metrics[name].compute(predictions=predictions, references=references)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("bootstrap", [-1, 1.5, True])
+def test_bad_bootstrap(metrics, name, bootstrap):
+    with pytest.raises(ValueError, match="bootstrap must be an integer >= 0"):
+        metrics[name].compute(predictions=[0.2, 0.8, 0.5, 0.4, 0.9], references=[0, 1, 1, 0, 1], bootstrap=bootstrap)
+
+
+def test_bad_options(metrics):
+    data = {"predictions": [0.2, 0.8, 0.5, 0.4], "references": [0, 1, 1, 0]}
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        metrics["honesty_ece"].compute(**data, strategy="kmeans")
+    with pytest.raises(ValueError, match="n_bins must be an integer"):
+        metrics["honesty_ece"].compute(**data, n_bins=0)
+    with pytest.raises(ValueError, match="calibration_fraction must lie in"):
+        metrics["honesty_alignment"].compute(**data, calibration_fraction=1.5)
+    with pytest.raises(ValueError, match="at least one evaluation row"):
+        metrics["honesty_alignment"].compute(**data, calibration_fraction=1.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_add_and_add_batch_validate_and_accumulate(metrics, name):
+    conf, correct = _data(5, n=60)
+    metric = metrics[name]
+    with pytest.raises(ValueError, match="only 0/1"):
+        metric.add(prediction=0.3, reference=0.5)
+    metric.add_batch(predictions=conf[:30], references=correct[:30])
+    for c, y in zip(conf[30:], correct[30:]):
+        metric.add(prediction=c, reference=y)
+    assert metric.compute() == _expected(name, conf, correct)
+
+
+def test_single_class_auroc_is_nan_with_one_warning(metrics):
+    with pytest.warns(UserWarning, match="single class") as record:
+        got = metrics["honesty_auroc"].compute(predictions=[0.2, 0.9, 0.6], references=[1, 1, 1])
+    assert len([w for w in record if issubclass(w.category, UserWarning)]) == 1
+    assert np.isnan(got["auroc"]) and np.isnan(got["prr"]) and np.isnan(got["auprc_error"])
+    assert got["auprc_correct"] == 1.0 and got["aurc"] == 0.0
