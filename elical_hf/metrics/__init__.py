@@ -3,6 +3,7 @@
 from .functional import (
     METRICS,
     alignment,
+    select_threshold,
     auprc,
     aurc,
     auroc,
@@ -19,6 +20,7 @@ from .functional import (
 __all__ = [
     "METRICS",
     "alignment",
+    "select_threshold",
     "auprc",
     "aurc",
     "auroc",

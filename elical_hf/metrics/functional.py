@@ -197,6 +197,25 @@ def _best_threshold(conf: np.ndarray, y: np.ndarray, thresholds: np.ndarray) -> 
     return float(thresholds[valid & (hits == best)].min())
 
 
+def select_threshold(confidences: ArrayLike, correct: ArrayLike, thresholds: ArrayLike | None = None) -> float:
+    """
+    The answer/abstain threshold that [`alignment`] would pick on these rows (e.g. a dev split), for a model to
+    carry as its decision rule: maximises the accuracy of `(confidence >= t) == correct`, skipping thresholds that
+    predict all 0 or all 1; ties go to the smallest `t`; 0.5 when none is valid.
+
+    Args:
+        confidences (`ArrayLike`): Confidences in [0, 1].
+        correct (`ArrayLike`): 0/1 correctness labels.
+        thresholds (`ArrayLike`, *optional*, defaults to `None`): Candidates; `None` means 0.01, 0.02, ..., 0.99.
+
+    Returns:
+        `float`: the threshold.
+    """
+    conf, y = _check_inputs(confidences, correct)
+    thr = np.round(np.arange(1, 100) / 100, 2) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
+    return _best_threshold(conf, y, thr.ravel())
+
+
 def alignment(
     confidences: ArrayLike,
     correct: ArrayLike,

@@ -1,0 +1,176 @@
+"""Paper-style evaluation: methods x datasets tables of AUROC, ECE and alignment, with plots and a report.
+
+Rows are confidence sources (trained models, training-free baselines), columns are test datasets, plus in-domain
+and out-of-domain averages weighted by test-set size, exactly as the paper averages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
+from .metrics import alignment, auroc, bootstrap_ci, ece, select_threshold
+
+
+METRIC_NAMES = ("auroc", "ece", "alignment")
+SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
+
+
+def _metrics(confidences: np.ndarray, correct: np.ndarray, bootstrap: int, seed: int) -> dict[str, float]:
+    """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
+    out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
+    if 0 < correct.sum() < len(correct):
+        out["auroc"] = 100 * auroc(confidences, correct)
+        if bootstrap:
+            ci = bootstrap_ci(auroc, confidences, correct, n_resamples=bootstrap, seed=seed)
+            out["auroc_ci"] = [100 * ci["low"], 100 * ci["high"]]
+    else:
+        out["auroc"] = math.nan
+    out["ece"] = 100 * ece(confidences, correct)
+    out["alignment"] = alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
+    return out
+
+
+def evaluate_table(
+    correct: Sequence[int],
+    datasets: Sequence[str],
+    splits: Sequence[str],
+    confidences: Mapping[str, Sequence[float]],
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """
+    Metrics of every confidence source on every dataset, plus size-weighted in-domain / OOD averages.
+
+    Args:
+        correct (`list[int]`): 0/1 correctness of each test record's greedy answer.
+        datasets (`list[str]`): Dataset name of each record (rows keep their file order within a dataset, which the
+            alignment metric relies on).
+        splits (`list[str]`): `"in_domain_test"` or `"ood_test"` (other values get no average) of each record.
+        confidences (`dict[str, list[float]]`): Method name -> one confidence per record.
+        bootstrap (`int`, *optional*, defaults to 0): Bootstrap resamples for AUROC confidence intervals.
+        seed (`int`, *optional*, defaults to 0): Bootstrap seed.
+
+    Returns:
+        `dict`: `table[method][column]` -> `{"n", "accuracy", "auroc", "ece", "alignment"[, "auroc_ci"]}`, where the
+        columns are the datasets followed by `"in-domain avg"` / `"OOD avg"` when those splits are present.
+    """
+    correct_array = np.asarray(correct, dtype=np.int64)
+    n = len(correct_array)
+    if len(datasets) != n or len(splits) != n:
+        raise ValueError(f"correct, datasets and splits must have one entry per record ({n}).")
+    if not confidences:
+        raise ValueError("No confidence source to evaluate.")
+    dataset_array, split_array = np.asarray(datasets), np.asarray(splits)
+    names = list(dict.fromkeys(datasets))
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for method, values in confidences.items():
+        scores = np.asarray(values, dtype=np.float64)
+        if scores.shape != (n,):
+            raise ValueError(f"{method!r} has {scores.size} confidences for {n} records.")
+        if np.isnan(scores).any() or scores.min() < 0 or scores.max() > 1:
+            raise ValueError(f"{method!r} has confidences outside [0, 1] or NaN.")
+        row = {}
+        for name in names:
+            mask = dataset_array == name
+            row[name] = _metrics(scores[mask], correct_array[mask], bootstrap, seed)
+        for split, label in SPLIT_AVERAGES.items():
+            members = [name for name in names if split_array[dataset_array == name][0] == split]
+            if members:
+                row[label] = _weighted_average([row[name] for name in members])
+        table[method] = row
+    return table
+
+
+def _weighted_average(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Average of per-dataset metrics weighted by test-set size (datasets where a metric is NaN are left out)."""
+    out: dict[str, Any] = {"n": sum(cell["n"] for cell in cells)}
+    for key in ("accuracy", *METRIC_NAMES):
+        pairs = [(cell[key], cell["n"]) for cell in cells if not math.isnan(cell[key])]
+        weight = sum(w for _, w in pairs)
+        out[key] = sum(v * w for v, w in pairs) / weight if weight else math.nan
+    return out
+
+
+def table_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]], metric: str = "auroc") -> str:
+    """One Markdown table of `metric` (rows: methods, columns: datasets and averages)."""
+    columns = list(next(iter(table.values())))
+    header = "| method | " + " | ".join(columns) + " |"
+    lines = [header, "|---|" + "---:|" * len(columns)]
+    for method, row in table.items():
+        cells = [_fmt(row[column][metric]) for column in columns]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def write_report(
+    table: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    output_dir: str,
+    correct: Sequence[int] | None = None,
+    confidences: Mapping[str, Sequence[float]] | None = None,
+    label_curves: Mapping[str, Mapping[float, float]] | None = None,
+    title: str = "Confidence evaluation",
+    notes: str = "",
+) -> dict[str, str]:
+    """
+    Write `results.json`, `report.md` and PNG plots (reliability diagrams and risk-coverage curves when the raw
+    `correct`/`confidences` are given; AUROC (in [0, 1]) vs number of labels when `label_curves`, method -> {number
+    of labels: AUROC}, is given).
+
+    Returns:
+        `dict[str, str]`: paths of what was written.
+    """
+    from .plots import auroc_vs_labels_plot, reliability_diagram, risk_coverage_plot
+
+    os.makedirs(output_dir, exist_ok=True)
+    paths = {"results": os.path.join(output_dir, "results.json"), "report": os.path.join(output_dir, "report.md")}
+    atomic_write_text(paths["results"], json.dumps(table, indent=2, default=_json_default) + "\n")
+    sections = [f"# {title}\n", notes] if notes else [f"# {title}\n"]
+    for metric, label in (("auroc", "AUROC ↑"), ("ece", "ECE ↓"), ("alignment", "Alignment ↑")):
+        sections.append(f"## {label} (x100)\n\n{table_to_markdown(table, metric)}\n")
+    if correct is not None and confidences is not None:
+        paths["reliability"] = reliability_diagram(
+            {name: np.asarray(v) for name, v in confidences.items()},
+            {name: np.asarray(correct) for name in confidences},
+            os.path.join(output_dir, "reliability.png"),
+        )
+        curves = {name: (np.asarray(v), np.asarray(correct)) for name, v in confidences.items()}
+        paths["risk_coverage"] = risk_coverage_plot(curves, os.path.join(output_dir, "risk_coverage.png"))
+        sections.append("## Reliability diagrams\n\n![reliability](reliability.png)\n")
+        sections.append("## Risk–coverage curves\n\n![risk-coverage](risk_coverage.png)\n")
+    if label_curves:
+        paths["labels"] = auroc_vs_labels_plot(label_curves, os.path.join(output_dir, "auroc_vs_labels.png"))
+        sections.append("## AUROC vs number of correctness labels\n\n![labels](auroc_vs_labels.png)\n")
+    atomic_write_text(paths["report"], "\n".join(sections))
+    return paths
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"Cannot serialise {type(value).__name__}")
+
+
+def set_decision_threshold(model_dir: str, confidences: Sequence[float], correct: Sequence[int]) -> float:
+    """
+    Choose the answer/abstain threshold on these rows (a dev split, never the test set) and store it as
+    `decision_threshold` in the saved model's `confidence_config.json`; returns it.
+    """
+    path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
+    if not os.path.isfile(path):
+        raise ValueError(f"{model_dir} is not a saved confidence model (no {CONFIDENCE_CONFIG_NAME}).")
+    threshold = select_threshold(confidences, correct)
+    config = ConfidenceConfig.from_json_file(path)
+    config.decision_threshold = threshold
+    config.save_pretrained(model_dir)
+    return threshold

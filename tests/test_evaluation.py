@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from elical_hf import AutoModelForConfidence
+from elical_hf.evaluation import evaluate_table, set_decision_threshold, table_to_markdown, write_report
+from elical_hf.metrics import auroc, ece
+
+
+def synthetic(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    sizes = {"nq": 60, "hotpotqa": 140, "squad": 100}
+    splits = {"nq": "in_domain_test", "hotpotqa": "in_domain_test", "squad": "ood_test"}
+    datasets, split, correct = [], [], []
+    for name, size in sizes.items():
+        datasets += [name] * size
+        split += [splits[name]] * size
+        correct += list(rng.integers(0, 2, size))
+    correct = np.array(correct)
+    good = np.clip(0.5 * correct + 0.5 * rng.random(len(correct)), 0, 1)
+    noise = rng.random(len(correct))
+    return correct, datasets, split, {"good": good, "noise": noise}
+
+
+def test_table_matches_metrics_and_weights_by_size():
+    correct, datasets, splits, sources = synthetic()
+    table = evaluate_table(correct, datasets, splits, sources)
+    assert list(table["good"]) == ["nq", "hotpotqa", "squad", "in-domain avg", "OOD avg"]
+    nq = np.array(datasets) == "nq"
+    assert table["good"]["nq"]["auroc"] == pytest.approx(100 * auroc(sources["good"][nq], correct[nq]))
+    assert table["good"]["nq"]["ece"] == pytest.approx(100 * ece(sources["good"][nq], correct[nq]))
+    expected = (60 * table["good"]["nq"]["auroc"] + 140 * table["good"]["hotpotqa"]["auroc"]) / 200
+    assert table["good"]["in-domain avg"]["auroc"] == pytest.approx(expected)
+    assert table["good"]["OOD avg"]["auroc"] == pytest.approx(table["good"]["squad"]["auroc"])
+    assert table["good"]["in-domain avg"]["auroc"] > table["noise"]["in-domain avg"]["auroc"] + 20
+
+
+def test_single_class_dataset_gets_nan_auroc_and_is_left_out_of_the_average():
+    correct, datasets, splits, sources = synthetic()
+    correct = correct.copy()
+    correct[np.array(datasets) == "nq"] = 1
+    table = evaluate_table(correct, datasets, splits, sources)
+    assert math.isnan(table["good"]["nq"]["auroc"])
+    assert table["good"]["in-domain avg"]["auroc"] == pytest.approx(table["good"]["hotpotqa"]["auroc"])
+    assert "–" in table_to_markdown(table)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c, d, s, src: (c, d[:-1], s, src), "one entry per record"),
+        (lambda c, d, s, src: (c, d, s, {"bad": src["good"][:-1]}), "confidences for"),
+        (lambda c, d, s, src: (c, d, s, {"bad": src["good"] + 2}), "outside"),
+        (lambda c, d, s, src: (c, d, s, {}), "No confidence source"),
+    ],
+)
+def test_bad_input(mutate, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate_table(*mutate(*synthetic()))
+
+
+def test_report_files_and_plots(tmp_path):
+    correct, datasets, splits, sources = synthetic()
+    table = evaluate_table(correct, datasets, splits, sources, bootstrap=50)
+    assert len(table["good"]["nq"]["auroc_ci"]) == 2
+    paths = write_report(table, str(tmp_path), correct=correct, confidences=sources,
+                         label_curves={"EliCal": {100: 0.70, 1000: 0.80}, "Cal-Only": {100: 0.60, 1000: 0.78}})
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["good"]["squad"]["n"] == 100
+    report = (tmp_path / "report.md").read_text()
+    assert "## AUROC" in report and "reliability.png" in report and "auroc_vs_labels.png" in report
+    for key in ("reliability", "risk_coverage", "labels"):
+        assert open(paths[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_decision_threshold_is_stored_and_used(tiny_llama, tmp_path):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    model.save_pretrained(tmp_path / "m")
+    threshold = set_decision_threshold(str(tmp_path / "m"), [0.1, 0.2, 0.7, 0.9], [0, 0, 1, 1])
+    assert threshold == pytest.approx(0.21)
+    assert AutoModelForConfidence.from_pretrained(tmp_path / "m").confidence_config.decision_threshold == threshold
+    with pytest.raises(ValueError, match="not a saved confidence model"):
+        set_decision_threshold(str(tmp_path), [0.1, 0.9], [0, 1])
