@@ -198,8 +198,11 @@ def _cut_at_stop(text: str, stop_strings: list[str]) -> str:
 class _Decoder:
     """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
 
-    def __init__(self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None):
+    def __init__(
+        self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False
+    ):
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        self.num_samples = 0 if greedy_only else settings.num_samples  # greedy only: one row per prompt
         self.eos_ids = _eos_ids(model, tokenizer)
         # The pad id only fills masked slots (real tokens are always found through the attention mask).
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -258,7 +261,7 @@ class _Decoder:
 
     def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
         settings, device = self.settings, self.model.device
-        batch, group = len(prompt_ids), settings.num_samples + 1
+        batch, group = len(prompt_ids), self.num_samples + 1
         length = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, length), dtype=torch.long)
@@ -279,7 +282,7 @@ class _Decoder:
         row_ids = torch.arange(n_rows, device=device)
         is_greedy = row_ids % group == 0
         seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
-        if settings.repetition_penalty != 1.0:
+        if settings.repetition_penalty != 1.0 and self.num_samples:
             seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
             seen = seen.repeat_interleave(group, dim=0)
         generators = [
@@ -402,16 +405,65 @@ def generate_answers(
         return []
     decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype))
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
-    order = sorted(range(len(questions)), key=lambda i: -len(prompt_ids[i]))  # similar lengths batch together
-    results: list[dict | None] = [None] * len(questions)
+    return _decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
+
+
+def complete_prompts(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    max_new_tokens: int = 16,
+    batch_size: int = 16,
+    progress: bool = True,
+    *,
+    use_chat_template: bool = True,
+    system_prompt: str | None = None,
+    stop_strings: list[str] | None = None,
+    autocast_dtype: torch.dtype | str | None = "auto",
+) -> list[str]:
+    """Greedy completions of raw user prompts, each wrapped in the chat template (LLM judges, verbalized confidence).
+
+    The loop of [`generate_answers`] with the greedy row only (one prefill per prompt, argmax of the raw logits,
+    finished rows leave the batch). `prompts` are filled-in user messages (e.g. `CORRECTNESS_PROMPT.format(...)`);
+    `max_new_tokens`, `batch_size`, `use_chat_template`, `system_prompt`, `stop_strings` and `autocast_dtype` mean
+    what they mean in [`SamplingSettings`] and [`generate_answers`].
+
+    Returns:
+        `list[str]`: one completion per prompt, in input order, decoded without special tokens and stripped.
+    """
+    prompts = list(prompts)
+    for row, prompt in enumerate(prompts):
+        if not isinstance(prompt, str):
+            raise ValueError(f"`prompts` must hold strings; row {row} holds {type(prompt).__name__}.")
+    settings = SamplingSettings(
+        num_samples=1,  # unused: the decoder runs greedy rows only
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        prompt_template="{question}",
+        use_chat_template=use_chat_template,
+        system_prompt=system_prompt,
+        stop_strings=list(stop_strings or []),
+    )
+    if not prompts:
+        return []
+    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), greedy_only=True)
+    prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
+    return [r["greedy_response"] for r in _decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
+
+
+def _decode_all(decoder: _Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
+    """Run `decoder` over all prompts in batches of similar length; results in input order."""
+    model, batch_size = decoder.model, decoder.settings.batch_size
+    order = sorted(range(len(keys)), key=lambda i: -len(prompt_ids[i]))  # similar lengths batch together
+    results: list[dict | None] = [None] * len(keys)
     was_training = model.training
     model.eval()
-    bar = tqdm(total=len(questions), unit="q", desc="Generating answers", disable=not progress)
+    bar = tqdm(total=len(keys), unit="q", desc=desc, disable=not progress)
     start, generated = time.perf_counter(), 0
     try:
-        for begin in range(0, len(order), settings.batch_size):
-            idx = order[begin : begin + settings.batch_size]
-            for i, result in zip(idx, decoder([questions[i] for i in idx], [prompt_ids[i] for i in idx])):
+        for begin in range(0, len(order), batch_size):
+            idx = order[begin : begin + batch_size]
+            for i, result in zip(idx, decoder([keys[i] for i in idx], [prompt_ids[i] for i in idx])):
                 results[i] = result
                 generated += result["num_generated_tokens"]
             bar.update(len(idx))

@@ -1,0 +1,98 @@
+"""`elical-hf sample`: greedy answer + k samples for each question, written as resumable record shards.
+
+Only sampling: the records it writes are raw (no correctness or consistency judgement yet). Rerun the same command
+after an interruption to finish the missing shards.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.signals.generation import SamplingSettings
+
+from .parser import ElicalArgumentParser
+
+
+@dataclass
+class SampleCommandArguments:
+    """Options of `elical-hf sample` (also settable from `--config file.yaml`); decoding options follow below."""
+
+    questions: str = field(
+        metadata={
+            "help": "Question table (jsonl/json/parquet/csv/arrow file, saved dataset folder or Hub id) with a "
+            "`question` column (`id`, `answer`, `dataset` optional), or `bundled:<name>[:<limit>]` for the bundled "
+            "sets (several: `bundled:nq:100,squad:50`)."
+        }
+    )
+    output_dir: str = field(metadata={"help": "Gets manifest.json and shards/shard-XXXXX.parquet."})
+    model: str = field(default=DEFAULT_MODEL, metadata={"help": "Model to sample from (Hub id or folder)."})
+    backend: str = field(default="auto", metadata={"help": "'hf', 'vllm', or 'auto' (vLLM on a CUDA GPU, else hf)."})
+    shard_size: int = field(default=64, metadata={"help": "Questions per shard (the unit of resumption)."})
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset name for rows without a `dataset` field (default: inferred from the file name, as is a "
+            "`split` field: `nq_test.jsonl` -> dataset nq, split test)."
+        },
+    )
+    limit: int | None = field(default=None, metadata={"help": "Sample only the first N questions."})
+    dtype: str | None = field(default=None, metadata={"help": "Weights dtype, e.g. 'bfloat16' (default: the model's)."})
+
+
+def make_parser() -> ElicalArgumentParser:
+    dataclasses = (SampleCommandArguments, SamplingSettings)
+    return ElicalArgumentParser(dataclasses, prog="elical-hf sample", description=__doc__)
+
+
+def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` or a table readable by `load_table`."""
+    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.data import load_table
+    from elical_hf.signals.records import canonical_dataset, parse_record_path
+
+    if source.startswith("bundled:"):
+        rows = []
+        for item in source[len("bundled:") :].split(","):
+            name, _, count = item.strip().partition(":")
+            if count and not count.isdigit():
+                raise ValueError(f"Bad bundled limit {count!r} in {source!r}; use bundled:<name>[:<limit>].")
+            rows += load_bundled_questions(name, int(count) if count else None)
+    else:
+        table = load_table(source)
+        if "question" not in table.column_names:
+            raise ValueError(f"{source} has no `question` column; it has {table.column_names}.")
+        rows = table.to_list()
+        if os.path.exists(source):  # `nq_test.jsonl` names its dataset and split
+            named = parse_record_path(os.path.basename(source.rstrip("/")))
+            dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
+            if named["split"] is not None:
+                rows = [{"split": named["split"], **row} for row in rows]
+    for row in rows:
+        if row.get("dataset") is None and dataset is not None:
+            row["dataset"] = dataset
+    return rows[:limit] if limit is not None else rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from elical_hf.signals.backends import make_backend
+    from elical_hf.signals.runner import sample_records
+
+    options, settings = make_parser().parse_with_config(argv)
+    if options.limit is not None and options.limit < 0:
+        raise ValueError(f"`limit` must be >= 0, got {options.limit}.")
+    questions = load_questions(options.questions, options.dataset, options.limit)
+    kwargs = {"dtype": options.dtype} if options.dtype else {}
+    backend = make_backend(options.backend, options.model, **kwargs)
+    records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size)
+    out = options.output_dir
+    print(
+        f"\nWrote {len(records)} records (greedy answer + {settings.num_samples} samples, {backend.kind} backend, "
+        f"{backend.name}) to {out}/shards/ (manifest: {out}/manifest.json).\nLoad them with:\n"
+        f"  from elical_hf.signals import load_honestybench; load_honestybench({out!r})\n"
+        f"  datasets.load_dataset('parquet', data_files={os.path.join(out, 'shards', '*.parquet')!r})\n"
+        "They are not judged yet: fill correctness and consistency before training."
+    )
+    return 0

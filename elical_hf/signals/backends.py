@@ -1,0 +1,284 @@
+"""Generation backends: one interface over the library's own decoding loop (Hugging Face) and vLLM.
+
+A backend has a `name` (the model id, for provenance), a `kind`, and two methods:
+
+- `generate(questions, settings, progress=True) -> list[dict]`: the greedy answer with token log-probabilities and k
+  samples per question, in the record schema of [`generate_answers`];
+- `complete(prompts, max_new_tokens=16, batch_size=16, progress=True) -> list[str]`: greedy completions of raw user
+  prompts wrapped in the chat template (LLM judges, verbalized confidence).
+
+Both backends build prompts with the same [`~elical_hf.prompts.render_prompt`] and hand the model the same token ids,
+so a question's prompt is identical whichever backend samples it. Their samples differ (different random streams).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..embedded import resolve_model_path
+from .generation import (
+    SamplingSettings,
+    _cut_at_stop,
+    build_prompt_ids,
+    complete_prompts,
+    generate_answers,
+    sample_seed,
+)
+
+
+__all__ = ["BACKENDS", "GenerationBackend", "HFBackend", "VLLMBackend", "make_backend", "vllm_available"]
+
+VLLM_INSTALL_HINT = 'pip install "elical-hf[vllm]"'
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What [`~elical_hf.signals.sample_records`] and the judges need from a backend."""
+
+    name: str
+    kind: str
+
+    def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]: ...
+
+    def complete(
+        self, prompts: list[str], max_new_tokens: int = 16, batch_size: int = 16, progress: bool = True
+    ) -> list[str]: ...
+
+
+def _dtype(dtype: Any) -> Any:
+    import torch
+
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return dtype
+    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise ValueError(f"Unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'auto'.")
+    return getattr(torch, dtype)
+
+
+class HFBackend:
+    """
+    Generation with a `transformers` causal LM through the library's own decoding loop ([`generate_answers`]).
+
+    Args:
+        model (`str` or [`~transformers.PreTrainedModel`]):
+            A Hub id or folder (resolved with [`~elical_hf.embedded.resolve_model_path`], so the embedded default
+            model works offline), or a loaded model (then `tokenizer` is required).
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`], *optional*):
+            Its tokenizer; loaded from the same place as the model when `model` is a string.
+        dtype (`str` or `torch.dtype`, *optional*):
+            Weights dtype when loading (e.g. `"bfloat16"`); `None` keeps the checkpoint's default loading.
+        device (`str`, *optional*):
+            Where to put a loaded model (`"cuda"`, `"cpu"`, ...); `None` keeps it where it is.
+        revision (`str`, *optional*): Hub revision.
+        autocast_dtype (`torch.dtype` or `"auto"`, *optional*, defaults to `"auto"`):
+            Passed to [`generate_answers`] and [`complete_prompts`].
+    """
+
+    kind = "hf"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any | None = None,
+        *,
+        dtype: Any = None,
+        device: str | None = None,
+        revision: str | None = None,
+        autocast_dtype: Any = "auto",
+    ):
+        if isinstance(model, str):
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            path, self.weights_source = resolve_model_path(model, revision)
+            kwargs = {"dtype": _dtype(dtype)} if dtype is not None else {}
+            self.name = model
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+        else:
+            if tokenizer is None:
+                raise ValueError("HFBackend needs a `tokenizer` when `model` is a loaded model.")
+            self.name = getattr(model.config, "name_or_path", None) or type(model).__name__
+            self.weights_source = "in-memory"
+        self.model = model.to(device) if device is not None else model
+        self.tokenizer = tokenizer
+        self.autocast_dtype = autocast_dtype
+
+    def __repr__(self) -> str:
+        return f"HFBackend(name={self.name!r}, weights_source={self.weights_source!r})"
+
+    def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]:
+        """Greedy answer and k samples per question; see [`generate_answers`]."""
+        return generate_answers(
+            self.model, self.tokenizer, list(questions), settings, progress=progress, autocast_dtype=self.autocast_dtype
+        )
+
+    def complete(
+        self,
+        prompts: list[str],
+        max_new_tokens: int = 16,
+        batch_size: int = 16,
+        progress: bool = True,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Greedy completions of raw user prompts in the chat template; see [`complete_prompts`] for `kwargs`."""
+        return complete_prompts(
+            self.model,
+            self.tokenizer,
+            list(prompts),
+            max_new_tokens,
+            batch_size,
+            progress,
+            autocast_dtype=self.autocast_dtype,
+            **kwargs,
+        )
+
+
+def vllm_available() -> bool:
+    """Whether `vllm` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(f"The vLLM backend needs vLLM (and a CUDA GPU): {VLLM_INSTALL_HINT}") from error
+    return vllm
+
+
+class VLLMBackend:
+    """
+    Generation with vLLM: the same prompts (token ids rendered by the model's chat template) and the same record
+    schema as [`HFBackend`].
+
+    The greedy answer uses temperature 0 with `logprobs=0` (the chosen tokens' log-probabilities); the k samples are
+    one request with `n=k` and the settings' temperature, top-p, top-k, repetition penalty and stop strings, seeded
+    per question from the settings' seed (so a question's samples do not depend on the other questions).
+
+    Args:
+        model (`str`): A Hub id or folder (resolved with [`~elical_hf.embedded.resolve_model_path`]).
+        revision (`str`, *optional*): Hub revision.
+        dtype (`str`, *optional*): vLLM's `dtype` (e.g. `"bfloat16"`; default `"auto"`).
+        llm_kwargs: Other arguments of `vllm.LLM` (`gpu_memory_utilization`, `tensor_parallel_size`, ...).
+
+    Raises:
+        `ImportError`: when vLLM is not installed.
+    """
+
+    kind = "vllm"
+
+    def __init__(self, model: str, *, revision: str | None = None, dtype: Any = None, **llm_kwargs: Any):
+        self._vllm = _import_vllm()
+        path, self.weights_source = resolve_model_path(model, revision)
+        if dtype is not None:
+            llm_kwargs["dtype"] = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+        self.name = model
+        self.llm = self._vllm.LLM(model=path, **llm_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def __repr__(self) -> str:
+        return f"VLLMBackend(name={self.name!r}, weights_source={self.weights_source!r})"
+
+    def _run(self, prompt_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
+        prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        return self.llm.generate(prompts, params, use_tqdm=progress)
+
+    def _decode(self, token_ids: Sequence[int], stop_strings: list[str]) -> str:
+        text = self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+        return _cut_at_stop(text, stop_strings).strip()
+
+    def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]:
+        """Greedy answer (with token log-probabilities) and k samples per question, as [`generate_answers`]."""
+        questions = list(questions)
+        if not questions:
+            return []
+        SamplingParams = self._vllm.SamplingParams
+        prompt_ids = build_prompt_ids(self.tokenizer, questions, settings)
+        stop = list(settings.stop_strings) or None
+        greedy = SamplingParams(n=1, temperature=0.0, max_tokens=settings.max_new_tokens, logprobs=0, stop=stop)
+        sampling = [
+            SamplingParams(
+                n=settings.num_samples,
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                top_k=settings.top_k if settings.top_k > 0 else -1,
+                repetition_penalty=settings.repetition_penalty,
+                max_tokens=settings.max_new_tokens,
+                seed=sample_seed(settings.seed, question, 0) % (2**31),
+                stop=stop,
+            )
+            for question in questions
+        ]
+        greedy_outputs = self._run(prompt_ids, greedy, progress)
+        sample_outputs = self._run(prompt_ids, sampling, progress)
+        records = []
+        for greedy_request, sample_request in zip(greedy_outputs, sample_outputs):
+            best = greedy_request.outputs[0]
+            token_ids = list(best.token_ids)
+            logprobs = [float(step[token].logprob) for token, step in zip(token_ids, best.logprobs or [])]
+            samples = list(sample_request.outputs)
+            records.append(
+                {
+                    "greedy_response": self._decode(token_ids, settings.stop_strings),
+                    "greedy_tokens": self.tokenizer.batch_decode([[t] for t in token_ids]),
+                    "greedy_logprobs": logprobs,
+                    "greedy_cumulative_logprobs": float(sum(logprobs)),
+                    "sampling_response": [self._decode(s.token_ids, settings.stop_strings) for s in samples],
+                    "num_generated_tokens": len(token_ids) + sum(len(s.token_ids) for s in samples),
+                }
+            )
+        return records
+
+    def complete(
+        self,
+        prompts: list[str],
+        max_new_tokens: int = 16,
+        batch_size: int = 16,
+        progress: bool = True,
+        *,
+        use_chat_template: bool = True,
+        system_prompt: str | None = None,
+        stop_strings: list[str] | None = None,
+    ) -> list[str]:
+        """Greedy completions of raw user prompts in the chat template (`batch_size` is vLLM's business: ignored)."""
+        prompts = list(prompts)
+        settings = SamplingSettings(
+            num_samples=1,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            prompt_template="{question}",
+            use_chat_template=use_chat_template,
+            system_prompt=system_prompt,
+            stop_strings=list(stop_strings or []),
+        )
+        if not prompts:
+            return []
+        params = self._vllm.SamplingParams(
+            n=1, temperature=0.0, max_tokens=max_new_tokens, stop=settings.stop_strings or None
+        )
+        outputs = self._run(build_prompt_ids(self.tokenizer, prompts, settings), params, progress)
+        return [self._decode(out.outputs[0].token_ids, settings.stop_strings) for out in outputs]
+
+
+BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend}
+
+
+def make_backend(kind: str, model: str, **kwargs: Any) -> HFBackend | VLLMBackend:
+    """Build a backend by kind: `"hf"`, `"vllm"`, or `"auto"` (vLLM when it is importable and a CUDA GPU is present,
+    else Hugging Face). `kwargs` go to the backend's constructor (`dtype` works for both).
+
+    Raises:
+        `ValueError`: for an unknown `kind`. `ImportError`: for `"vllm"` without vLLM installed.
+    """
+    if kind == "auto":
+        import torch
+
+        kind = "vllm" if vllm_available() and torch.cuda.is_available() else "hf"
+    if kind not in BACKENDS:
+        raise ValueError(f"Unknown backend {kind!r}; choose one of {sorted(BACKENDS) + ['auto']}.")
+    return BACKENDS[kind](model, **kwargs)

@@ -1,0 +1,224 @@
+"""Resumable, sharded sampling: questions -> raw HonestyBench records on disk, safe to kill and rerun.
+
+[`sample_records`] cuts the question list into fixed shards (shard i holds questions `[i * shard_size, (i + 1) *
+shard_size)`) and writes each finished shard atomically to `output_dir/shards/shard-00000.parquet`. A manifest
+(`output_dir/manifest.json`) records the backend, the settings and a fingerprint of the questions. A rerun with the same
+questions and settings skips the finished shards; since every sample row is seeded from (seed, question, sample
+index), an interrupted run finished by a rerun ends with the same records as an uninterrupted one.
+
+Layout of `output_dir`:
+
+```
+manifest.json                  # written atomically first, rewritten with totals when all shards are done
+shards/shard-00000.parquet     # records of questions[0:shard_size], in question order
+shards/shard-00001.parquet
+...
+```
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..configuration import atomic_write_text
+from .generation import SamplingSettings
+from .records import normalize_record, read_records, save_records
+
+
+__all__ = ["MANIFEST_NAME", "TIMING_FIELDS", "questions_fingerprint", "sample_records", "shard_path"]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "elical-hf/sampled-records"
+TIMING_FIELDS = ("shard_seconds", "shard_tokens")
+"""Per-record fields that vary between runs (wall time of the shard that produced the record, and its tokens)."""
+
+# Settings that do not change the records: a rerun may change them (e.g. a smaller batch after running out of memory).
+_FREE_SETTINGS = ("batch_size",)
+
+
+def shard_path(output_dir: str | os.PathLike, index: int) -> str:
+    """Path of shard `index` in `output_dir`."""
+    return os.path.join(os.fspath(output_dir), "shards", f"shard-{index:05d}.parquet")
+
+
+def _prepare_questions(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies with `id` (row index when absent; always a string), `answer` (a list; `[]` when absent) and `dataset`."""
+    prepared = []
+    for row, question in enumerate(questions):
+        if not isinstance(question, dict):
+            raise ValueError(f"Question row {row} must be a dict with a 'question', got {type(question).__name__}.")
+        text = question.get("question")
+        if not isinstance(text, str) or not text.strip():
+            name = f"row {row}" + (f" (id {question['id']!r})" if question.get("id") is not None else "")
+            raise ValueError(f"Question {name} has an empty or non-string 'question': {text!r}.")
+        defaults = {"id": question.get("id", row), "answer": question.get("answer"), "dataset": question.get("dataset")}
+        prepared.append(normalize_record({**question, **defaults}))
+    return prepared
+
+
+def questions_fingerprint(questions: list[dict[str, Any]]) -> str:
+    """SHA-256 of the question rows (all their fields, in order): what a rerun must match to resume."""
+    digest = hashlib.sha256()
+    for question in questions:
+        digest.update(json.dumps(question, sort_keys=True, default=str, ensure_ascii=False).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _backend_info(backend: Any) -> dict[str, Any]:
+    return {
+        "kind": getattr(backend, "kind", type(backend).__name__),
+        "name": getattr(backend, "name", None),
+        "weights_source": getattr(backend, "weights_source", None),
+    }
+
+
+def _check_manifest(path: str, expected: dict[str, Any]) -> None:
+    """Raise `ValueError` when the manifest at `path` was written for other questions, settings or backend."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot read {path} ({error}); use a fresh output_dir or delete the folder.") from None
+    if found.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{path} is not a sampling manifest written by elical-hf; use a fresh output_dir.")
+    found_settings = {k: v for k, v in found.get("settings", {}).items() if k not in _FREE_SETTINGS}
+    expected_settings = {k: v for k, v in expected["settings"].items() if k not in _FREE_SETTINGS}
+    differences = [
+        f"settings.{k}: {found_settings.get(k)!r} -> {expected_settings.get(k)!r}"
+        for k in sorted(set(found_settings) | set(expected_settings))
+        if found_settings.get(k) != expected_settings.get(k)
+    ]
+    for key in ("backend", "num_questions", "shard_size", "fingerprint"):
+        if found.get(key) != expected[key]:
+            differences.append(f"{key}: {found.get(key)!r} -> {expected[key]!r}")
+    if differences:
+        raise ValueError(
+            f"{os.path.dirname(path)} holds records sampled with other questions, settings or backend; resuming would "
+            f"mix them. Use a fresh output_dir (or delete this one). Differences: " + "; ".join(differences)
+        )
+
+
+def _load_shard(path: str, expected: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The shard's records when the file is readable and matches its questions (ids and count), else `None`."""
+    if not os.path.exists(path):
+        return None
+    try:
+        records = read_records(path)
+    except Exception as error:  # truncated or corrupted file
+        logger.warning("Shard %s is unreadable (%s: %s); sampling it again.", path, type(error).__name__, error)
+        return None
+    ids = [r.get("id") for r in records]
+    if ids != [q["id"] for q in expected]:
+        logger.warning(
+            "Shard %s holds %d records (ids %s...) but its slice has %d questions; sampling it again.",
+            path, len(records), ids[:3], len(expected),
+        )
+        return None
+    return records
+
+
+def sample_records(
+    questions: list[dict[str, Any]],
+    backend: Any,
+    settings: SamplingSettings | None,
+    output_dir: str | os.PathLike,
+    shard_size: int = 64,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Sample the greedy answer and k answers for every question, in resumable shards under `output_dir`.
+
+    Args:
+        questions (`list[dict]`):
+            Rows with a non-empty `question`; `id` (default: the row index), `answer` (gold aliases, default `[]`) and
+            `dataset` are optional, and every other field is copied into the records.
+        backend ([`~elical_hf.signals.backends.HFBackend`], [`~elical_hf.signals.backends.VLLMBackend`], ...):
+            Anything with `name`, `kind` and `generate(questions, settings, progress)`.
+        settings ([`SamplingSettings`], *optional*): Decoding settings; `None` means the paper's defaults.
+        output_dir (`str` or `os.PathLike`): Gets `manifest.json` and `shards/`.
+        shard_size (`int`, *optional*, defaults to `64`): Questions per shard (and per call to the backend).
+        progress (`bool`, *optional*, defaults to `True`): Progress bar over questions with questions/s and tokens/s.
+
+    Returns:
+        `list[dict]`: one normalized record per question, in input order: the question's fields, the answers of
+        [`generate_answers`], `model` (the backend's name), `shard`, and the timing fields [`TIMING_FIELDS`]
+        (`shard_seconds`, `shard_tokens`: wall time and generated tokens of the whole shard).
+
+    Raises:
+        `ValueError`: for an empty question (naming its row), `shard_size < 1`, or an `output_dir` holding records of
+        other questions, settings or backend (a manifest mismatch; only `batch_size` may change between runs).
+
+    A shard file that cannot be read, or whose ids or row count do not match its slice, is reported (logged warning)
+    and sampled again; finished shards are never lost. Two processes must not write to the same `output_dir`.
+    """
+    settings = settings if settings is not None else SamplingSettings()
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
+    questions = _prepare_questions(list(questions))
+    output_dir = os.fspath(output_dir)
+    num_shards = -(-len(questions) // shard_size)
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "backend": _backend_info(backend),
+        "settings": asdict(settings),
+        "num_questions": len(questions),
+        "shard_size": shard_size,
+        "num_shards": num_shards,
+        "fingerprint": questions_fingerprint(questions),
+    }
+    manifest_path = os.path.join(output_dir, MANIFEST_NAME)
+    os.makedirs(os.path.join(output_dir, "shards"), exist_ok=True)
+    if os.path.exists(manifest_path):
+        _check_manifest(manifest_path, manifest)
+    else:
+        if glob.glob(os.path.join(output_dir, "shards", "shard-*.parquet")):
+            raise ValueError(f"{output_dir}/shards holds shards but no {MANIFEST_NAME}; use a fresh output_dir.")
+        atomic_write_text(manifest_path, json.dumps({**manifest, "complete": False}, indent=2) + "\n")
+    for stale in glob.glob(os.path.join(output_dir, "shards", ".tmp-*")):  # left by a killed writer
+        os.remove(stale)
+
+    slices = [questions[i * shard_size : (i + 1) * shard_size] for i in range(num_shards)]
+    shards = [_load_shard(shard_path(output_dir, i), chunk) for i, chunk in enumerate(slices)]
+    done = sum(len(s) for s, records in zip(slices, shards) if records is not None)
+    if done:
+        logger.info("Resuming in %s: %d of %d questions already sampled.", output_dir, done, len(questions))
+    bar = tqdm(total=len(questions), initial=done, unit="q", desc="Sampling", disable=not progress)
+    start, new_questions, new_tokens = time.perf_counter(), 0, 0
+    try:
+        for index, (chunk, records) in enumerate(zip(slices, shards)):
+            if records is not None:
+                continue
+            shard_start = time.perf_counter()
+            answers = backend.generate([q["question"] for q in chunk], settings, progress=False)
+            seconds = time.perf_counter() - shard_start
+            if len(answers) != len(chunk):
+                raise RuntimeError(f"The backend returned {len(answers)} answers for {len(chunk)} questions.")
+            tokens = sum(int(a.get("num_generated_tokens", 0)) for a in answers)
+            timing = {"model": backend.name, "shard": index, "shard_seconds": seconds, "shard_tokens": tokens}
+            records = [normalize_record({**q, **a, **timing}) for q, a in zip(chunk, answers)]
+            save_records(records, shard_path(output_dir, index))
+            shards[index] = records
+            new_questions, new_tokens = new_questions + len(chunk), new_tokens + tokens
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            bar.update(len(chunk))
+            bar.set_postfix(q_s=f"{new_questions / elapsed:.2f}", tok_s=f"{new_tokens / elapsed:.1f}")
+    finally:
+        bar.close()
+    all_records = [record for records in shards for record in records]
+    totals = {
+        "seconds": sum(r["shard_seconds"] for i, r in enumerate(all_records) if i % shard_size == 0),
+        "generated_tokens": sum(r.get("num_generated_tokens") or 0 for r in all_records),
+    }
+    atomic_write_text(manifest_path, json.dumps({**manifest, "complete": True, "totals": totals}, indent=2) + "\n")
+    return all_records
