@@ -3,25 +3,42 @@
 __version__ = "0.1.0"
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
+from .callbacks import ConfidenceCardCallback
+from .cards import ConfidenceModelCardData
 from .configuration import ConfidenceConfig
 from .data import ConfidenceDataCollator
+from .convert import convert_official
 from .embedded import DEFAULT_MODEL
+from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model, write_honestybench
 from .modeling import ConfidenceModelOutput, ForConfidenceMixin
+from .pipeline import ConfidenceEstimationPipeline, register_pipeline
 from .trainer import ConfidenceTrainer, confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
+
+register_pipeline()  # pipeline("confidence-estimation", model=...)
 
 __all__ = [
     "DEFAULT_MODEL",
     "AutoModelForConfidence",
     "CalibrationTrainable",
+    "ConfidenceCardCallback",
     "ConfidenceConfig",
     "ConfidenceDataCollator",
+    "ConfidenceEstimationPipeline",
+    "ConfidenceModelCardData",
     "ConfidenceModelOutput",
     "ConfidenceTrainer",
     "ConfidenceTrainingArguments",
     "ForConfidenceMixin",
+    "HubPublishError",
     "PeftModelForConfidence",
     "Stage",
     "confidence_metrics",
+    "convert_official",
+    "push_folder",
+    "push_honestybench",
+    "push_metric_space",
+    "push_model",
+    "write_honestybench",
 ]

@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoTokenizer
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+from .cards import ConfidenceModelCardData, write_model_card
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .data import ensure_pad_token
 from .embedded import hub_offline, resolve_model_path
@@ -71,6 +72,16 @@ class PeftModelForConfidence(PeftModel):
             if inner.tokenizer is not None:
                 inner.tokenizer.save_pretrained(save_directory)
             inner.confidence_config.save_pretrained(save_directory)
+
+    def create_or_update_model_card(self, output_dir: str) -> None:
+        """Called by PEFT's `save_pretrained`: writes the elical-hf card (`model_cards/`), not PEFT's generic one."""
+        write_model_card(self, output_dir)
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
+        """Publish this model to the Hub in one commit; see [`elical_hf.hub.push_model`] for the arguments."""
+        from .hub import push_model
+
+        return push_model(self, repo_id, **kwargs)
 
     def trainable_parts(self) -> dict[str, list[Any]]:
         """The LoRA and head parameters, by part (`"lora"`, `"head"`)."""
@@ -208,6 +219,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         if base is None:
             raise ValueError(f"{folder} does not name its base model; pass `base_model_name_or_path=`.")
         loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
+        kwargs.pop("revision", None)  # the revision of the adapter's repo, not of the base model's
         model = cls._load_base(base, loading_config, **kwargs)
         expected, found = saved_config.base_model_signature, loading_config.base_model_signature
         if expected is not None and expected != found:
@@ -222,6 +234,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         model.confidence_config = saved_config
         if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
             model.tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(folder))
+        model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
 
 

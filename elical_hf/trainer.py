@@ -14,6 +14,7 @@ from transformers import EarlyStoppingCallback, EvalPrediction, Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
+from .callbacks import ConfidenceCardCallback
 from .configuration import atomic_write_text
 from .data import (
     EVAL_LABEL_COLUMN,
@@ -117,6 +118,8 @@ class ConfidenceTrainer(Trainer):
         if args.label_names is None:
             args.label_names = ["labels", EVAL_LABEL_COLUMN]
         callbacks = list(callbacks or [])
+        if not any(isinstance(c, ConfidenceCardCallback) for c in callbacks):  # fills the model card
+            callbacks.append(ConfidenceCardCallback(tags=self._tag_names))
         if args.early_stopping_patience is not None:
             callbacks.append(EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience))
         super().__init__(
@@ -183,6 +186,18 @@ class ConfidenceTrainer(Trainer):
             if os.path.exists(pickled):
                 os.remove(pickled)
             atomic_write_text(os.path.join(output_dir, "training_args.json"), self.args.to_json_string())
+
+    def create_model_card(self, language: str | None = None, license: str | None = None, **kwargs: Any) -> None:
+        """Write the elical-hf card (see `model_cards/`) to `output_dir/README.md` instead of the generic one."""
+        if not self.is_world_process_zero():
+            return
+        from .cards import get_card_data, write_model_card
+
+        model = self.accelerator.unwrap_model(self.model)
+        data = get_card_data(model)
+        data.language = language or data.language
+        data.license = license or data.license
+        write_model_card(model, self.args.output_dir)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         entry: dict[str, Any] = {

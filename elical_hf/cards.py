@@ -1,0 +1,449 @@
+"""Model and dataset cards, rendered from the Jinja templates in `model_cards/` into `huggingface_hub` cards.
+
+A confidence model carries a [`ConfidenceModelCardData`] (user metadata, evaluation results, training logs) that
+[`~elical_hf.callbacks.ConfidenceCardCallback`] fills while training; `save_pretrained` renders it together with the
+model's [`ConfidenceConfig`] (base model, training history, decision threshold, prompt) into `README.md`, so a card
+never needs editing by hand. Evaluation results live in the card's `model-index` and are read back on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+
+
+MODEL_CARD_TEMPLATE = "confidence_model_card.md"
+DATASET_CARD_TEMPLATE = "honestybench_dataset_card.md"
+GENERATED_MARKER = "<!-- elical-hf: generated card; `push` re-renders it (remove this line to keep your edits) -->"
+RELIABILITY_IMAGE = "reliability.png"
+
+PAPER_TITLE = "Annotation-Efficient Universal Honesty Alignment"
+PAPER_URL = "https://arxiv.org/abs/2510.17509"
+CITATION = """@article{ni2025annotation,
+  title={Annotation-Efficient Universal Honesty Alignment},
+  author={Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin and
+          Cheng, Xueqi},
+  journal={arXiv preprint arXiv:2510.17509},
+  year={2025}
+}"""
+
+LIBRARY_NAME = "elical-hf"
+PIPELINE_TAG = "text-classification"  # the Hub's fixed task list has no confidence estimation: question in, score out
+MODEL_TAGS = ["elical-hf", "confidence-estimation", "honesty", "calibration", "peft", "lora"]
+TASK_TYPE = "text-classification"
+TASK_NAME = "Confidence estimation (honesty)"
+METRIC_NAMES = {"auroc": "AUROC", "ece": "ECE", "alignment": "Alignment", "brier": "Brier score", "loss": "MSE"}
+_STAGE_TEXT = {
+    "elicitation": "Elicitation: regress self-consistency (share of sampled answers equivalent to the greedy one)",
+    "calibration": "Calibration: regress correctness (share of sampled answers judged correct)",
+}
+
+
+def templates_dir() -> Path:
+    """The `model_cards/` folder that holds the card templates (next to the `elical_hf` package)."""
+    folder = Path(__file__).resolve().parent.parent / "model_cards"
+    if not (folder / MODEL_CARD_TEMPLATE).is_file():
+        raise FileNotFoundError(
+            f"The card templates are missing from {folder}; install elical-hf from its source (`pip install -e .`)."
+        )
+    return folder
+
+
+@dataclass
+class EvaluationResult:
+    """Confidence-quality metrics of a model on one evaluation set (one row of the card's evaluation table).
+
+    Args:
+        dataset (`str`): Short name of the set, e.g. `"nq"` or `"squad"`.
+        split (`str`): Its split, e.g. `"in_domain_test"`, `"ood_test"` or `"test"`.
+        metrics (`dict[str, float]`): e.g. `{"auroc": 0.84, "ece": 0.05, "alignment": 78.1}` (AUROC and ECE in
+            [0, 1], alignment in percent, as [`elical_hf.metrics.compute_all`] returns them).
+        dataset_id (`str`, *optional*): Hub dataset id (defaults to the set's name in the `model-index`).
+        dataset_config (`str`, *optional*): The `load_dataset` config name.
+    """
+
+    dataset: str
+    split: str
+    metrics: dict[str, float]
+    dataset_id: str | None = None
+    dataset_config: str | None = None
+
+
+@dataclass
+class ConfidenceModelCardData:
+    r"""
+    What a confidence model's card says besides its [`ConfidenceConfig`]; attached to the model as
+    `model_card_data` (see [`get_card_data`]).
+
+    Parameters:
+        model_id (`str`, *optional*): Hub id the card's usage snippet loads (set by `push_to_hub`).
+        language (`str` or `list[str]`, *optional*, defaults to `"en"`): Language of the questions.
+        license (`str`, *optional*): License of the adapter weights.
+        datasets (`list[str]`, *optional*): Hub ids of the training data (e.g. `"Shiyunee/HonestyBench"`).
+        tags (`list[str]`, *optional*): Extra tags (the library's are always added).
+        evaluations (`list[EvaluationResult]`, *optional*): Evaluation results; see [`add_evaluation`].
+        source (`str`, *optional*): Where the weights come from when they were not trained here (e.g. a converted
+            release of the paper).
+
+    Filled automatically (not constructor arguments): `generated_from_trainer`, `training_logs` (one row per
+    evaluation during training), `dev_metrics` (the last of them).
+    """
+
+    model_id: str | None = None
+    language: str | list[str] | None = "en"
+    license: str | None = None
+    datasets: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    evaluations: list[EvaluationResult] = field(default_factory=list)
+    source: str | None = None
+
+    generated_from_trainer: bool = field(default=False, init=False)
+    training_logs: list[dict[str, Any]] = field(default_factory=list, init=False)
+    dev_metrics: dict[str, Any] = field(default_factory=dict, init=False)
+
+    def add_tags(self, *tags: str) -> None:
+        self.tags += [tag for tag in tags if tag not in self.tags]
+
+    def add_evaluation(
+        self,
+        dataset: str,
+        metrics: dict[str, float],
+        split: str = "test",
+        dataset_id: str | None = None,
+        dataset_config: str | None = None,
+    ) -> None:
+        """
+        Record (or replace) the metrics of one evaluation set.
+
+        Args:
+            dataset (`str`), split (`str`, *optional*, defaults to `"test"`), dataset_id (`str`, *optional*),
+            dataset_config (`str`, *optional*): See [`EvaluationResult`].
+            metrics (`dict[str, float]`): e.g. the output of [`elical_hf.metrics.compute_all`]; non-numeric values
+                and `threshold` (a setting of the alignment rule, not a quality measure) are left out.
+        """
+        numbers = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "threshold"
+        }
+        if not numbers:
+            raise ValueError(f"No numeric metric to record for {dataset!r}: {metrics!r}.")
+        key = (dataset, split, dataset_config)
+        self.evaluations = [e for e in self.evaluations if (e.dataset, e.split, e.dataset_config) != key]
+        self.evaluations.append(EvaluationResult(dataset, split, numbers, dataset_id, dataset_config))
+
+    def eval_results(self, model_name: str) -> list[Any]:
+        """The evaluations as `huggingface_hub.EvalResult`s (the card's `model-index`)."""
+        from huggingface_hub import EvalResult
+
+        return [
+            EvalResult(
+                task_type=TASK_TYPE,
+                task_name=TASK_NAME,
+                dataset_type=entry.dataset_id or entry.dataset,
+                dataset_name=entry.dataset,
+                dataset_config=entry.dataset_config,
+                dataset_split=entry.split,
+                metric_type=name,
+                metric_name=METRIC_NAMES.get(name, name),
+                metric_value=value,
+            )
+            for entry in self.evaluations
+            for name, value in entry.metrics.items()
+        ]
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike) -> ConfidenceModelCardData:
+        """Read back the metadata and evaluations of a card this library generated in `folder` (else defaults)."""
+        path = Path(folder) / "README.md"
+        if not path.is_file() or GENERATED_MARKER not in path.read_text(encoding="utf-8"):
+            return cls()
+        from huggingface_hub import ModelCard
+
+        data = ModelCard.load(path).data
+        name = data.get("model_name")
+        card = cls(
+            model_id=name if name and "/" in name else None,  # a Hub id, not a folder name
+            language=data.get("language", "en"),
+            license=data.get("license"),
+            datasets=list(data.get("datasets") or []),
+            tags=[t for t in data.get("tags") or [] if t not in MODEL_TAGS],
+        )
+        grouped: dict[tuple[Any, ...], dict[str, float]] = {}
+        for result in data.eval_results or []:
+            key = (result.dataset_name, result.dataset_split or "test", result.dataset_type, result.dataset_config)
+            grouped.setdefault(key, {})[result.metric_type] = result.metric_value
+        for (name, split, dataset_id, config), metrics in grouped.items():
+            card.add_evaluation(name, metrics, split, dataset_id if dataset_id != name else None, config)
+        return card
+
+
+def get_card_data(model: Any) -> ConfidenceModelCardData:
+    """The [`ConfidenceModelCardData`] of a confidence model (created on first use), shared by its PEFT wrapper."""
+    model = getattr(model, "module", model)  # DDP / accelerate wrappers
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    data = inner.__dict__.get("model_card_data")
+    if data is None:
+        data = ConfidenceModelCardData()
+        inner.model_card_data = data
+    return data
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return "" if value is None else str(value)
+
+
+def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
+    rows = []
+    for number, entry in enumerate(config.training_history, 1):
+        stage = entry.get("stage", "?")
+        trainable = "LoRA + head" if entry.get("lora_trainable") else "head only (LoRA frozen)"
+        dev = entry.get("dev_metrics") or {}
+        rows.append(
+            {
+                "number": str(number),
+                "stage": _STAGE_TEXT.get(stage, stage),
+                "target": str(entry.get("label_column", "")),
+                "examples": _fmt(entry.get("num_examples")),
+                "trainable": trainable,
+                "epochs": _fmt(entry.get("epochs"), 2),
+                "learning_rate": f"{entry['learning_rate']:g}" if entry.get("learning_rate") else "",
+                "batch": _fmt(entry.get("effective_batch_size")),
+                "dev": ", ".join(f"{METRIC_NAMES.get(k, k)} {_fmt(v)}" for k, v in dev.items() if k in METRIC_NAMES),
+            }
+        )
+    return rows
+
+
+def _label_budget(config: ConfidenceConfig) -> int | None:
+    labelled = [e.get("num_examples") for e in config.training_history if e.get("stage") == "calibration"]
+    return labelled[-1] if labelled else None
+
+
+def _lora_settings(folder: Path | None) -> dict[str, Any]:
+    if folder is None or not (folder / "adapter_config.json").is_file():
+        return {}
+    adapter = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    return {
+        "r": adapter.get("r"),
+        "alpha": adapter.get("lora_alpha"),
+        "targets": ", ".join(sorted(adapter.get("target_modules") or [])),
+    }
+
+
+def render_model_card(
+    config: ConfidenceConfig, card_data: ConfidenceModelCardData | None = None, folder: str | os.PathLike | None = None
+) -> Any:
+    """
+    Render a confidence model's card from `model_cards/confidence_model_card.md`.
+
+    Args:
+        config ([`ConfidenceConfig`]): The model's config (base model, history, threshold, prompt).
+        card_data ([`ConfidenceModelCardData`], *optional*): Metadata and evaluations.
+        folder (`str`, *optional*): The saved model's folder: its `adapter_config.json` gives the LoRA settings,
+            and a `reliability.png` in it is shown in the card.
+
+    Returns:
+        `huggingface_hub.ModelCard`: YAML metadata (`library_name: elical-hf`, `base_model`, `datasets`, `tags`,
+        `pipeline_tag`, `model-index`) and the rendered text.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    card_data = card_data or ConfidenceModelCardData()
+    folder = Path(folder) if folder is not None else None
+    model_name = card_data.model_id or (folder.resolve().name if folder is not None else "confidence-model")
+    base = config.base_model_name_or_path
+    tags = MODEL_TAGS + [t for t in card_data.tags if t not in MODEL_TAGS]
+    metadata = ModelCardData(
+        base_model=base,
+        datasets=card_data.datasets or None,
+        eval_results=card_data.eval_results(model_name) or None,
+        language=card_data.language,
+        library_name=LIBRARY_NAME,
+        license=card_data.license,
+        model_name=model_name,
+        pipeline_tag=PIPELINE_TAG,
+        tags=tags,
+        base_model_relation="adapter" if base else None,
+    )
+    names = {m for e in card_data.evaluations for m in e.metrics}
+    metric_names = [m for m in METRIC_NAMES if m in names] + sorted(names - set(METRIC_NAMES))
+    evaluations = [
+        {"dataset": e.dataset, "split": e.split,
+         "values": [_fmt(e.metrics.get(m), 2 if m == "alignment" else 4) for m in metric_names]}
+        for e in card_data.evaluations
+    ]
+    return ModelCard.from_template(
+        metadata,
+        template_path=str(templates_dir() / MODEL_CARD_TEMPLATE),
+        marker=GENERATED_MARKER,
+        model_id=card_data.model_id or "<your-namespace>/<this-model>",
+        title=model_name,
+        base=base,
+        base_weights_source=config.base_weights_source,
+        threshold=config.decision_threshold,
+        prompt_template=config.prompt_template,
+        use_chat_template=config.use_chat_template,
+        history=_history_rows(config),
+        label_budget=_label_budget(config),
+        stages=config.trained_stages,
+        lora=_lora_settings(folder),
+        metric_headers=[METRIC_NAMES.get(m, m) for m in metric_names],
+        evaluations=evaluations,
+        dev_metrics={METRIC_NAMES.get(k, k): _fmt(v) for k, v in card_data.dev_metrics.items() if k in METRIC_NAMES},
+        source=card_data.source,
+        has_reliability=folder is not None and (folder / RELIABILITY_IMAGE).is_file(),
+        reliability_image=RELIABILITY_IMAGE,
+        paper_title=PAPER_TITLE,
+        paper_url=PAPER_URL,
+        citation=CITATION,
+    )
+
+
+def write_model_card(model: Any, folder: str | os.PathLike) -> str:
+    """Write `README.md` for `model` (a confidence model) into its saved `folder`; returns the card's path."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    render_model_card(inner.confidence_config, get_card_data(model), folder).save(os.path.join(folder, "README.md"))
+    return os.path.join(folder, "README.md")
+
+
+def write_folder_card(folder: str | os.PathLike, model_id: str | None = None) -> str:
+    """Re-render the card of a saved model folder from its files (`confidence_config.json`, `adapter_config.json`,
+    the evaluations of its current card, `reliability.png`), for the Hub id `model_id` when given."""
+    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    card_data = ConfidenceModelCardData.from_folder(folder)
+    card_data.model_id = model_id or card_data.model_id
+    render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
+    return os.path.join(folder, "README.md")
+
+
+# -- HonestyBench dataset card (field descriptions live in its template) ---------------------------------------------
+
+
+def _size_category(count: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if count < limit:
+            return name
+    return "1M<n<10M"
+
+
+def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
+    manifest_path = Path(__file__).resolve().parent / "resources" / "qa" / "manifest.json"
+    known = json.loads(manifest_path.read_text(encoding="utf-8"))["datasets"] if manifest_path.is_file() else {}
+    rows = []
+    for name in dataset_names:
+        entry = known.get(name, {})
+        rows.append(
+            {
+                "name": name,
+                "license": entry.get("license", "not recorded here: see the source dataset"),
+                "license_id": entry["license"].lower().replace(" ", "-") if "license" in entry else None,
+                "citation": entry.get("citation", ""),
+                "url": entry.get("url", ""),
+                "split": entry.get("source_split", ""),
+            }
+        )
+    return rows
+
+
+def _judge_text(kind: str, name: str) -> str:
+    from .signals.judges import CORRECTNESS_JUDGES
+
+    if kind == "correctness" and name in CORRECTNESS_JUDGES:
+        return f"`{name}`: string matching of the answer against the gold aliases (no model involved)"
+    if name.startswith("lexical"):
+        return f"`{name}`: ROUGE-L between the greedy answer and each sample, thresholded (no model involved)"
+    return f"`{name}`: an LLM judge, asked the paper's prompt below at temperature 0"
+
+
+def render_honestybench_card(
+    parts: list[dict[str, Any]],
+    features: Any,
+    judges: dict[str, list[str]],
+    samples_per_record: list[int],
+    pretty_name: str = "HonestyBench",
+) -> Any:
+    """
+    Render the dataset card of a HonestyBench repository from `model_cards/honestybench_dataset_card.md`.
+
+    Args:
+        parts (`list[dict]`): One entry per data file: `model`, `dataset`, `split`, `path` (in the repo),
+            `num_examples`, `num_bytes` (Arrow size).
+        features (`datasets.Features`): The records' schema (the same for every file).
+        judges (`dict[str, list[str]]`): Names found in the records' `correctness_judge` / `consistency_judge`.
+        samples_per_record (`list[int]`): Distinct numbers of sampled answers per record.
+        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): The card's title.
+
+    Returns:
+        `huggingface_hub.DatasetCard`: YAML `configs` (one per model and dataset, `<model>--<dataset>`, and one per
+        model with all its datasets, `<model>`), `dataset_info` (features and split sizes), licenses of the sources,
+        and the text.
+    """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from .prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
+
+    configs, infos, rows = [], [], []
+    for model in sorted({p["model"] for p in parts}):
+        mine = [p for p in parts if p["model"] == model]
+        for dataset in sorted({p["dataset"] for p in mine}):
+            files = [p for p in mine if p["dataset"] == dataset]
+            configs.append({"config_name": f"{model}--{dataset}", "data_files": [
+                {"split": p["split"], "path": p["path"]} for p in files]})
+            infos.append({"config_name": f"{model}--{dataset}", "features": features._to_yaml_list(),
+                          "splits": [{"name": p["split"], "num_bytes": p["num_bytes"],
+                                      "num_examples": p["num_examples"]} for p in files]})
+            rows.append({"config": f"{model}--{dataset}", "model": model, "dataset": dataset,
+                         "splits": ", ".join(f"{p['split']} ({p['num_examples']:,})" for p in files)})
+        splits = sorted({p["split"] for p in mine})
+        totals = {s: sum(p["num_examples"] for p in mine if p["split"] == s) for s in splits}
+        sizes = {s: sum(p["num_bytes"] for p in mine if p["split"] == s) for s in splits}
+        configs.append({"config_name": model, "data_files": [
+            {"split": s, "path": f"data/{mine[0]['path'].split('/')[1]}/*/{s}.parquet"} for s in splits]})
+        infos.append({"config_name": model, "features": features._to_yaml_list(),
+                      "splits": [{"name": s, "num_bytes": sizes[s], "num_examples": totals[s]} for s in splits]})
+        rows.append({"config": model, "model": model, "dataset": "all of the above",
+                     "splits": ", ".join(f"{s} ({totals[s]:,})" for s in splits)})
+    sources = _sources(sorted({p["dataset"] for p in parts}))
+    licenses = sorted({s["license_id"] for s in sources if s["license_id"]})
+    if any(s["license_id"] is None for s in sources):
+        licenses.append("unknown")
+    total = sum(p["num_examples"] for p in parts)
+    metadata = DatasetCardData(
+        pretty_name=pretty_name,
+        language=["en"],
+        license=licenses,
+        size_categories=[_size_category(total)],
+        task_categories=["question-answering", "text-classification"],
+        tags=["honesty", "calibration", "confidence-estimation", "elical-hf"],
+        configs=configs,
+        dataset_info=infos,
+    )
+    # List(Value('string')) -> List(string)
+    schema = [{"name": name, "type": re.sub(r"Value\('(\w+)'\)", r"\1", str(f))} for name, f in features.items()]
+    return DatasetCard.from_template(
+        metadata,
+        template_path=str(templates_dir() / DATASET_CARD_TEMPLATE),
+        title=pretty_name,
+        configs=rows,
+        example_config=rows[0]["config"] if rows else "",
+        total=total,
+        schema=schema,
+        sources=sources,
+        correctness_judges=[_judge_text("correctness", n) for n in judges.get("correctness", [])],
+        consistency_judges=[_judge_text("consistency", n) for n in judges.get("consistency", [])],
+        samples=", ".join(str(k) for k in samples_per_record) or "none",
+        correctness_prompt=CORRECTNESS_PROMPT,
+        consistency_prompt=SEMANTIC_CONSISTENCY_PROMPT,
+        paper_title=PAPER_TITLE,
+        paper_url=PAPER_URL,
+        citation=CITATION,
+    )

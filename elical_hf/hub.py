@@ -1,0 +1,404 @@
+"""Publish to the Hugging Face Hub: confidence models, the HonestyBench dataset, and the metric Spaces.
+
+Every upload is one commit (`HfApi.upload_folder`) of a staged temporary copy, so the repository gets all of the files
+or none of them, a folder being written meanwhile is never uploaded half-written, and nothing is reported as
+published before the commit has succeeded. Loading goes the other way through
+`AutoModelForConfidence.from_pretrained("<namespace>/<repo>")` and `datasets.load_dataset`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .cards import GENERATED_MARKER, write_folder_card
+from .configuration import CONFIDENCE_CONFIG_NAME
+
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json", CONFIDENCE_CONFIG_NAME)
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+METRIC_SPACES = ("honesty_auroc", "honesty_ece", "honesty_alignment")
+METRIC_SPACE_FILES = ("README.md", "app.py", "requirements.txt")
+
+
+class HubPublishError(OSError):
+    """An upload to the Hub failed (network, authentication, server). Nothing was reported as published."""
+
+
+def validate_hub_repo_id(repo_id: str) -> str:
+    """Check that `repo_id` is a Hub repository id `<namespace>/<name>`; return it, or raise a `ValueError`."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise ValueError(f"Invalid Hub repo id {repo_id!r}: {error} Use `<user or organization>/<name>`.") from None
+    if repo_id.count("/") != 1:
+        raise ValueError(f"Invalid Hub repo id {repo_id!r}: give its namespace, as `<user or organization>/<name>`.")
+    return repo_id
+
+
+def _hub_base_id(name: str | None, folder: str, override: bool) -> str:
+    """`name` when it is a Hub model id; a clear error for a local path (or nothing)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    hint = 'Pass `base_model_name_or_path="<org>/<model>"` (command line: `--base_model <org>/<model>`)'
+    if not name:
+        raise ValueError(f"{folder} does not name its base model. {hint}.")
+    local = os.path.exists(name) or os.path.isabs(name) or name.startswith((".", "~"))
+    if not local:
+        try:
+            validate_repo_id(name)
+        except HFValidationError:
+            local = True
+    if local:
+        what = "The base model you gave" if override else f"The base model of {folder}"
+        raise ValueError(
+            f"{what}, {name!r}, is a local path, not a Hub id: a published adapter must name the base model's Hub id "
+            f"so that others can load it. {hint}, with the Hub id of the model whose weights these are."
+        )
+    return name
+
+
+def _rewrite_json(path: Path, **values: Any) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(values)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _stage_model_folder(folder: str, staging: Path) -> None:
+    """Copy a saved model's top-level files (no pickles, no sub-folders, no hidden files) into `staging`; refuse an
+    incomplete folder or one that changed while it was copied."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise FileNotFoundError(f"No model folder at {folder}.")
+    marker = root / CONFIDENCE_CONFIG_NAME
+    if not marker.is_file():
+        raise ValueError(
+            f"{folder} has no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model (an interrupted save, or "
+            "not saved with `save_pretrained`). Refusing to upload it."
+        )
+    missing = [name for name in ADAPTER_FILES if not (root / name).is_file()]
+    if missing:
+        raise ValueError(f"{folder} is missing {missing}; save the model with `save_pretrained` first.")
+    before = marker.stat()
+    for path in sorted(root.iterdir()):
+        if path.name.startswith(".") or not path.is_file():
+            continue
+        if path.suffix in PICKLE_SUFFIXES:
+            logger.warning("Not uploading %s: pickled files are never published.", path.name)
+            continue
+        shutil.copy2(path, staging / path.name)
+    after = marker.stat() if marker.is_file() else None
+    if after is None or (after.st_mtime_ns, after.st_size, after.st_ino) != (
+        before.st_mtime_ns,
+        before.st_size,
+        before.st_ino,
+    ):
+        raise ValueError(f"{folder} changed while it was being staged (a save in progress?); retry once it is done.")
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """OSError (which the Hub client's HTTP errors subclass) and the transport errors of its HTTP library."""
+    errors: list[type[BaseException]] = [OSError]
+    for module in ("httpx2", "httpx"):  # huggingface_hub 2.x uses httpx2, 1.x httpx
+        try:
+            errors.append(importlib.import_module(module).HTTPError)
+        except ImportError:
+            pass
+    return tuple(errors)
+
+
+def _commit_folder(
+    staging: Path,
+    repo_id: str,
+    *,
+    repo_type: str,
+    private: bool | None,
+    token: str | None,
+    revision: str | None,
+    commit_message: str,
+    space_sdk: str | None = None,
+) -> Any:
+    """Create the repo if needed (and the branch `revision`), then upload `staging` in one commit."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, space_sdk=space_sdk)
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, repo_type=repo_type, exist_ok=True)
+        info = api.upload_folder(
+            folder_path=staging, repo_id=repo_id, repo_type=repo_type, revision=revision, commit_message=commit_message
+        )
+    except _network_errors() as error:
+        raise HubPublishError(
+            f"Publishing to {repo_id} failed: {type(error).__name__}: {error}. The files go up in a single commit, so "
+            "the repository holds all of them or none; nothing was published by this attempt as far as the client "
+            "knows. Retry when the connection (or token) is fixed."
+        ) from error
+    logger.info("Published %s %s at commit %s (%s).", repo_type, repo_id, info.oid, info.commit_url)
+    return info
+
+
+def push_folder(
+    folder: str | os.PathLike,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str | None = None,
+    revision: str | None = None,
+    base_model_name_or_path: str | None = None,
+) -> Any:
+    r"""
+    Publish a saved confidence model folder to the Hub in one commit.
+
+    Uploaded: `adapter_model.safetensors` (LoRA + head), `adapter_config.json` and `confidence_config.json` (both
+    naming the base model's Hub id), the tokenizer files, `README.md` (the card, re-rendered for `repo_id` unless you
+    removed its "generated" marker line), `reliability.png` and any other top-level files. Pickles, hidden files and
+    sub-folders (checkpoints) are left out.
+
+    Args:
+        folder (`str`): A folder written by `save_pretrained` (it must hold `confidence_config.json`).
+        repo_id (`str`): `<namespace>/<name>`; created if missing.
+        private (`bool`, *optional*): Visibility of a newly created repo.
+        token (`str`, *optional*): Hub token (default: the logged-in one).
+        commit_message (`str`, *optional*): Defaults to a summary of the model's training stages.
+        revision (`str`, *optional*): Branch to commit to (created from `main` if missing).
+        base_model_name_or_path (`str`, *optional*): The base model's Hub id, when the folder names a local path.
+
+    Returns:
+        `huggingface_hub.CommitInfo`: the commit (`oid`, `commit_url`, `repo_url`), returned only once it succeeded.
+
+    Raises:
+        `ValueError`: invalid repo id, incomplete folder, base model only known as a local path.
+        [`HubPublishError`]: the upload failed (the repository is unchanged by this attempt).
+    """
+    validate_hub_repo_id(repo_id)
+    folder = os.fspath(folder)
+    with tempfile.TemporaryDirectory(prefix="elical-hf-push-") as tmp:
+        staging = Path(tmp)
+        _stage_model_folder(folder, staging)
+        config = json.loads((staging / CONFIDENCE_CONFIG_NAME).read_text(encoding="utf-8"))
+        adapter = json.loads((staging / "adapter_config.json").read_text(encoding="utf-8"))
+        named = config.get("base_model_name_or_path") or adapter.get("base_model_name_or_path")
+        base = _hub_base_id(base_model_name_or_path or named, folder, override=base_model_name_or_path is not None)
+        _rewrite_json(staging / "adapter_config.json", base_model_name_or_path=base)
+        _rewrite_json(staging / CONFIDENCE_CONFIG_NAME, base_model_name_or_path=base)
+        readme = staging / "README.md"
+        if not readme.is_file() or GENERATED_MARKER in readme.read_text(encoding="utf-8"):
+            write_folder_card(staging, model_id=repo_id)
+        stages = [entry.get("stage", "?") for entry in config.get("training_history") or []]
+        message = commit_message or f"Upload confidence model ({' + '.join(stages) or 'untrained'}) with elical-hf"
+        return _commit_folder(
+            staging, repo_id, repo_type="model", private=private, token=token, revision=revision, commit_message=message
+        )
+
+
+def push_model(model: Any, repo_id: str, **kwargs: Any) -> Any:
+    """Save `model` (a [`PeftModelForConfidence`]) to a temporary folder and [`push_folder`] it; same arguments."""
+    validate_hub_repo_id(repo_id)
+    with tempfile.TemporaryDirectory(prefix="elical-hf-save-") as tmp:
+        model.save_pretrained(tmp)
+        return push_folder(tmp, repo_id, **kwargs)
+
+
+# -- HonestyBench -----------------------------------------------------------------------------------------------------
+
+
+def _collect_records(
+    source: Any, path_parser: Callable[[str], Mapping[str, str | None]] | None
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Group normalized records by (model, dataset, paper split)."""
+    from .signals.records import canonical_dataset, normalize_record, paper_split, parse_record_path, read_records
+
+    parser = path_parser or parse_record_path
+    batches: list[tuple[str, dict[str, Any], Iterable[Mapping[str, Any]]]] = []
+    if isinstance(source, Mapping):  # {"<model>/<dataset>/<split>" or (model, dataset, split): records or a file}
+        for key, value in source.items():
+            model, dataset, split = key if isinstance(key, tuple) else str(key).split("/")
+            records = read_records(value) if isinstance(value, (str, os.PathLike)) else value
+            batches.append((str(key), {"model": model, "dataset": dataset, "split": split}, records))
+    elif isinstance(source, (str, os.PathLike)) or (
+        isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))
+    ):
+        for root in [source] if isinstance(source, (str, os.PathLike)) else source:
+            root = os.fspath(root)
+            files = [root] if os.path.isfile(root) else sorted(
+                str(p) for p in Path(root).rglob("*")
+                if p.suffix in (".jsonl", ".parquet") and not any(c.startswith(".") for c in p.relative_to(root).parts)
+            )
+            if not files:
+                raise ValueError(f"No .jsonl or .parquet records files under {root}.")
+            base = root if os.path.isdir(root) else os.path.dirname(root)
+            for file in files:
+                relative = os.path.relpath(file, base).replace(os.sep, "/")
+                batches.append((relative, dict(parser(relative)), read_records(file)))
+    else:
+        batches.append(("records", {}, source))
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for origin, hint, records in batches:
+        for record in records:
+            row = normalize_record(record)
+            model = row.get("model") or hint.get("model")
+            raw = row.get("dataset") or hint.get("dataset")
+            if not model or not raw:
+                raise ValueError(
+                    f"{origin}: a record has no `model` or `dataset` (and its path names none); add the fields or "
+                    "pass {'<model>/<dataset>/<split>': records}."
+                )
+            row["model"], row["dataset"] = str(model), canonical_dataset(raw) or str(raw)
+            row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
+            key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
+            groups.setdefault(key, []).append(row)
+    if not groups:
+        raise ValueError("No records to write.")
+    return groups
+
+
+def write_honestybench(
+    source: Any,
+    folder: str | os.PathLike,
+    *,
+    path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
+    pretty_name: str = "HonestyBench",
+) -> list[dict[str, Any]]:
+    r"""
+    Write HonestyBench records as a Hub dataset repository: `data/<model>/<dataset>/<split>.parquet` plus a dataset
+    card whose `configs` make `datasets.load_dataset(folder_or_repo, "<model>--<dataset>")` (or `"<model>"` for all
+    of a model's datasets) load them with the splits `train` / `in_domain_test` / `ood_test`.
+
+    Args:
+        source: Records files or folders (model, dataset and split read from each record's fields, else from the
+            path, see [`~elical_hf.signals.records.parse_record_path`]); or a list of records with `model` and
+            `dataset` fields; or a mapping `{"<model>/<dataset>/<split>": records or a file}`.
+        folder (`str`): Where to write; must not exist or be empty.
+        path_parser (`Callable`, *optional*): Maps a file's relative path to `{"model", "dataset", "split"}`.
+        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): Title of the card.
+
+    Returns:
+        `list[dict]`: one entry per file: `model`, `dataset`, `split`, `path`, `num_examples`, `num_bytes`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Features, Value
+
+    from .cards import render_honestybench_card
+    from .signals.records import record_features
+
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty; write the dataset repository into a new folder.")
+    groups = _collect_records(source, path_parser)
+    rows = [row for group in groups.values() for row in group]
+    features = Features({**record_features(rows), "model": Value("string"), "dataset": Value("string"),
+                         "source_split": Value("string")})
+    parts = []
+    for (model, dataset, split), records in sorted(groups.items()):
+        relative = f"data/{model.replace('/', '--')}/{dataset}/{split}.parquet"
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(records, schema=features.arrow_schema)
+        pq.write_table(table, folder / relative)
+        parts.append({"model": model.replace("/", "--"), "dataset": dataset, "split": split, "path": relative,
+                      "num_examples": len(records), "num_bytes": table.nbytes})
+    judges = {kind: sorted({str(r[f"{kind}_judge"]) for r in rows if r.get(f"{kind}_judge")})
+              for kind in ("correctness", "consistency")}
+    samples = sorted({len(r["sampling_response"]) for r in rows if r.get("sampling_response") is not None})
+    render_honestybench_card(parts, features, judges, samples, pretty_name).save(folder / "README.md")
+    return parts
+
+
+def push_honestybench(
+    source: Any,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str | None = None,
+    revision: str | None = None,
+    path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
+    pretty_name: str = "HonestyBench",
+) -> Any:
+    """[`write_honestybench`] into a temporary folder, then publish it as the dataset repo `repo_id` in one commit.
+
+    Returns:
+        `huggingface_hub.CommitInfo`, once the commit succeeded. Raises [`HubPublishError`] when the upload fails.
+    """
+    validate_hub_repo_id(repo_id)
+    with tempfile.TemporaryDirectory(prefix="elical-hf-dataset-") as tmp:
+        parts = write_honestybench(source, tmp, path_parser=path_parser, pretty_name=pretty_name)
+        message = commit_message or f"Upload {pretty_name}: {sum(p['num_examples'] for p in parts):,} records"
+        return _commit_folder(
+            Path(tmp), repo_id, repo_type="dataset", private=private, token=token, revision=revision,
+            commit_message=message,
+        )
+
+
+# -- metric Spaces ----------------------------------------------------------------------------------------------------
+
+
+def push_metric_space(
+    name: str,
+    repo_id: str,
+    *,
+    folder: str | os.PathLike | None = None,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> Any:
+    r"""
+    Publish an evaluate metric module as a Gradio Space, so that `evaluate.load("<repo_id>")` finds it.
+
+    Args:
+        name (`str`): `"honesty_auroc"`, `"honesty_ece"` or `"honesty_alignment"` (or any name with `folder=`).
+        repo_id (`str`): The Space, `<namespace>/<name>`; the module is uploaded as `<name of the repo>.py`, the
+            file name evaluate looks for.
+        folder (`str`, *optional*): The metric folder (`<name>.py`, `README.md`, `app.py`, `requirements.txt`, and
+            the module's local imports); defaults to `elical_hf/metrics/<name>/`.
+        private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*): As for models.
+
+    Returns:
+        `huggingface_hub.CommitInfo`, once the commit succeeded.
+    """
+    from huggingface_hub import RepoCard
+
+    validate_hub_repo_id(repo_id)
+    if folder is None:
+        if name not in METRIC_SPACES:
+            raise ValueError(f"Unknown metric {name!r}; choose one of {METRIC_SPACES} or pass `folder=`.")
+        folder = Path(__file__).resolve().parent / "metrics" / name
+    folder = Path(folder)
+    missing = [f for f in (f"{name}.py", *METRIC_SPACE_FILES) if not (folder / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"The metric folder {folder} lacks {missing}.")
+    module = repo_id.split("/")[1]
+    with tempfile.TemporaryDirectory(prefix="elical-hf-space-") as tmp:
+        staging = Path(tmp)
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc":
+                target = f"{module}.py" if path.name == f"{name}.py" else path.name
+                shutil.copy2(path, staging / target)
+        if module != name:  # the widget loads the module file next to it by name
+            app = staging / "app.py"
+            app.write_text(app.read_text(encoding="utf-8").replace(f"{name}.py", f"{module}.py"), encoding="utf-8")
+        card = RepoCard.load(staging / "README.md")
+        if card.data.get("sdk") not in (None, "gradio"):
+            logger.warning("%s/README.md says sdk: %s; a metric Space runs gradio.", folder, card.data.get("sdk"))
+        card.data.sdk = "gradio"
+        card.data.app_file = card.data.get("app_file") or "app.py"
+        card.data.tags = list(dict.fromkeys([*(card.data.get("tags") or []), "evaluate", "metric"]))
+        card.save(staging / "README.md")
+        return _commit_folder(
+            staging, repo_id, repo_type="space", private=private, token=token, revision=None,
+            commit_message=commit_message or f"Upload the {name} metric with elical-hf", space_sdk="gradio",
+        )

@@ -1,0 +1,125 @@
+"""Converting the paper's released checkpoint layout (PEFT LoRA on `AutoModel` + a pickled Linear head)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModel, AutoTokenizer
+
+from elical_hf import AutoModelForConfidence, convert_official
+from elical_hf.cli import main as cli_main
+from elical_hf.prompts import QA_PROMPT
+from tests.hub_server import hub  # noqa: F401 - the fixture
+
+
+QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "Who was the first king of England?"]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.fixture(scope="module")
+def release(tiny_llama, tmp_path_factory):
+    """The authors' layout, built the authors' way: get_peft_model(AutoModel) + a separate Linear(H, 1) head.
+
+    Returns the release folder and the reference confidences, computed independently of elical-hf's model code.
+    """
+    torch.manual_seed(0)
+    backbone = AutoModel.from_pretrained(tiny_llama)
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", target_modules=TARGETS,
+                      init_lora_weights=False)  # non-zero B: a misplaced LoRA would change the scores
+    peft_model = get_peft_model(backbone, lora).eval()
+    head = torch.nn.Linear(backbone.config.hidden_size, 1)
+    folder = tmp_path_factory.mktemp("release")
+    peft_model.save_pretrained(folder / "lora_epoch_best")
+    torch.save(head.state_dict(), folder / "vector_head_epoch_best.pt")
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    reference, without_lora = [], []
+    with torch.no_grad():
+        for question in QUESTIONS:
+            messages = [{"role": "user", "content": QA_PROMPT.format(question=question)}]
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+            hidden = peft_model(input_ids=ids).last_hidden_state[:, -1]
+            reference.append(float(torch.sigmoid(head(hidden)).squeeze()))
+            with peft_model.disable_adapter():
+                hidden = peft_model(input_ids=ids).last_hidden_state[:, -1]
+            without_lora.append(float(torch.sigmoid(head(hidden)).squeeze()))
+    assert max(abs(a - b) for a, b in zip(reference, without_lora)) > 1e-3  # the LoRA matters
+    return folder, reference
+
+
+def test_released_keys_differ_from_ours(release):
+    folder, _ = release
+    from safetensors import safe_open
+
+    with safe_open(folder / "lora_epoch_best" / "adapter_model.safetensors", "pt") as handle:
+        keys = list(handle.keys())
+    assert all(key.startswith("base_model.model.layers.") for key in keys)  # AutoModel: no `.model` level
+
+
+def test_converted_model_matches_the_reference(release, tmp_path):
+    folder, reference = release
+    out = convert_official(folder, tmp_path / "converted")
+    model = AutoModelForConfidence.from_pretrained(out)
+    scores = model.confidence(QUESTIONS)
+    assert max(abs(a - b) for a, b in zip(scores, reference)) < 1e-6
+    assert len(set(round(s, 6) for s in scores)) == len(scores)
+    adapter = json.loads((tmp_path / "converted" / "adapter_config.json").read_text())
+    assert adapter["modules_to_save"] == ["confidence_head"] and adapter["task_type"] is None
+    card = ModelCard.load(tmp_path / "converted" / "README.md")
+    assert card.data.library_name == "elical-hf" and "convert-official" in card.text
+
+
+def test_a_head_that_is_not_a_plain_state_dict_is_refused(release, tmp_path):
+    folder, _ = release
+    cases = {
+        "module": torch.nn.Linear(32, 1),  # a pickled nn.Module
+        "extra": {"weight": torch.zeros(1, 32), "bias": torch.zeros(1), "scale": torch.ones(1)},
+        "shape": {"weight": torch.zeros(1, 16), "bias": torch.zeros(1)},
+    }
+    messages = {"module": "not a plain state_dict", "extra": "exactly `weight` and `bias`", "shape": r"\[1, 32\]"}
+    for name, content in cases.items():
+        bad = tmp_path / name
+        shutil.copytree(folder, bad)
+        torch.save(content, bad / "vector_head_epoch_best.pt")
+        with pytest.raises(ValueError, match=messages[name]):
+            convert_official(bad, tmp_path / f"out-{name}")
+        assert not (tmp_path / f"out-{name}").exists()
+
+
+def test_an_unreachable_base_path_is_reported(release, tmp_path):
+    folder, _ = release
+    moved = tmp_path / "authors-machine"
+    shutil.copytree(folder, moved)
+    config_path = moved / "lora_epoch_best" / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = "/mnt/models/Qwen2.5-7B-Instruct"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="neither a folder here nor a Hub id"):
+        convert_official(moved, tmp_path / "out")
+
+
+def test_pickled_adapter_bin_is_refused(release, tmp_path):
+    folder, _ = release
+    bad = tmp_path / "bin"
+    shutil.copytree(folder, bad)
+    (bad / "lora_epoch_best" / "adapter_model.safetensors").unlink()
+    torch.save({"weights": torch.nn.Linear(2, 2)}, bad / "lora_epoch_best" / "adapter_model.bin")
+    with pytest.raises(ValueError, match="not a plain state_dict"):
+        convert_official(bad, tmp_path / "out")
+
+
+def test_convert_from_the_hub_and_cli(hub, release, tmp_path, tiny_llama, capsys):
+    folder, reference = release
+    HfApi().create_repo("authors/Honest-Tiny")
+    HfApi().upload_folder(folder_path=folder, repo_id="authors/Honest-Tiny")
+    assert cli_main(["convert-official", "authors/Honest-Tiny", str(tmp_path / "out"), "--base_model", tiny_llama]) == 0
+    scores = AutoModelForConfidence.from_pretrained(capsys.readouterr().out.strip()).confidence(QUESTIONS)
+    assert max(abs(a - b) for a, b in zip(scores, reference)) < 1e-6
+    assert cli_main(["convert-official", "authors/Honest-Tiny", str(tmp_path / "out")]) == 1  # not empty
+    assert "not empty" in capsys.readouterr().err

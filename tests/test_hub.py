@@ -1,0 +1,146 @@
+"""Publishing and loading confidence models through the loopback Hub stand-in (the real `huggingface_hub` client)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+import torch
+from huggingface_hub import HfApi, ModelCard
+
+from elical_hf import AutoModelForConfidence, HubPublishError, push_folder
+from elical_hf.cli import main as cli_main
+from tests.conftest import save_tiny_base
+from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
+
+
+QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "When was the king of Spain born?"]
+
+
+def upload_base(tmp_path, repo_id: str = "tiny/llama", arch: str = "llama") -> str:
+    """A tiny base model, saved locally and published on the stand-in (as a real base model would be)."""
+    folder = save_tiny_base(tmp_path / repo_id.replace("/", "--"), arch)
+    HfApi().create_repo(repo_id)
+    HfApi().upload_folder(folder_path=folder, repo_id=repo_id)
+    return folder
+
+
+def random_model(name: str, seed: int = 0, threshold: float | None = None):
+    """A confidence model with non-trivial LoRA and head weights (fresh LoRA B is zero)."""
+    model = AutoModelForConfidence.from_pretrained(name)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    model.confidence_config.decision_threshold = threshold
+    return model
+
+
+def max_diff(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_push_download_revision_and_offline_round_trip(hub, tmp_path, monkeypatch):
+    upload_base(tmp_path)
+    model = random_model("tiny/llama", threshold=0.5)
+    expected = model.confidence(QUESTIONS)
+
+    info = model.push_to_hub("alice/honest-tiny", commit_message="first version")
+    assert info.oid == hub.history("alice/honest-tiny")[0].oid
+    files = hub.files("alice/honest-tiny")
+    assert {"adapter_model.safetensors", "adapter_config.json", "confidence_config.json", "tokenizer.json",
+            "tokenizer_config.json", "README.md"} <= set(files)
+    assert json.loads(files["adapter_config.json"])["base_model_name_or_path"] == "tiny/llama"
+    card = ModelCard(files["README.md"].decode())
+    assert card.data.library_name == "elical-hf" and card.data.base_model == "tiny/llama"
+    assert {"elical-hf", "confidence-estimation", "honesty", "lora"} <= set(card.data.tags)
+    assert 'from_pretrained("alice/honest-tiny")' in card.text and "Decision threshold: 0.5" in card.text
+
+    second = random_model("tiny/llama", seed=1)
+    second.push_to_hub("alice/honest-tiny", revision="v1")  # a new branch; main keeps the first version
+    loaded = AutoModelForConfidence.from_pretrained("alice/honest-tiny")
+    assert max_diff(loaded.confidence(QUESTIONS), expected) < 1e-6
+    assert loaded.confidence_config.decision_threshold == 0.5
+    on_branch = AutoModelForConfidence.from_pretrained("alice/honest-tiny", revision="v1")
+    assert max_diff(on_branch.confidence(QUESTIONS), second.confidence(QUESTIONS)) < 1e-6
+
+    go_offline(monkeypatch)  # HF_HUB_OFFLINE=1: everything comes from the Hub cache
+    hub.stop()
+    cached = AutoModelForConfidence.from_pretrained("alice/honest-tiny")
+    assert max_diff(cached.confidence(QUESTIONS), expected) < 1e-6
+
+
+def test_refused_inputs_publish_nothing(hub, tmp_path, tiny_llama):
+    local = AutoModelForConfidence.from_pretrained(tiny_llama)  # base known only as a local path
+    for bad in ["not a repo id", "a/b/c", "alice/", "/alice/x"]:
+        with pytest.raises(ValueError, match="Invalid Hub repo id"):
+            local.push_to_hub(bad)
+    with pytest.raises(ValueError, match="local path, not a Hub id.*base_model_name_or_path="):
+        local.push_to_hub("alice/local-base")
+    with pytest.raises(ValueError, match="local path, not a Hub id"):
+        local.push_to_hub("alice/local-base", base_model_name_or_path=tiny_llama)
+    folder = tmp_path / "saved"
+    local.save_pretrained(folder)
+    (folder / "confidence_config.json").unlink()  # an interrupted save
+    with pytest.raises(ValueError, match="no confidence_config.json"):
+        push_folder(folder, "alice/partial", base_model_name_or_path="tiny/llama")
+    assert hub.repos == {}
+
+    folder = tmp_path / "complete"
+    local.save_pretrained(folder)
+    (folder / "training_args.bin").write_bytes(b"pickle")  # never published
+    push_folder(folder, "alice/with-hub-base", base_model_name_or_path="tiny/llama")
+    files = hub.files("alice/with-hub-base")
+    assert "training_args.bin" not in files
+    for name in ("adapter_config.json", "confidence_config.json"):
+        assert json.loads(files[name])["base_model_name_or_path"] == "tiny/llama"
+    assert ModelCard(files["README.md"].decode()).data.base_model == "tiny/llama"
+
+
+def test_network_failure_mid_upload(hub, tmp_path, caplog):
+    upload_base(tmp_path)
+    model = random_model("tiny/llama")
+    model.push_to_hub("alice/flaky")
+    before = [c.oid for c in hub.history("alice/flaky")]
+    hub.fail_next_commits(1)
+    model.confidence_config.decision_threshold = 0.7
+    with caplog.at_level(logging.INFO, logger="elical_hf.hub"), pytest.raises(HubPublishError, match="single commit"):
+        model.push_to_hub("alice/flaky")
+    assert [c.oid for c in hub.history("alice/flaky")] == before  # nothing committed
+    assert "Published" not in caplog.text  # nothing claimed
+    model.push_to_hub("alice/flaky")  # the retry goes through
+    assert json.loads(hub.files("alice/flaky")["confidence_config.json"])["decision_threshold"] == 0.7
+
+
+def test_downloaded_adapter_with_another_base_is_refused(hub, tmp_path, tiny_qwen2):
+    upload_base(tmp_path)
+    random_model("tiny/llama").push_to_hub("alice/for-llama")
+    with pytest.raises(ValueError, match="was trained on 'tiny/llama'"):
+        AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=tiny_qwen2)
+
+
+def test_no_code_runs_from_the_repo(hub, tmp_path):
+    upload_base(tmp_path)
+    random_model("tiny/llama").push_to_hub("mallory/model")
+    api = HfApi()
+    adapter = json.loads(hub.files("mallory/model")["adapter_config.json"])
+    adapter["auto_mapping"] = {"base_model_class": "Evil", "parent_library": "evil_module_from_the_repo"}
+    api.upload_file(path_or_fileobj=json.dumps(adapter).encode(), path_in_repo="adapter_config.json",
+                    repo_id="mallory/model")
+    api.upload_file(path_or_fileobj=b"raise SystemExit('executed')\n", path_in_repo="evil_module_from_the_repo.py",
+                    repo_id="mallory/model")
+    AutoModelForConfidence.from_pretrained("mallory/model").confidence(QUESTIONS[:1])
+    assert "evil_module_from_the_repo" not in sys.modules
+
+
+def test_cli_push(hub, tmp_path, tiny_llama, capsys):
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    assert cli_main(["push", str(folder), "alice/cli"]) == 1
+    assert "--base_model" in capsys.readouterr().err
+    assert cli_main(["push", str(folder), "alice/cli", "--base_model", "tiny/llama", "--private"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["commit"] == hub.history("alice/cli")[0].oid and hub.repo("alice/cli").private

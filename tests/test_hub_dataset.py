@@ -1,0 +1,137 @@
+"""The HonestyBench dataset repository: parquet layout + card configs, loaded back with `datasets.load_dataset`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import load_dataset
+from huggingface_hub import DatasetCard, snapshot_download
+
+from elical_hf import push_honestybench, write_honestybench
+from elical_hf.signals.records import normalize_record
+from tests.hub_server import hub  # noqa: F401 - the fixture
+
+
+def official_record(i: int) -> dict:
+    """A record in the official (wrapped) HonestyBench shape."""
+    return {
+        "question": f"Question number {i}?",
+        "answer": [f"answer {i}", f"alias {i}"],
+        "greedy_response": [f"answer {i}"],
+        "greedy_correctness": i % 2,
+        "greedy_tokens": [["answer", f" {i}"]],
+        "greedy_cumulative_logprobs": [-0.25 * i],
+        "greedy_logprobs": [[-0.125 * i, -0.125 * i]],
+        "sampling_response": [f"answer {i}", "something else"],
+        "sampling_correctness": [1, 0],
+        "consistency_judgement": [1, 0],
+    }
+
+
+def our_record(i: int, dataset: str) -> dict:
+    """A record in our flat shape, with extras and judge names."""
+    return {
+        "id": f"{dataset}-{i}",
+        "question": f"Our question {i} about {dataset}?",
+        "answer": [f"gold {i}"],
+        "greedy_response": f"gold {i}",
+        "greedy_correctness": bool(i % 3),
+        "greedy_tokens": ["gold", f" {i}"],
+        "greedy_cumulative_logprobs": -0.5,
+        "greedy_logprobs": [-0.25, -0.25],
+        "sampling_response": ["gold", "other", "gold"],
+        "sampling_correctness": [True, False, True],
+        "consistency_judgement": [1.0, 0.0, 1.0],
+        "consistency_lexical": [1.0, 0.0, 0.5],
+        "correctness_judge": "has_answer",
+        "consistency_judge": "Qwen/Qwen2.5-32B-Instruct",
+        "model": "Org/Tiny-Chat",
+        "dataset": dataset,
+        "split": "test" if i % 2 else "train",
+    }
+
+
+@pytest.fixture
+def records_folder(tmp_path):
+    """Official-style files: one jsonl per (model, dataset, split)."""
+    root = tmp_path / "records"
+    layout = {"Qwen2.5-7B-Instruct/nq_train.jsonl": range(0, 6), "Qwen2.5-7B-Instruct/nq_test.jsonl": range(6, 9),
+              "Qwen2.5-7B-Instruct/squad_dev.jsonl": range(9, 13)}
+    for path, numbers in layout.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("".join(json.dumps(official_record(i)) + "\n" for i in numbers))
+    return root
+
+
+def rows_of(dataset) -> list[dict]:
+    return sorted(dataset.to_list(), key=lambda row: row["question"])
+
+
+def expected_rows(records: list[dict], features, **fields) -> list[dict]:
+    rows = []
+    for record in records:
+        row = normalize_record(record)
+        row.pop("split", None)
+        rows.append({name: {**row, **fields}.get(name) for name in features})
+    return sorted(rows, key=lambda row: row["question"])
+
+
+def test_write_layout_card_and_load_locally(records_folder, tmp_path):
+    out = tmp_path / "repo"
+    parts = write_honestybench(records_folder, out)
+    assert {p["path"] for p in parts} == {
+        "data/Qwen2.5-7B-Instruct/nq/train.parquet",
+        "data/Qwen2.5-7B-Instruct/nq/in_domain_test.parquet",
+        "data/Qwen2.5-7B-Instruct/squad/ood_test.parquet",
+    }
+    card = DatasetCard.load(out / "README.md")
+    configs = {c["config_name"]: c for c in card.data.configs}
+    assert set(configs) == {"Qwen2.5-7B-Instruct--nq", "Qwen2.5-7B-Instruct--squad", "Qwen2.5-7B-Instruct"}
+    assert set(card.data.license) == {"cc-by-sa-3.0", "cc-by-sa-4.0"}  # NQ and SQuAD
+    assert "greedy_cumulative_logprobs" in card.text and "CC BY-SA 3.0" in card.text
+
+    cache = str(tmp_path / "datasets-cache")
+    nq = load_dataset(str(out), "Qwen2.5-7B-Instruct--nq", cache_dir=cache)
+    assert set(nq) == {"train", "in_domain_test"} and nq["train"].num_rows == 6
+    originals = [official_record(i) for i in range(6)]
+    expected = expected_rows(originals, nq["train"].features, model="Qwen2.5-7B-Instruct", dataset="nq",
+                             source_split="train")
+    assert rows_of(nq["train"]) == expected
+    everything = load_dataset(str(out), "Qwen2.5-7B-Instruct", cache_dir=cache)
+    assert {name: ds.num_rows for name, ds in everything.items()} == {"train": 6, "in_domain_test": 3, "ood_test": 4}
+
+
+def test_push_and_load_from_the_hub_snapshot(hub, tmp_path):
+    records = [our_record(i, dataset) for dataset in ("hotpotqa", "popqa") for i in range(4)]
+    info = push_honestybench(records, "alice/honestybench")
+    assert info.oid == hub.history("alice/honestybench", repo_type="dataset")[0].oid
+    folder = snapshot_download("alice/honestybench", repo_type="dataset")
+    card = DatasetCard.load(f"{folder}/README.md")
+    assert "`has_answer`: string matching" in card.text and "LLM judge" in card.text
+    assert set(card.data.license) == {"cc-by-sa-4.0", "mit"}
+    hotpot = load_dataset(folder, "Org--Tiny-Chat--hotpotqa", cache_dir=str(tmp_path / "cache"))
+    originals = [r for r in records if r["dataset"] == "hotpotqa"]
+    assert {name: ds.num_rows for name, ds in hotpot.items()} == {"train": 2, "in_domain_test": 2}
+    loaded = rows_of(hotpot["train"]) + rows_of(hotpot["in_domain_test"])
+    expected = [
+        {name: {**normalize_record({k: v for k, v in r.items() if k != "split"}), "source_split": r["split"]}.get(name)
+         for name in hotpot["train"].features}
+        for r in originals
+    ]
+    assert sorted(loaded, key=lambda row: row["id"]) == sorted(expected, key=lambda row: row["id"])
+    popqa = load_dataset(folder, "Org--Tiny-Chat--popqa", cache_dir=str(tmp_path / "cache"))
+    # An OOD dataset's *train* records are not part of the paper's splits: they go to `other`.
+    assert {name: ds.num_rows for name, ds in popqa.items()} == {"ood_test": 2, "other": 2}
+
+
+def test_bad_dataset_inputs(hub, tmp_path):
+    with pytest.raises(ValueError, match="Invalid Hub repo id"):
+        push_honestybench([our_record(0, "nq")], "no namespace here")
+    with pytest.raises(ValueError, match="no `model` or `dataset`"):
+        write_honestybench([{"question": "q?", "answer": ["a"]}], tmp_path / "out")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        write_honestybench([our_record(0, "nq")], tmp_path / "full")
+    assert hub.repos == {}

@@ -1,0 +1,72 @@
+"""The "confidence-estimation" transformers pipeline task."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import pipeline
+
+from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline
+from elical_hf.pipeline import ConfidencePipelineLoadError
+from tests.hub_server import hub  # noqa: F401 - the fixture
+
+
+QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France and of Germany?", "When was the king born?"]
+
+
+@pytest.fixture(scope="module")
+def saved_model(tiny_llama, tmp_path_factory):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    scores = model.confidence(QUESTIONS)
+    model.confidence_config.decision_threshold = sorted(scores)[1]  # one question below, two at or above
+    folder = tmp_path_factory.mktemp("pipeline-model")
+    model.save_pretrained(folder)
+    return str(folder), scores
+
+
+def test_folder_single_and_list(saved_model):
+    folder, scores = saved_model
+    scorer = pipeline("confidence-estimation", model=folder, device="cpu")
+    assert isinstance(scorer, ConfidenceEstimationPipeline)
+    single = scorer(QUESTIONS[0])
+    assert set(single) == {"confidence", "decision"} and abs(single["confidence"] - scores[0]) < 1e-6
+    threshold = sorted(scores)[1]
+    outputs = scorer(QUESTIONS)
+    assert [o["decision"] for o in outputs] == ["answer" if s >= threshold else "abstain" for s in scores]
+    batched = scorer(QUESTIONS, batch_size=3)  # padded together: same scores
+    assert max(abs(o["confidence"] - s) for o, s in zip(batched, scores)) < 1e-5
+
+
+def test_model_object_and_threshold(saved_model):
+    folder, scores = saved_model
+    model = AutoModelForConfidence.from_pretrained(folder)
+    model.confidence_config.decision_threshold = None
+    scorer = pipeline("confidence-estimation", model=model, device="cpu")
+    assert set(scorer(QUESTIONS[0])) == {"confidence"}
+    assert scorer(QUESTIONS[0], threshold=0.0)["decision"] == "answer"
+    assert scorer(QUESTIONS[0], threshold=1.0)["decision"] == "abstain"
+    with pytest.raises(ValueError, match="threshold"):
+        scorer(QUESTIONS[0], threshold=2.0)
+
+
+def test_refuses_what_is_not_a_saved_confidence_model(tiny_llama):
+    with pytest.raises(ConfidencePipelineLoadError, match="not a saved confidence model"):
+        pipeline("confidence-estimation", model=tiny_llama, device="cpu")
+    with pytest.raises(TypeError, match="AutoModelForConfidence"):
+        ConfidenceEstimationPipeline(model=torch.nn.Linear(2, 1))
+
+
+def test_hub_repo(hub, tmp_path):
+    from tests.test_hub import QUESTIONS as HUB_QUESTIONS, random_model, upload_base
+
+    upload_base(tmp_path)
+    model = random_model("tiny/llama", threshold=0.5)
+    model.push_to_hub("alice/pipeline-model")
+    scorer = pipeline("confidence-estimation", model="alice/pipeline-model", device="cpu")
+    outputs = scorer(HUB_QUESTIONS)
+    assert max(abs(o["confidence"] - s) for o, s in zip(outputs, model.confidence(HUB_QUESTIONS))) < 1e-6
