@@ -19,6 +19,11 @@ from .metrics import alignment, auroc, bootstrap_ci, ece, select_threshold
 
 
 METRIC_NAMES = ("auroc", "ece", "alignment")
+BASELINE_NAMES = {
+    "prob": "Prob", "n_prob": "N-Prob", "consis_lex": "Consis-Lex", "consis_sem": "Consis-Sem",
+    "verbal0": "Verbal-0", "verbal10": "Verbal-10",
+}
+"""The paper's names of the training-free baselines."""
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
 
 

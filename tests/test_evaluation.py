@@ -85,3 +85,44 @@ def test_decision_threshold_is_stored_and_used(tiny_llama, tmp_path):
     assert AutoModelForConfidence.from_pretrained(tmp_path / "m").confidence_config.decision_threshold == threshold
     with pytest.raises(ValueError, match="not a saved confidence model"):
         set_decision_threshold(str(tmp_path), [0.1, 0.9], [0, 1])
+
+
+def write_records(folder, dataset: str, n: int, seed: int) -> None:
+    from elical_hf.signals.records import save_records
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        correct = bool(rng.integers(0, 2))
+        logprobs = list(rng.uniform(-2, 0, 3) + (1.5 if correct else 0.0))
+        logprobs = [min(lp, 0.0) for lp in logprobs]
+        rows.append({
+            "question": f"who wrote hamlet {dataset} {i}", "answer": ["shakespeare"], "dataset": dataset,
+            "greedy_response": "shakespeare" if correct else "dickens", "greedy_correctness": correct,
+            "greedy_tokens": ["a", "b", "c"], "greedy_logprobs": logprobs,
+            "greedy_cumulative_logprobs": float(sum(logprobs)),
+            "sampling_response": ["shakespeare", "dickens"], "sampling_correctness": [True, False],
+        })
+    save_records(rows, folder / f"{dataset}_test.jsonl")
+
+
+def test_evaluate_command(tiny_llama, tmp_path):
+    from elical_hf.cli import main as cli_main
+
+    records = tmp_path / "records" / "tiny-model"
+    records.mkdir(parents=True)
+    write_records(records, "nq", 30, 0)
+    write_records(records, "squad", 20, 1)
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+    out = tmp_path / "report"
+    code = cli_main([
+        "evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(out),
+        "--model", f"Tiny={tmp_path / 'model'}", "--baselines", "prob,n_prob,consis_lex,consis_sem",
+    ])
+    assert code == 0
+    table = json.loads((out / "results.json").read_text())
+    assert list(table) == ["Prob", "N-Prob", "Consis-Lex", "Tiny"]  # Consis-Sem skipped: no semantic judgements
+    assert set(table["N-Prob"]) == {"nq", "squad", "in-domain avg", "OOD avg"}
+    assert table["N-Prob"]["nq"]["n"] == 30 and table["N-Prob"]["squad"]["n"] == 20
+    assert table["N-Prob"]["in-domain avg"]["auroc"] > 90  # the records' logprobs are built to reveal correctness
+    assert (out / "reliability.png").exists() and (out / "report.md").exists()

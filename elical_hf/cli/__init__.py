@@ -8,7 +8,13 @@ import sys
 
 COMMANDS = {
     "demo": ("elical_hf.cli.demo", "Run the whole method offline on the embedded default model and real questions."),
+    "push": ("elical_hf.cli.push", "Publish a model, HonestyBench records or a metric Space to the Hub in one commit."),
+    "convert-official": ("elical_hf.cli.convert", "Convert a released checkpoint of the paper to a confidence model."),
     "train": ("elical_hf.cli.train", "Train stage 1 (elicitation), stage 2 (calibration) and Cal-Only."),
+    "judge": ("elical_hf.cli.judge", "Add or redo correctness / consistency judgements (lexical, embedding, LLM)."),
+    "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10."),
+    "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
+    "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
 }
 
 

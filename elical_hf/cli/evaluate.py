@@ -1,0 +1,83 @@
+"""`elical-hf evaluate`: test records + confidence sources -> the paper's table (JSON + Markdown) and plots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .parser import ElicalArgumentParser
+
+
+@dataclass
+class EvaluateArguments:
+    """Options of `elical-hf evaluate` (also settable from `--config file.yaml`)."""
+
+    records: str = field(metadata={"help": "Test records: a file or folder (HonestyBench layout or `elical-hf sample` output)."})
+    output_dir: str = field(metadata={"help": "Where results.json, report.md and the plots go."})
+    model: list[str] = field(
+        default_factory=list, metadata={"help": "Trained confidence models as NAME=PATH (repeatable)."}
+    )
+    baselines: str = field(
+        default="prob,n_prob,consis_lex,consis_sem",
+        metadata={"help": "Comma-separated training-free baselines (those whose inputs are missing are skipped)."},
+    )
+    field_sources: list[str] = field(
+        default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}
+    )
+    bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for AUROC confidence intervals."})
+    batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{what} must look like NAME=VALUE, got {item!r}.")
+        pairs[name] = value
+    return pairs
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(EvaluateArguments, prog="elical-hf evaluate", description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from elical_hf.auto import AutoModelForConfidence
+    from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, table_to_markdown, write_report
+    from elical_hf.signals.baselines import compute_baselines
+    from elical_hf.signals.records import load_honestybench
+
+    (options,) = make_parser().parse_with_config(argv)
+    models, columns = _pairs(options.model, "--model"), _pairs(options.field_sources, "--field_sources")
+    loaded = load_honestybench(options.records)
+    tests = [name for name in ("in_domain_test", "ood_test") if name in loaded]
+    if not tests:
+        raise ValueError(f"{options.records} holds no in_domain_test or ood_test records (found {list(loaded)}).")
+    records = [dict(row, split=split) for split in tests for row in loaded[split]]
+    records = [r for r in records if r.get("greedy_correct") is not None]
+    if not records:
+        raise ValueError("No test record has a judged greedy answer (`greedy_correctness`); run `elical-hf judge`.")
+
+    sources: dict[str, list[float]] = {}
+    for name in [b.strip() for b in options.baselines.split(",") if b.strip()]:
+        try:
+            for key, values in compute_baselines(records, which=[name], progress=False).items():
+                sources[BASELINE_NAMES.get(key, key)] = values
+        except ValueError as error:  # e.g. consis_sem without semantic judgements
+            print(f"skipping baseline {name}: {error}")
+    for name, column in columns.items():
+        sources[name] = [float(r[column]) for r in records]
+    questions = [r["question"] for r in records]
+    for name, path in models.items():
+        sources[name] = AutoModelForConfidence.from_pretrained(path).confidence(
+            questions, batch_size=options.batch_size, progress=True
+        )
+
+    correct = [int(r["greedy_correct"]) for r in records]
+    table = evaluate_table(
+        correct, [r["dataset"] for r in records], [r["split"] for r in records], sources, bootstrap=options.bootstrap
+    )
+    paths = write_report(table, options.output_dir, correct=correct, confidences=sources)
+    print(table_to_markdown(table, "auroc"))
+    print(f"\nReport: {paths['report']} (results.json and plots beside it)")
+    return 0
