@@ -17,10 +17,24 @@ import json
 import math
 import os
 import time
+from collections import Counter
 
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions
-from elical_hf.signals.judges import normalize_answer
 from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.signals.judges import normalize_answer
+
+
+PROBES = [
+    ("Paris", "It is Paris."),
+    ("Paris", "Paris, France"),
+    ("Paris", "London"),
+    ("The capital of France is Paris.", "The capital of France is Lyon."),
+    ("1945", "It ended in 1945."),
+    ("1945", "1944"),
+    ("William Shakespeare wrote Hamlet.", "Hamlet was written by Shakespeare."),
+    ("Shakespeare", "Charles Dickens"),
+]
+"""Hand-made (greedy, sample) pairs whose cosines are reported next to the table, as a sanity check."""
 
 
 def cohen_kappa(a: list[bool], b: list[bool]) -> float:
@@ -135,9 +149,11 @@ def main(argv: list[str] | None = None) -> dict:
     lexical = [x >= args.lexical_threshold for x in rouge]
     llm = [bool(v) for r in judged for v in r["consistency_judgement"]]
     llm_strict = [parse_verdict(x, strict=True) for x in replies]
-    cosines = [x for row in EmbeddingJudge().similarities(
+    embedder = EmbeddingJudge()
+    cosines = [x for row in embedder.similarities(
         [r["greedy_response"] for r in records], [r["sampling_response"] for r in records]) for x in row]
     distinct = [normalize_answer(g) != normalize_answer(s) for _, g, s in pairs]  # not trivially equal
+    probe_scores = embedder.similarities([a for a, _ in PROBES], [[b] for _, b in PROBES])
 
     rows = []
     for threshold in [float(t) for t in args.thresholds.split(",")]:
@@ -168,9 +184,10 @@ def main(argv: list[str] | None = None) -> dict:
             "acc_lexical": accuracy(llm, lexical),
             "kappa_lexical": cohen_kappa(llm, lexical),
             "strict_kappa_lexical_on_parsed": cohen_kappa(*map(list, zip(*parsed))) if parsed else float("nan"),
-            "reply_examples": sorted(set(replies), key=replies.count, reverse=True)[:8],
+            "most_common_replies": Counter(replies).most_common(8),
         },
         "table": rows,
+        "probes": [[a, b, round(row[0], 3)] for (a, b), row in zip(PROBES, probe_scores)],
         "chosen_threshold": best["threshold"],
         "rule": "threshold with the highest Cohen's kappa against the lexical judge",
         "seconds": round(time.perf_counter() - start, 1),
@@ -214,6 +231,8 @@ def markdown(result: dict) -> str:
             f"{f(row['kappa_lexical'])} | {f(row['kappa_lexical_distinct'])} | {f(row['acc_llm'])} | "
             f"{f(row['kappa_llm'])} |"
         )
+    lines += ["", "| greedy | sample | cosine |", "|---|---|---:|"]
+    lines += [f"| {a} | {b} | {cosine:.3f} |" for a, b, cosine in result["probes"]]
     return "\n".join(lines)
 
 

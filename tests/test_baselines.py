@@ -191,3 +191,9 @@ def test_compute_baselines_refuses_missing_inputs():
     with pytest.raises(ValueError, match="also being scored"):  # train records that are the test records
         compute_baselines(train_records(), complete=ScriptedModel(["1"]), train_records=train_records(),
                           which=["verbal10"], progress=False)
+
+
+def test_prob_reads_the_official_nested_form():
+    official = {"greedy_response": ["Paris"], "greedy_logprobs": [[-0.5, -0.5]], "greedy_cumulative_logprobs": [-1.0]}
+    assert prob([official]) == pytest.approx([math.exp(-1.0)])
+    assert n_prob([official]) == pytest.approx([math.exp(-0.5)])

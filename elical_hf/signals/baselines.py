@@ -45,6 +45,8 @@ def _greedy_logprobs(records: Sequence[dict], name: str) -> list[list[float] | N
     out, empty = [], 0
     for i, record in enumerate(records):
         logprobs = record.get("greedy_logprobs")
+        if logprobs is not None and len(logprobs) == 1 and isinstance(logprobs[0], (list, tuple)):
+            logprobs = logprobs[0]  # the official HonestyBench form `[[...]]`
         if logprobs is None and "greedy_cumulative_logprobs" not in record:
             raise ValueError(f"Record {i} has neither `greedy_logprobs` nor `greedy_cumulative_logprobs`.")
         values = [float(x) for x in logprobs] if logprobs is not None else None

