@@ -158,3 +158,17 @@ def test_baselines_refuses_bad_options(tmp_path):
         baselines_cli.main(["--records", records, "--output", str(tmp_path / "o.jsonl"), "--which", "verbal10"])
     with pytest.raises(ValueError, match="elical-hf judge"):  # consis_sem on unjudged records
         baselines_cli.main(["--records", records, "--output", str(tmp_path / "o.jsonl"), "--which", "consis_sem"])
+
+
+def test_records_are_found_below_a_folder_like_sample_output(tmp_path):
+    from elical_hf.cli.judge import load_records
+    from elical_hf.signals.records import save_records
+
+    row = {"question": "who wrote hamlet", "answer": ["shakespeare"], "greedy_response": "shakespeare",
+           "sampling_response": ["shakespeare"]}
+    (tmp_path / "run" / "shards").mkdir(parents=True)
+    save_records([row, {**row, "question": "q2"}], tmp_path / "run" / "shards" / "shard-00000.parquet")
+    save_records([{**row, "question": "q3"}], tmp_path / "run" / "shards" / "shard-00001.parquet")
+    assert [r["question"] for r in load_records(str(tmp_path / "run"))] == ["who wrote hamlet", "q2", "q3"]
+    with pytest.raises(ValueError, match="does not exist"):
+        load_records(str(tmp_path / "missing"))

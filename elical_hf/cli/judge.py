@@ -67,18 +67,14 @@ def record_format(path: str) -> str:
 
 
 def load_records(path: str) -> list[dict]:
-    """Normalized records from a .jsonl/.parquet file or a folder of them (files in name order, not recursive)."""
-    from elical_hf.signals.records import read_records
+    """Normalized records from a .jsonl/.parquet file or every such file below a folder (e.g. `sample` shards)."""
+    from elical_hf.signals.records import read_records, record_files
 
-    if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.lower().endswith((".jsonl", ".parquet")))
-        if not names:
-            raise ValueError(f"No .jsonl or .parquet records file in {path!r}.")
-        return [record for name in names for record in read_records(os.path.join(path, name))]
     if not os.path.exists(path):
         raise ValueError(f"Records file {path!r} does not exist.")
-    record_format(path)
-    return read_records(path)
+    if not os.path.isdir(path):
+        record_format(path)
+    return [record for name in record_files(path) for record in read_records(name)]
 
 
 def load_completion(model_name_or_path: str):

@@ -60,6 +60,8 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
             if count and not count.isdigit():
                 raise ValueError(f"Bad bundled limit {count!r} in {source!r}; use bundled:<name>[:<limit>].")
             rows += load_bundled_questions(name, int(count) if count else None)
+        # The bundled sets are the sources' evaluation splits (NQ test, HotpotQA dev, ...): say so.
+        rows = [{"split": "test", **row} for row in rows]
     else:
         table = load_table(source)
         if "question" not in table.column_names:

@@ -375,7 +375,8 @@ def _download(repo_id: str, models: list[str] | None, revision: str | None) -> s
         ) from error
 
 
-def _record_files(root: str) -> list[str]:
+def record_files(root: str) -> list[str]:
+    """Every `.jsonl` / `.parquet` records file under `root` (recursively, hidden files skipped), or `root` itself."""
     if os.path.isfile(root):
         return [root]
     files = []
@@ -452,7 +453,7 @@ def load_honestybench(
 
     parts: dict[str, list[Dataset]] = {}
     others: set[str] = set()
-    for file in tqdm(_record_files(root), desc="Reading records", unit="file", disable=not progress):
+    for file in tqdm(record_files(root), desc="Reading records", unit="file", disable=not progress):
         relative = os.path.relpath(file, base).replace(os.sep, "/")
         hint = dict(path_parser(relative))
         hint_dataset = canonical_dataset(hint.get("dataset"))
