@@ -77,3 +77,26 @@ def test_judged_records_load_with_training_columns(judged):
 
     raw = load_honestybench(output_dir / "sampled", progress=False)  # not judged yet: no targets
     assert raw.num_rows == bench.num_rows and set(raw["train"]["consistency"]) == {None}
+
+
+def test_cli_judges_and_baselines_on_the_real_records(judged, tmp_path):
+    """`elical-hf judge` (embedding consistency) and `elical-hf baselines` (incl. Verbal-0 with SmolLM2) end to end."""
+    from elical_hf.cli import main as cli_main
+    from elical_hf.signals.records import read_records, save_records
+
+    output_dir, records = judged
+    subset = tmp_path / "subset.parquet"
+    save_records(records[:8], subset)  # Verbal-0 asks the model once per question: keep it small
+    assert cli_main(["judge", "--records", str(subset), "--consistency", "embedding",
+                     "--output", str(tmp_path / "judged.parquet")]) == 0
+    assert cli_main(["baselines", "--records", str(tmp_path / "judged.parquet"),
+                     "--which", "prob,n_prob,consis_lex,consis_sem,verbal0",
+                     "--output", str(tmp_path / "scored.parquet")]) == 0
+    scored = read_records(tmp_path / "scored.parquet")
+    assert len(scored) == 8
+    for name in ("prob", "n_prob", "consis_lex", "consis_sem", "verbal0"):
+        values = [row[f"confidence_{name}"] for row in scored]
+        assert all(0.0 <= v <= 1.0 for v in values), name
+    assert all(row["consistency_judge"].startswith("embedding:") for row in scored)
+    bench = load_honestybench(tmp_path / "scored.parquet", progress=False)
+    assert sum(len(split) for split in bench.values()) == 8
