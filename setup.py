@@ -48,8 +48,33 @@ class build_pth(Command):
         return [os.path.join(self.build_lib, _registration().PTH_FILENAME)]
 
 
+class build_card_templates(Command):
+    """Ship the top-level `model_cards/` templates inside the wheel as `elical_hf/model_cards/`."""
+
+    description = "copy model_cards/*.md into the built package"
+    user_options = []
+
+    def initialize_options(self):
+        self.build_lib = None
+        self.editable_mode = False  # an editable install reads the templates from the source tree
+
+    def finalize_options(self):
+        self.set_undefined_options("build", ("build_lib", "build_lib"))
+
+    def run(self):
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_cards")
+        target = os.path.join(self.build_lib, "elical_hf", "model_cards")
+        self.mkpath(target)
+        for name in sorted(os.listdir(source)):
+            if name.endswith(".md"):
+                self.copy_file(os.path.join(source, name), os.path.join(target, name))
+
+    def get_outputs(self):
+        return []
+
+
 class build_with_pth(build):
-    sub_commands = build.sub_commands + [("build_pth", None)]
+    sub_commands = build.sub_commands + [("build_pth", None), ("build_card_templates", None)]
 
 
-setup(cmdclass={"build": build_with_pth, "build_pth": build_pth})
+setup(cmdclass={"build": build_with_pth, "build_pth": build_pth, "build_card_templates": build_card_templates})

@@ -46,13 +46,13 @@ _STAGE_TEXT = {
 
 
 def templates_dir() -> Path:
-    """The `model_cards/` folder that holds the card templates (next to the `elical_hf` package)."""
-    folder = Path(__file__).resolve().parent.parent / "model_cards"
-    if not (folder / MODEL_CARD_TEMPLATE).is_file():
-        raise FileNotFoundError(
-            f"The card templates are missing from {folder}; install elical-hf from its source (`pip install -e .`)."
-        )
-    return folder
+    """The folder of the card templates: `elical_hf/model_cards/` in a wheel, the repository's `model_cards/` in a
+    source or editable install."""
+    here = Path(__file__).resolve().parent
+    for folder in (here / "model_cards", here.parent / "model_cards"):
+        if (folder / MODEL_CARD_TEMPLATE).is_file():
+            return folder
+    raise FileNotFoundError(f"The card templates are missing from {here / 'model_cards'}; reinstall elical-hf.")
 
 
 @dataclass

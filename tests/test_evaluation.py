@@ -117,11 +117,13 @@ def test_evaluate_command(tiny_llama, tmp_path):
     out = tmp_path / "report"
     code = cli_main([
         "evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(out),
-        "--model", f"Tiny={tmp_path / 'model'}", "--baselines", "prob,n_prob,consis_lex,consis_sem",
+        "--model", f"Tiny@10={tmp_path / 'model'}", f"Tiny@100={tmp_path / 'model'}",
+        "--baselines", "prob,n_prob,consis_lex,consis_sem",
     ])
     assert code == 0
     table = json.loads((out / "results.json").read_text())
-    assert list(table) == ["Prob", "N-Prob", "Consis-Lex", "Tiny"]  # Consis-Sem skipped: no semantic judgements
+    assert list(table) == ["Prob", "N-Prob", "Consis-Lex", "Tiny@10", "Tiny@100"]  # no Consis-Sem: no judgements
+    assert (out / "auroc_vs_labels.png").exists()  # two label budgets of one method
     assert set(table["N-Prob"]) == {"nq", "squad", "in-domain avg", "OOD avg"}
     assert table["N-Prob"]["nq"]["n"] == 30 and table["N-Prob"]["squad"]["n"] == 20
     assert table["N-Prob"]["in-domain avg"]["auroc"] > 90  # the records' logprobs are built to reveal correctness

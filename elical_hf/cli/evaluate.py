@@ -14,7 +14,11 @@ class EvaluateArguments:
     records: str = field(metadata={"help": "Test records: a file or folder (HonestyBench layout or `elical-hf sample` output)."})
     output_dir: str = field(metadata={"help": "Where results.json, report.md and the plots go."})
     model: list[str] = field(
-        default_factory=list, metadata={"help": "Trained confidence models as NAME=PATH (repeatable)."}
+        default_factory=list,
+        metadata={
+            "help": "Trained confidence models as NAME=PATH, several separated by spaces. Name runs of one method with different "
+            "label budgets METHOD@N (e.g. EliCal@100, EliCal@1000) to also plot AUROC against the number of labels."
+        },
     )
     baselines: str = field(
         default="prob,n_prob,consis_lex,consis_sem",
@@ -35,6 +39,17 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
             raise ValueError(f"{what} must look like NAME=VALUE, got {item!r}.")
         pairs[name] = value
     return pairs
+
+
+def label_curves(table: dict) -> dict[str, dict[int, float]]:
+    """AUROC (in [0, 1], in-domain average when present) of `METHOD@N` rows, by method and label budget N."""
+    curves: dict[str, dict[int, float]] = {}
+    for name, row in table.items():
+        method, sep, budget = name.rpartition("@")
+        if sep and method and budget.isdigit():
+            column = "in-domain avg" if "in-domain avg" in row else next(iter(row))
+            curves.setdefault(method, {})[int(budget)] = row[column]["auroc"] / 100
+    return {method: points for method, points in curves.items() if len(points) > 1}
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -77,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     table = evaluate_table(
         correct, [r["dataset"] for r in records], [r["split"] for r in records], sources, bootstrap=options.bootstrap
     )
-    paths = write_report(table, options.output_dir, correct=correct, confidences=sources)
+    paths = write_report(
+        table, options.output_dir, correct=correct, confidences=sources, label_curves=label_curves(table)
+    )
     print(table_to_markdown(table, "auroc"))
     print(f"\nReport: {paths['report']} (results.json and plots beside it)")
     return 0
