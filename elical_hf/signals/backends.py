@@ -23,6 +23,7 @@ from .generation import (
     _cut_at_stop,
     build_prompt_ids,
     complete_prompts,
+    completion_settings,
     generate_answers,
     sample_seed,
 )
@@ -247,15 +248,7 @@ class VLLMBackend:
     ) -> list[str]:
         """Greedy completions of raw user prompts in the chat template (`batch_size` is vLLM's business: ignored)."""
         prompts = list(prompts)
-        settings = SamplingSettings(
-            num_samples=1,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
-            prompt_template="{question}",
-            use_chat_template=use_chat_template,
-            system_prompt=system_prompt,
-            stop_strings=list(stop_strings or []),
-        )
+        settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
         if not prompts:
             return []
         params = self._vllm.SamplingParams(

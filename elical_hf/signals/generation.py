@@ -408,6 +408,25 @@ def generate_answers(
     return _decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
 
 
+def completion_settings(
+    max_new_tokens: int = 16,
+    batch_size: int = 16,
+    use_chat_template: bool = True,
+    system_prompt: str | None = None,
+    stop_strings: list[str] | None = None,
+) -> SamplingSettings:
+    """Settings of a greedy completion of raw prompts (shared by every backend's `complete`)."""
+    return SamplingSettings(
+        num_samples=1,  # unused: completions decode greedy rows only
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        prompt_template="{question}",
+        use_chat_template=use_chat_template,
+        system_prompt=system_prompt,
+        stop_strings=list(stop_strings or []),
+    )
+
+
 def complete_prompts(
     model: Any,
     tokenizer: Any,
@@ -435,15 +454,7 @@ def complete_prompts(
     for row, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
             raise ValueError(f"`prompts` must hold strings; row {row} holds {type(prompt).__name__}.")
-    settings = SamplingSettings(
-        num_samples=1,  # unused: the decoder runs greedy rows only
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        prompt_template="{question}",
-        use_chat_template=use_chat_template,
-        system_prompt=system_prompt,
-        stop_strings=list(stop_strings or []),
-    )
+    settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
     if not prompts:
         return []
     decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), greedy_only=True)
