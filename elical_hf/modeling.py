@@ -117,6 +117,29 @@ class ForConfidenceMixin:
                 Number of labelled rows in the whole accumulated batch; when given the loss is the sum of squared
                 errors divided by it.
         """
+        pooled = self.pooled_hidden_state(input_ids, attention_mask, position_ids, inputs_embeds, **kwargs)
+        logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
+        confidence = torch.sigmoid(logits)
+
+        loss = None
+        if labels is not None:
+            squared_error = (confidence - labels.to(confidence.device, torch.float32)) ** 2
+            if num_items_in_batch is not None:
+                loss = squared_error.sum() / num_items_in_batch
+            else:
+                loss = squared_error.mean()
+        return ConfidenceModelOutput(loss=loss, confidence=confidence, logits=logits)
+
+    def pooled_hidden_state(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """Final-layer hidden state of the last real prompt token of each row, shape `(batch_size, hidden_size)`:
+        what the confidence head reads. Arguments as in `forward`."""
         reference = input_ids if input_ids is not None else inputs_embeds
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
@@ -133,18 +156,7 @@ class ForConfidenceMixin:
         )
         hidden = backbone_output.last_hidden_state
         rows = torch.arange(hidden.shape[0], device=hidden.device)
-        pooled = hidden[rows, last_token_indices(attention_mask).to(hidden.device)]
-        logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
-        confidence = torch.sigmoid(logits)
-
-        loss = None
-        if labels is not None:
-            squared_error = (confidence - labels.to(confidence.device, torch.float32)) ** 2
-            if num_items_in_batch is not None:
-                loss = squared_error.sum() / num_items_in_batch
-            else:
-                loss = squared_error.mean()
-        return ConfidenceModelOutput(loss=loss, confidence=confidence, logits=logits)
+        return hidden[rows, last_token_indices(attention_mask).to(hidden.device)]
 
     @torch.inference_mode()
     def confidence(
@@ -172,6 +184,35 @@ class ForConfidenceMixin:
         Returns:
             `list[float]`: one confidence in [0, 1] per question, in input order.
         """
+        outputs = self._map_prompts(questions, lambda batch: self(**batch).confidence, batch_size, tokenizer, progress)
+        return torch.cat(outputs).tolist() if outputs else []
+
+    @torch.no_grad()  # not inference_mode: the features are meant to enter autograd as a head's inputs
+    def prompt_features(
+        self,
+        questions: Sequence[str] | str,
+        batch_size: int = 16,
+        tokenizer: Any | None = None,
+        progress: bool = False,
+    ) -> torch.Tensor:
+        """
+        What the confidence head reads for each question: the final hidden state of the last prompt token, as a
+        float32 tensor of shape `(len(questions), hidden_size)` on the CPU. With a frozen backbone these features do
+        not change while only the head trains, which [`~elical_hf.head_calibration.calibrate_head`] uses.
+
+        Arguments as in [`~ForConfidenceMixin.confidence`].
+        """
+        outputs = self._map_prompts(
+            questions, lambda batch: self.pooled_hidden_state(**batch).float().cpu(), batch_size, tokenizer, progress
+        )
+        return torch.cat(outputs) if outputs else torch.zeros(0, self.confidence_head.in_features)
+
+    def _map_prompts(
+        self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool
+    ) -> list[torch.Tensor]:
+        """Render, tokenize and batch `questions`, and apply `fn` to each padded batch in eval mode."""
+        from tqdm.auto import tqdm
+
         from .data import encode_prompts, pad_batch
 
         if isinstance(questions, str):
@@ -181,20 +222,19 @@ class ForConfidenceMixin:
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         if tokenizer is None:
             raise ValueError("No tokenizer: pass `tokenizer=` or load the model with `AutoModelForConfidence`.")
+        if not questions:
+            return []
         encoded = encode_prompts(list(questions), tokenizer, self.confidence_config)
         was_training = self.training
         self.eval()
-        scores: list[float] = []
         try:
-            from tqdm.auto import tqdm
-
             starts = range(0, len(encoded), batch_size)
-            for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress):
-                batch = pad_batch(encoded[start : start + batch_size], tokenizer, device=self.device)
-                scores.extend(self(**batch).confidence.tolist())
+            return [
+                fn(pad_batch(encoded[start : start + batch_size], tokenizer, device=self.device))
+                for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress)
+            ]
         finally:
             self.train(was_training)
-        return scores
 
 
 _CLASSES: dict[str, type] = {}
