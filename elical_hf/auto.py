@@ -24,6 +24,7 @@ from .cards import ConfidenceModelCardData, write_model_card
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .data import ensure_pad_token
 from .embedded import hub_offline, resolve_model_path
+from .hub import hub_id_of_local_copy, is_hub_id
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
 
 
@@ -159,8 +160,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             confidence_config ([`ConfidenceConfig`], *optional*):
                 Prompt template and pooling of a fresh model.
             base_model_name_or_path (`str`, *optional*):
-                For a saved model: load its adapter onto this base instead (e.g. a local copy of the same model);
-                refused when the architecture differs from the one it was trained on.
+                For a saved model: load its adapter onto this base instead, a local folder with a copy of the model
+                it was trained on. Refused when it is another Hub model, or when its architecture differs.
             is_trainable (`bool`, *optional*, defaults to `False`):
                 For a saved model: keep the adapter trainable.
             kwargs:
@@ -194,16 +195,19 @@ class AutoModelForConfidence(_BaseAutoModelClass):
     def _load_base(cls, name: str, confidence_config: ConfidenceConfig, **kwargs: Any) -> Any:
         """Backbone + fresh head as the architecture's `XForConfidence`, with its tokenizer attached."""
         path, source = resolve_model_path(name, revision=kwargs.get("revision"))
+        recorded = name
+        if source == "local":  # a Hub cache snapshot or the dequantized embedded default: record its Hub id
+            recorded, source = hub_id_of_local_copy(path) or (os.path.abspath(path), source)
         hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
         config = AutoConfig.from_pretrained(path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
         model = super().from_pretrained(path, config=config, **kwargs)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
-        model.config._name_or_path = name  # cards and adapter configs name the Hub id, not a local cache path
+        model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path
         tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
         model.tokenizer = ensure_pad_token(tokenizer)
-        confidence_config.base_model_name_or_path = name
+        confidence_config.base_model_name_or_path = recorded
         confidence_config.base_model_signature = backbone_signature(model.config)
         confidence_config.base_weights_source = source
         model.confidence_config = confidence_config
@@ -215,9 +219,11 @@ class AutoModelForConfidence(_BaseAutoModelClass):
     ) -> PeftModelForConfidence:
         saved_config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
         adapter_config = PeftConfig.from_pretrained(folder)
-        base = base_model_name_or_path or saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
+        trained_on = saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
+        base = base_model_name_or_path or trained_on
         if base is None:
             raise ValueError(f"{folder} does not name its base model; pass `base_model_name_or_path=`.")
+        _check_requested_base(folder, trained_on, base_model_name_or_path)
         loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
         kwargs.pop("revision", None)  # the revision of the adapter's repo, not of the base model's
         model = cls._load_base(base, loading_config, **kwargs)
@@ -236,6 +242,28 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             model.tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(folder))
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+
+
+def _check_requested_base(folder: str, trained_on: str | None, requested: str | None) -> None:
+    """Refuse a base model that is another Hub model than the one the adapter was trained on.
+
+    A local folder is accepted as the base (a copy of the same model, e.g. downloaded elsewhere); its architecture is
+    checked after loading. A Hub id, or a folder known to be a copy of one (a Hub cache snapshot, the dequantized
+    embedded default), must name the adapter's own base model.
+    """
+    if requested is None or trained_on is None or not is_hub_id(trained_on):
+        return
+    if os.path.isdir(requested):
+        known = hub_id_of_local_copy(requested)
+        asked = known[0] if known is not None else None
+    else:
+        asked = requested if is_hub_id(requested) else None
+    if asked is not None and asked.lower() != trained_on.lower():
+        raise ValueError(
+            f"The adapter in {folder} was trained on {trained_on!r}, but its base model was asked to be {asked!r}: "
+            "an adapter only works on the base model it was trained on. Load it without `base_model_name_or_path`, "
+            f"or pass a local folder that holds the weights of {trained_on!r}."
+        )
 
 
 def _find_saved_model(name: str, **hub_kwargs: Any) -> str | None:

@@ -38,16 +38,6 @@ RELEASED_BASES = {
 _MODELING = "elical_hf.modeling"
 
 
-def _is_hub_id(name: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return not name.startswith((".", "~"))
-
-
 def _find_release(root: Path, subfolder: str | None) -> tuple[Path, Path]:
     """The adapter folder and the head file of a release layout under `root`."""
     start = root / subfolder if subfolder else root
@@ -174,6 +164,7 @@ def convert_official(
     from .configuration import ConfidenceConfig, backbone_signature
     from .data import ensure_pad_token
     from .embedded import hub_offline, resolve_model_path
+    from .hub import is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
 
     src, dst = os.fspath(src), Path(dst)
@@ -184,8 +175,6 @@ def convert_official(
     else:
         from huggingface_hub import snapshot_download
 
-        from .hub import validate_hub_repo_id
-
         validate_hub_repo_id(src)
         patterns = [f"{subfolder.strip('/')}/*", f"{subfolder.strip('/')}/**"] if subfolder else None
         root = Path(snapshot_download(src, revision=revision, token=token, local_files_only=hub_offline(),
@@ -195,7 +184,7 @@ def convert_official(
     base = base_model_name_or_path or RELEASED_BASES.get(src) or lora.base_model_name_or_path
     if not base:
         raise ValueError(f"{adapter} does not name its base model; pass `base_model_name_or_path=`.")
-    if not os.path.isdir(base) and not _is_hub_id(base):
+    if not os.path.isdir(base) and not is_hub_id(base):
         raise ValueError(
             f"{adapter} names its base model {base!r}, which is neither a folder here nor a Hub id (a path on the "
             "authors' machines?); pass `base_model_name_or_path=` (e.g. \"Qwen/Qwen2.5-7B-Instruct\")."

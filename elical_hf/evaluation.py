@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
-from .metrics import alignment, auroc, bootstrap_ci, ece, select_threshold
+from .metrics import alignment, auroc, ece, select_threshold
 
 
 METRIC_NAMES = ("auroc", "ece", "alignment")
@@ -27,19 +28,35 @@ BASELINE_NAMES = {
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
 
 
-def _metrics(confidences: np.ndarray, correct: np.ndarray, bootstrap: int, seed: int) -> dict[str, float]:
+def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
     out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
-    if 0 < correct.sum() < len(correct):
-        out["auroc"] = 100 * auroc(confidences, correct)
-        if bootstrap:
-            ci = bootstrap_ci(auroc, confidences, correct, n_resamples=bootstrap, seed=seed)
-            out["auroc_ci"] = [100 * ci["low"], 100 * ci["high"]]
-    else:
-        out["auroc"] = math.nan
+    out["auroc"] = 100 * auroc(confidences, correct) if 0 < correct.sum() < len(correct) else math.nan
     out["ece"] = 100 * ece(confidences, correct)
     out["alignment"] = alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
     return out
+
+
+def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: np.ndarray) -> dict[str, np.ndarray]:
+    """Each metric on every bootstrap resample (`draws`: row indices, one resample per row of the array)."""
+    samples = {metric: np.empty(len(draws)) for metric in METRIC_NAMES}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, rows in enumerate(draws):
+            cell = _metrics(confidences[rows], correct[rows])
+            for metric in METRIC_NAMES:
+                samples[metric][i] = cell[metric]
+    return samples
+
+
+def _intervals(cell: dict[str, Any], samples: dict[str, np.ndarray], level: float = 0.95) -> None:
+    """Add `<metric>_ci` = [low, high] percentile intervals to `cell` (NaN when every resample is NaN)."""
+    alpha = 100 * (1 - level) / 2
+    for metric, values in samples.items():
+        values = values[~np.isnan(values)]
+        cell[f"{metric}_ci"] = (
+            [float(v) for v in np.percentile(values, [alpha, 100 - alpha])] if values.size else [math.nan, math.nan]
+        )
 
 
 def evaluate_table(
@@ -59,12 +76,15 @@ def evaluate_table(
             alignment metric relies on).
         splits (`list[str]`): `"in_domain_test"` or `"ood_test"` (other values get no average) of each record.
         confidences (`dict[str, list[float]]`): Method name -> one confidence per record.
-        bootstrap (`int`, *optional*, defaults to 0): Bootstrap resamples for AUROC confidence intervals.
+        bootstrap (`int`, *optional*, defaults to 0): Bootstrap resamples for 95% percentile intervals of every
+            metric (`auroc_ci`, `ece_ci`, `alignment_ci`). Rows are resampled within each dataset, the same resamples
+            for every method (paired), and an average's interval comes from the weighted averages of the resampled
+            per-dataset metrics.
         seed (`int`, *optional*, defaults to 0): Bootstrap seed.
 
     Returns:
-        `dict`: `table[method][column]` -> `{"n", "accuracy", "auroc", "ece", "alignment"[, "auroc_ci"]}`, where the
-        columns are the datasets followed by `"in-domain avg"` / `"OOD avg"` when those splits are present.
+        `dict`: `table[method][column]` -> `{"n", "accuracy", "auroc", "ece", "alignment"[, "<metric>_ci"]}`, where
+        the columns are the datasets followed by `"in-domain avg"` / `"OOD avg"` when those splits are present.
     """
     correct_array = np.asarray(correct, dtype=np.int64)
     n = len(correct_array)
@@ -74,6 +94,9 @@ def evaluate_table(
         raise ValueError("No confidence source to evaluate.")
     dataset_array, split_array = np.asarray(datasets), np.asarray(splits)
     names = list(dict.fromkeys(datasets))
+    masks = {name: dataset_array == name for name in names}
+    rng = np.random.default_rng(seed)
+    draws = {name: rng.integers(0, mask.sum(), size=(bootstrap, mask.sum())) for name, mask in masks.items()}
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for method, values in confidences.items():
         scores = np.asarray(values, dtype=np.float64)
@@ -81,14 +104,18 @@ def evaluate_table(
             raise ValueError(f"{method!r} has {scores.size} confidences for {n} records.")
         if np.isnan(scores).any() or scores.min() < 0 or scores.max() > 1:
             raise ValueError(f"{method!r} has confidences outside [0, 1] or NaN.")
-        row = {}
-        for name in names:
-            mask = dataset_array == name
-            row[name] = _metrics(scores[mask], correct_array[mask], bootstrap, seed)
+        row, samples = {}, {}
+        for name, mask in masks.items():
+            row[name] = _metrics(scores[mask], correct_array[mask])
+            if bootstrap:
+                samples[name] = _resampled_metrics(scores[mask], correct_array[mask], draws[name])
+                _intervals(row[name], samples[name])
         for split, label in SPLIT_AVERAGES.items():
-            members = [name for name in names if split_array[dataset_array == name][0] == split]
+            members = [name for name in names if split_array[masks[name]][0] == split]
             if members:
                 row[label] = _weighted_average([row[name] for name in members])
+                if bootstrap:
+                    _intervals(row[label], _weighted_samples([row[name] for name in members], [samples[m] for m in members]))
         table[method] = row
     return table
 
@@ -103,19 +130,42 @@ def _weighted_average(cells: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _weighted_samples(cells: list[dict[str, Any]], samples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-resample weighted averages of per-dataset resampled metrics (NaN resamples of a dataset left out)."""
+    out = {}
+    weights = np.asarray([cell["n"] for cell in cells], dtype=np.float64)[:, None]
+    for metric in METRIC_NAMES:
+        stacked = np.stack([sample[metric] for sample in samples])  # datasets x resamples
+        valid = ~np.isnan(stacked)
+        total = (weights * valid).sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[metric] = np.where(total > 0, (np.where(valid, stacked, 0.0) * weights).sum(axis=0) / total, np.nan)
+    return out
+
+
 def table_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]], metric: str = "auroc") -> str:
-    """One Markdown table of `metric` (rows: methods, columns: datasets and averages)."""
+    """One Markdown table of `metric` (rows: methods, columns: datasets and averages), with bootstrap intervals in
+    brackets when the table has them."""
     columns = list(next(iter(table.values())))
     header = "| method | " + " | ".join(columns) + " |"
     lines = [header, "|---|" + "---:|" * len(columns)]
     for method, row in table.items():
-        cells = [_fmt(row[column][metric]) for column in columns]
+        cells = [_cell(row[column], metric) for column in columns]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _fmt(value: float) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def _cell(cell: Mapping[str, Any], metric: str) -> str:
+    """`72.10`, or `72.10 [69.4, 75.0]` when the cell has a bootstrap interval."""
+    interval = cell.get(f"{metric}_ci")
+    text = _fmt(cell[metric])
+    if interval and not any(math.isnan(v) for v in interval):
+        text += f" [{interval[0]:.1f}, {interval[1]:.1f}]"
+    return text
 
 
 def write_report(

@@ -47,26 +47,69 @@ def validate_hub_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def _hub_base_id(name: str | None, folder: str, override: bool) -> str:
-    """`name` when it is a Hub model id; a clear error for a local path (or nothing)."""
+def is_hub_id(name: str, *, local_wins: bool = True) -> bool:
+    """Whether `name` reads as a Hub model id (`<namespace>/<name>` or a canonical `<name>`), not a local path.
+
+    With `local_wins` (the default) a name that is also an existing local path counts as a path, as `from_pretrained`
+    reads it."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    if not name or os.path.isabs(name) or name.startswith((".", "~")) or (local_wins and os.path.exists(name)):
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
+    """
+    The Hub id whose weights a local folder holds, when the folder itself says so unambiguously.
+
+    Two layouts do: a snapshot in the Hub cache (`.../models--<org>--<name>/snapshots/<commit>`), and elical-hf's
+    dequantized copy of an embedded default model (see [`~elical_hf.embedded.convert_embedded`]).
+
+    Returns:
+        `tuple[str, str] | None`: the Hub id and where the folder's weights come from (`"hub"` or
+        `"gguf:<package>/<file> (dequantized)"`), or `None` for any other folder.
+    """
+    from .embedded import _COMPLETE_MARKER, EMBEDDED_MODELS
+
+    folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        return None
+    marker = folder / _COMPLETE_MARKER
+    if marker.is_file():
+        origin = marker.read_text(encoding="utf-8").strip()
+        for hub_id, embedded in EMBEDDED_MODELS.items():
+            if origin == f"{embedded.package}/{embedded.gguf_file}":
+                return hub_id, f"gguf:{origin} (dequantized)"
+    repo = folder.parent.parent.name
+    if folder.parent.name == "snapshots" and repo.startswith("models--"):
+        hub_id = repo[len("models--") :].replace("--", "/")
+        if is_hub_id(hub_id, local_wins=False):
+            return hub_id, "hub"
+    return None
+
+
+def _hub_base_id(name: str | None, folder: str, override: bool) -> str:
+    """The base model's Hub id for a published adapter: `name` itself, or the Hub id of a recognised local copy
+    (Hub cache snapshot, dequantized embedded model); a clear error for any other local path (or nothing)."""
     hint = 'Pass `base_model_name_or_path="<org>/<model>"` (command line: `--base_model <org>/<model>`)'
     if not name:
         raise ValueError(f"{folder} does not name its base model. {hint}.")
-    local = os.path.exists(name) or os.path.isabs(name) or name.startswith((".", "~"))
-    if not local:
-        try:
-            validate_repo_id(name)
-        except HFValidationError:
-            local = True
-    if local:
-        what = "The base model you gave" if override else f"The base model of {folder}"
-        raise ValueError(
-            f"{what}, {name!r}, is a local path, not a Hub id: a published adapter must name the base model's Hub id "
-            f"so that others can load it. {hint}, with the Hub id of the model whose weights these are."
-        )
-    return name
+    if is_hub_id(name, local_wins=not override):  # an explicit `base_model_name_or_path` is taken as a Hub id
+        return name
+    known = hub_id_of_local_copy(name) if os.path.isdir(os.path.expanduser(name)) else None
+    if known is not None:
+        logger.info("The base model %s is a local copy of %s; the adapter names the latter.", name, known[0])
+        return known[0]
+    what = "The base model you gave" if override else f"The base model of {folder}"
+    raise ValueError(
+        f"{what}, {name!r}, is a local path, not a Hub id: a published adapter must name the base model's Hub id "
+        f"so that others can load it. {hint}, with the Hub id of the model whose weights these are."
+    )
 
 
 def _rewrite_json(path: Path, **values: Any) -> None:

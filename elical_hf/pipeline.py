@@ -11,9 +11,11 @@
 `pipeline()` only knows how to build transformers model classes. For this task it is given a loader whose
 `from_pretrained` calls [`AutoModelForConfidence.from_pretrained`]; a failure there is raised as
 [`ConfidencePipelineLoadError`] so that `pipeline()` does not silently fall back to the base architecture's class.
-`pipeline()` still reads the base model's `config.json` first (it looks at the adapter's base): when the base model
-is only available through elical-hf's offline fallback (the embedded GGUF), pass a loaded model instead:
-`pipeline("confidence-estimation", model=AutoModelForConfidence.from_pretrained(folder))`.
+
+Before loading, `pipeline()` reads the `config.json` of the base model that the adapter names. For this task only,
+and only when that read fails for an embedded default model (`HuggingFaceTB/SmolLM2-135M-Instruct` with no network
+and no Hub cache), the config is read from the same offline copy that [`AutoModelForConfidence`] then loads (see
+[`~elical_hf.embedded.resolve_model_path`]): `transformers.pipelines.AutoConfig` is wrapped on registration for that.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import Pipeline
+import transformers.pipelines
+from transformers import AutoConfig, Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .auto import _HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, _find_saved_model
 from .data import encode_prompts, ensure_pad_token
+from .embedded import EMBEDDED_MODELS, resolve_model_path
 from .modeling import ForConfidenceMixin
 
 
@@ -112,8 +116,27 @@ class ConfidenceEstimationPipeline(Pipeline):
         return result
 
 
+class _PipelineAutoConfig(AutoConfig):
+    """`AutoConfig` as `pipeline()` uses it, plus one fallback: for this task, the config of an embedded default base
+    model that the Hub (and its cache) cannot provide is read from the offline copy [`AutoModelForConfidence`]
+    loads. Every other call is `AutoConfig.from_pretrained` unchanged."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return AutoConfig.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except OSError:
+            name = pretrained_model_name_or_path
+            if kwargs.get("_from_pipeline") != TASK or not isinstance(name, str) or name not in EMBEDDED_MODELS:
+                raise
+        path, _ = resolve_model_path(name, revision=kwargs.pop("revision", None))
+        return AutoConfig.from_pretrained(path, *args, **kwargs)
+
+
 def register_pipeline() -> None:
     """Register the `"confidence-estimation"` task with transformers' `pipeline()` (idempotent)."""
+    if transformers.pipelines.AutoConfig is AutoConfig:  # see the module docstring
+        transformers.pipelines.AutoConfig = _PipelineAutoConfig
     registered = PIPELINE_REGISTRY.supported_tasks.get(TASK)
     if registered is not None and registered.get("impl") is ConfidenceEstimationPipeline:
         return

@@ -59,17 +59,22 @@ def train_stage(
     stage: str,
     *,
     dev_fraction: float = 0.1,
+    dev_data: Any | None = None,
     seed: int = 42,
     training_args: dict[str, Any] | None = None,
     calibration_trainable: str = "head",
     keep_checkpoints: bool = False,
 ) -> ConfidenceTrainer:
-    """Train one stage with a seeded dev split for early stopping, and save the final model to `output_dir`.
+    """Train one stage with a dev set for early stopping, and save the final model to `output_dir`.
 
-    Checkpoints go to `output_dir/checkpoints` while training (for `resume_from_checkpoint`) and are removed once
-    the final model is saved, unless `keep_checkpoints`.
+    The dev set is `dev_data` when given, else a seeded `dev_fraction` of `train_data` (by question). Checkpoints go
+    to `output_dir/checkpoints` while training (for `resume_from_checkpoint`) and are removed once the final model is
+    saved, unless `keep_checkpoints`.
     """
-    train, dev = split_dev(train_data, dev_fraction, seed, stage)
+    if dev_data is not None:
+        train, dev = as_dataset(train_data, stage), as_dataset(dev_data, f"{stage} dev")
+    else:
+        train, dev = split_dev(train_data, dev_fraction, seed, stage)
     settings: dict[str, Any] = {
         "num_train_epochs": paper_epochs(len(train)),
         "early_stopping_patience": 4 if dev is not None else None,

@@ -128,3 +128,24 @@ def test_evaluate_command(tiny_llama, tmp_path):
     assert table["N-Prob"]["nq"]["n"] == 30 and table["N-Prob"]["squad"]["n"] == 20
     assert table["N-Prob"]["in-domain avg"]["auroc"] > 90  # the records' logprobs are built to reveal correctness
     assert (out / "reliability.png").exists() and (out / "report.md").exists()
+
+
+def test_bootstrap_intervals_cover_every_metric_and_the_averages():
+    correct, datasets, splits, sources = synthetic()
+    table = evaluate_table(correct, datasets, splits, sources, bootstrap=200, seed=3)
+    for column in ("nq", "in-domain avg", "OOD avg"):
+        cell = table["noise"][column]  # ("good" separates perfectly: its AUROC interval is [100, 100])
+        for metric in ("auroc", "ece", "alignment"):
+            low, high = cell[f"{metric}_ci"]
+            assert high > low, (column, metric, cell)
+        low, high = cell["auroc_ci"]  # (ECE's resamples are biased upwards: its interval may miss the point)
+        assert low <= cell["auroc"] <= high
+    # the average's interval is narrower than a single dataset's (more rows)
+    width = lambda cell: cell["auroc_ci"][1] - cell["auroc_ci"][0]  # noqa: E731
+    assert width(table["noise"]["in-domain avg"]) < width(table["noise"]["nq"])
+    # paired and seeded: the same call gives the same intervals, another seed different ones
+    again = evaluate_table(correct, datasets, splits, sources, bootstrap=200, seed=3)
+    assert again["good"]["nq"]["ece_ci"] == table["good"]["nq"]["ece_ci"]
+    other = evaluate_table(correct, datasets, splits, sources, bootstrap=200, seed=4)
+    assert other["good"]["nq"]["ece_ci"] != table["good"]["nq"]["ece_ci"]
+    assert "[" in table_to_markdown(table, "ece") and "[" not in table_to_markdown(evaluate_table(*synthetic()))
