@@ -243,3 +243,15 @@ def test_resuming_head_only_calibration_keeps_lora_frozen(stage1, tmp_path):
     resumed = run("cal-resumed", resume=str(tmp_path / "cal" / "checkpoint-2"))
     # `original_module` is the unused fresh head of the base model (re-drawn at each load).
     assert {n for n in changed(before, resumed) if "original_module" not in n} == head_names(resumed)
+
+
+def test_train_stage_uses_a_given_dev_set(tiny_llama, tmp_path):
+    from elical_hf.recipe import train_stage
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    train, dev = make_rows(24, seed=1), make_rows(6, seed=2)
+    trainer = train_stage(model, train, str(tmp_path / "out"), "elicitation", dev_data=dev,
+                          training_args={"num_train_epochs": 1, "per_device_train_batch_size": 8, "report_to": "none"})
+    assert len(trainer.train_dataset) == 24 and len(trainer.eval_dataset) == 6
+    assert os.path.isfile(tmp_path / "out" / "confidence_config.json")
+    assert not os.path.exists(tmp_path / "out" / "checkpoints")
