@@ -36,6 +36,7 @@ RELEASED_BASES = {
 }
 """Base model of each released checkpoint (from the authors' README)."""
 _MODELING = "elical_hf.modeling"
+_PROBES = ("Who wrote Hamlet?", "What is the capital of France?")
 
 
 def _find_release(root: Path, subfolder: str | None) -> tuple[Path, Path]:
@@ -124,6 +125,57 @@ def _map_lora_keys(released: dict[str, torch.Tensor], expected: dict[str, torch.
     return mapped
 
 
+def match_reference_tokens(tokenizer: Any, config: Any, probes: tuple[str, ...] = _PROBES) -> str | None:
+    """
+    Make elical-hf's inputs equal the reference code's for this tokenizer, by writing the special tokens the reference
+    adds into the prompt's template.
+
+    The reference code tokenizes the chat-templated prompt with `add_special_tokens=True`; elical-hf tokenizes it with
+    `add_special_tokens=False`, since the chat template already holds the special tokens. For a tokenizer that adds
+    tokens of its own (Llama 3 prepends `<|begin_of_text|>`, which its chat template also starts with), the reference
+    input therefore has them twice. Prepending (appending) them to the tokenizer's chat template, or to
+    `config.prompt_template` when no chat template is used, reproduces the reference input ids exactly; this is
+    checked on `probes`.
+
+    Args:
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`]): Changed in place (its `chat_template`).
+        config ([`ConfidenceConfig`]): Changed in place (its `prompt_template`) when no chat template is used.
+        probes (`tuple[str, ...]`, *optional*): Questions the result is checked on.
+
+    Returns:
+        `str | None`: which special tokens were added where (e.g. ``"`<|begin_of_text|>` in front"``), or `None`
+        when the tokenizer adds none (Qwen2.5) and nothing was changed.
+
+    Raises:
+        `ValueError`: when the reference input cannot be reproduced this way.
+    """
+    reference = [tokenizer(config.format_prompt(q, tokenizer))["input_ids"] for q in probes]
+    ours = tokenizer(config.format_prompt(probes[0], tokenizer), add_special_tokens=False)["input_ids"]
+    if reference[0] == ours:
+        return None
+    starts = [i for i in range(len(reference[0]) - len(ours) + 1) if reference[0][i : i + len(ours)] == ours]
+    prefix = suffix = ""
+    if starts:
+        prefix = "".join(tokenizer.convert_ids_to_tokens(reference[0][: starts[0]]))
+        suffix = "".join(tokenizer.convert_ids_to_tokens(reference[0][starts[0] + len(ours) :]))
+        if config.use_chat_template and isinstance(getattr(tokenizer, "chat_template", None), str):
+            tokenizer.chat_template = _jinja_literal(prefix) + tokenizer.chat_template + _jinja_literal(suffix)
+        else:
+            config.prompt_template = prefix + config.prompt_template + suffix
+    encoded = [tokenizer(config.format_prompt(q, tokenizer), add_special_tokens=False)["input_ids"] for q in probes]
+    if not starts or encoded != reference:
+        raise ValueError(
+            "Cannot reproduce the reference tokenization (the tokenizer's special tokens added around the "
+            "chat-templated prompt) with this tokenizer; convert with `reference_special_tokens=False` (command "
+            "line: `--no_reference_special_tokens`) to keep elical-hf's tokenization."
+        )
+    return " and ".join(f"`{text}` {where}" for text, where in ((prefix, "in front"), (suffix, "at the end")) if text)
+
+
+def _jinja_literal(text: str) -> str:
+    return f"{{% raw %}}{text}{{% endraw %}}" if text else ""
+
+
 def convert_official(
     src: str | os.PathLike,
     dst: str | os.PathLike,
@@ -133,6 +185,7 @@ def convert_official(
     subfolder: str | None = None,
     revision: str | None = None,
     token: str | None = None,
+    reference_special_tokens: bool = True,
 ) -> str:
     r"""
     Convert a released checkpoint of the paper into a confidence model folder.
@@ -147,12 +200,15 @@ def convert_official(
             paper's QA prompt inside the chat template with the generation prompt.
         subfolder (`str`, *optional*): Folder of the release inside `src` when it holds several.
         revision (`str`, *optional*), token (`str`, *optional*): For a Hub `src`.
+        reference_special_tokens (`bool`, *optional*, defaults to `True`): Feed the model what the reference code
+            fed it. That code tokenizes the chat-templated prompt with `add_special_tokens=True`, so with a tokenizer
+            that adds a BOS token (Llama 3) its inputs start with two BOS tokens (the chat template's and the
+            tokenizer's); Qwen2.5's adds none. With `True` the converted model's saved chat template starts with
+            that extra token (see [`match_reference_tokens`]), and its confidences are the release's. With `False`
+            it keeps elical-hf's single BOS, and for such tokenizers its confidences differ from the release's.
 
     Returns:
         `str`: `dst`, loadable with `AutoModelForConfidence.from_pretrained(dst)`.
-
-    Note: the reference code tokenizes the chat-templated prompt with `add_special_tokens=True`. For tokenizers that
-    add a BOS token (Llama 3) its inputs therefore start with two BOS tokens, ours with one; Qwen2.5 adds none.
     """
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
@@ -164,7 +220,7 @@ def convert_official(
     from .configuration import ConfidenceConfig, backbone_signature
     from .data import ensure_pad_token
     from .embedded import hub_offline, resolve_model_path
-    from .hub import is_hub_id, validate_hub_repo_id
+    from .hub import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
 
     src, dst = os.fspath(src), Path(dst)
@@ -194,6 +250,8 @@ def convert_official(
     hidden_size = config.get_text_config().hidden_size
     head = load_head(head_file, hidden_size)
 
+    if os.path.isdir(base):  # record the Hub id of a Hub cache snapshot (or embedded copy), else the absolute path
+        base = (hub_id_of_local_copy(base) or (os.path.abspath(base),))[0]
     lora.base_model_name_or_path = base
     lora.task_type = None  # loaded by PeftModelForConfidence, not a task-specific PEFT class
     lora.inference_mode = True
@@ -214,6 +272,15 @@ def convert_official(
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
     confidence.base_model_signature = backbone_signature(config)
+    source = f"`{src}` (`{head_file.relative_to(root)}`)"
+    added = match_reference_tokens(tokenizer, confidence) if reference_special_tokens else None
+    if added:
+        source += (
+            f". As in the authors' code, the special tokens this tokenizer adds ({added}) are added to the "
+            "chat-templated prompt, which holds its own already (for Llama 3: two BOS tokens); the saved template "
+            "does the same"
+        )
+        logger.info("Reproducing the reference tokenization: %s added around each prompt.", added)
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.tmp-"))
@@ -221,7 +288,7 @@ def convert_official(
         save_file(state, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
         lora.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
-        card_data = ConfidenceModelCardData(tags=["converted"], source=f"{src} ({head_file.relative_to(root)})")
+        card_data = ConfidenceModelCardData(tags=["converted"], source=source)
         render_model_card(confidence, card_data, staging).save(staging / "README.md")
         confidence.save_pretrained(staging)  # last: marks the folder complete
         if dst.exists():

@@ -100,28 +100,34 @@ def fit_head(
     )
     best: dict[str, Any] = {"loss": math.inf, "epoch": 0, "state": None}
     history = {"epochs": 0, "global_steps": 0, "train_loss": math.nan}
-    with torch.enable_grad():
-        for epoch in range(1, num_train_epochs + 1):
-            order = torch.randperm(len(features), generator=generator)
-            losses = []
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
-                loss = _mse(head, features[rows], targets[rows])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                losses.append(loss.item())
-            history.update(epochs=epoch, global_steps=history["global_steps"] + len(losses))
-            history["train_loss"] = sum(losses) / len(losses)
-            if not has_dev:
-                continue
-            with torch.no_grad():
-                dev_loss = _mse(head, dev_features.float(), dev_y).item()
-            if dev_loss < best["loss"]:
-                best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
-            elif early_stopping_patience is not None and epoch - best["epoch"] >= early_stopping_patience:
-                break
+    flags = [p.requires_grad for p in head.parameters()]  # a model loaded for inference has a frozen head
+    head.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            for epoch in range(1, num_train_epochs + 1):
+                order = torch.randperm(len(features), generator=generator)
+                losses = []
+                for start in range(0, len(order), batch_size):
+                    rows = order[start : start + batch_size]
+                    loss = _mse(head, features[rows], targets[rows])
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    scheduler.step()
+                    losses.append(loss.item())
+                history.update(epochs=epoch, global_steps=history["global_steps"] + len(losses))
+                history["train_loss"] = sum(losses) / len(losses)
+                if not has_dev:
+                    continue
+                with torch.no_grad():
+                    dev_loss = _mse(head, dev_features.float(), dev_y).item()
+                if dev_loss < best["loss"]:
+                    best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
+                elif early_stopping_patience is not None and epoch - best["epoch"] >= early_stopping_patience:
+                    break
+    finally:
+        for parameter, flag in zip(head.parameters(), flags):
+            parameter.requires_grad_(flag)
     if has_dev and best["state"] is not None:
         head.load_state_dict(best["state"])
         history.update(best_epoch=best["epoch"], eval_loss=best["loss"])

@@ -99,3 +99,5 @@ class ConfidenceTrainingArguments(TrainingArguments):
             self.metric_for_best_model = "loss"
             self.greater_is_better = False
         super().__post_init__()
+        if self.dataloader_pin_memory and self.device.type == "cpu":
+            self.dataloader_pin_memory = False  # pinning needs an accelerator; torch warns at every epoch otherwise

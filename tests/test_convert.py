@@ -9,48 +9,82 @@ import pytest
 import torch
 from huggingface_hub import HfApi, ModelCard
 from peft import LoraConfig, get_peft_model
+from tokenizers import processors
 from transformers import AutoModel, AutoTokenizer
 
-from elical_hf import AutoModelForConfidence, convert_official
+from elical_hf import AutoModelForConfidence, ConfidenceConfig, convert_official
 from elical_hf.cli import main as cli_main
 from elical_hf.prompts import QA_PROMPT
 from tests.hub_server import hub  # noqa: F401 - the fixture
+from tests.tiny import CHAT_TEMPLATE, make_tiny_causal_lm, make_tiny_tokenizer
 
 
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "Who was the first king of England?"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-@pytest.fixture(scope="module")
-def release(tiny_llama, tmp_path_factory):
+def max_diff(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def build_release(base: str, folder, prompt_template: str | None = None):
     """The authors' layout, built the authors' way: get_peft_model(AutoModel) + a separate Linear(H, 1) head.
 
-    Returns the release folder and the reference confidences, computed independently of elical-hf's model code.
+    Returns the reference confidences, computed as the authors' code does and independently of elical-hf's model
+    code: the (chat-templated) prompt tokenized with the tokenizer's defaults (`add_special_tokens=True`), sigmoid of
+    the head on the final hidden state of the last token. `prompt_template`: no chat template, this prompt.
     """
     torch.manual_seed(0)
-    backbone = AutoModel.from_pretrained(tiny_llama)
+    backbone = AutoModel.from_pretrained(base)
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", target_modules=TARGETS,
                       init_lora_weights=False)  # non-zero B: a misplaced LoRA would change the scores
     peft_model = get_peft_model(backbone, lora).eval()
     head = torch.nn.Linear(backbone.config.hidden_size, 1)
-    folder = tmp_path_factory.mktemp("release")
     peft_model.save_pretrained(folder / "lora_epoch_best")
     torch.save(head.state_dict(), folder / "vector_head_epoch_best.pt")
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    tokenizer = AutoTokenizer.from_pretrained(base)
     reference, without_lora = [], []
     with torch.no_grad():
         for question in QUESTIONS:
-            messages = [{"role": "user", "content": QA_PROMPT.format(question=question)}]
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+            if prompt_template is None:
+                messages = [{"role": "user", "content": QA_PROMPT.format(question=question)}]
+                text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            else:
+                text = prompt_template.format(question=question)
+            ids = tokenizer(text, return_tensors="pt")["input_ids"]
             hidden = peft_model(input_ids=ids).last_hidden_state[:, -1]
             reference.append(float(torch.sigmoid(head(hidden)).squeeze()))
             with peft_model.disable_adapter():
                 hidden = peft_model(input_ids=ids).last_hidden_state[:, -1]
             without_lora.append(float(torch.sigmoid(head(hidden)).squeeze()))
     assert max(abs(a - b) for a, b in zip(reference, without_lora)) > 1e-3  # the LoRA matters
-    return folder, reference
+    return reference
+
+
+@pytest.fixture(scope="module")
+def release(tiny_llama, tmp_path_factory):
+    """A release on a base whose tokenizer adds no special tokens (like Qwen2.5's): folder, reference confidences."""
+    folder = tmp_path_factory.mktemp("release")
+    return folder, build_release(tiny_llama, folder)
+
+
+@pytest.fixture(scope="module")
+def bos_base(tmp_path_factory) -> str:
+    """A tiny base whose tokenizer works like Llama 3's: its chat template starts with the BOS token, and tokenizing
+    with `add_special_tokens=True` prepends another."""
+    tokenizer = make_tiny_tokenizer()
+    tokenizer.add_special_tokens({"bos_token": "<|begin_of_text|>"})
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tokenizer.bos_token_id)]
+    )
+    tokenizer.chat_template = "{{ bos_token }}" + CHAT_TEMPLATE
+    folder = tmp_path_factory.mktemp("bos-base")
+    make_tiny_causal_lm(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    ids = tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False))["input_ids"]
+    assert ids[:2] == [tokenizer.bos_token_id] * 2  # two BOS tokens, as the reference code feeds Llama 3
+    return str(folder)
 
 
 def test_released_keys_differ_from_ours(release):
@@ -92,6 +126,28 @@ def test_a_head_that_is_not_a_plain_state_dict_is_refused(release, tmp_path):
         assert not (tmp_path / f"out-{name}").exists()
 
 
+def test_tokenizers_that_add_a_bos_token_reproduce_the_reference(bos_base, tmp_path, capsys):
+    folder = tmp_path / "release"
+    reference = build_release(bos_base, folder)
+    out = convert_official(folder, tmp_path / "converted", bos_base)
+    assert max_diff(AutoModelForConfidence.from_pretrained(out).confidence(QUESTIONS), reference) < 1e-6
+    card = ModelCard.load(tmp_path / "converted" / "README.md")
+    assert "`<|begin_of_text|>` in front" in card.text and "two BOS tokens" in card.text
+
+    # elical-hf's own tokenization (one BOS): other confidences, as documented.
+    assert cli_main(["convert-official", str(folder), str(tmp_path / "single"), "--base_model", bos_base,
+                     "--no_reference_special_tokens"]) == 0
+    single = AutoModelForConfidence.from_pretrained(capsys.readouterr().out.strip())
+    assert max_diff(single.confidence(QUESTIONS), reference) > 1e-4
+
+    # Without a chat template the reference input is BOS + the prompt; the saved prompt template holds the BOS.
+    plain = tmp_path / "plain-release"
+    reference = build_release(bos_base, plain, prompt_template=QA_PROMPT)
+    settings = ConfidenceConfig(use_chat_template=False)
+    out = convert_official(plain, tmp_path / "plain", bos_base, settings)
+    assert max_diff(AutoModelForConfidence.from_pretrained(out).confidence(QUESTIONS), reference) < 1e-6
+
+
 def test_an_unreachable_base_path_is_reported(release, tmp_path):
     folder, _ = release
     moved = tmp_path / "authors-machine"
@@ -102,6 +158,26 @@ def test_an_unreachable_base_path_is_reported(release, tmp_path):
     config_path.write_text(json.dumps(config))
     with pytest.raises(ValueError, match="neither a folder here nor a Hub id"):
         convert_official(moved, tmp_path / "out")
+
+
+class _Exploit:
+    """Unpickling this (without `weights_only`) would create a file: proof that code ran."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_head_with_code_in_its_pickle_is_refused_without_running_it(release, tmp_path):
+    folder, _ = release
+    bad, ran = tmp_path / "exploit", tmp_path / "code-ran"
+    shutil.copytree(folder, bad)
+    torch.save({"weight": torch.zeros(1, 32), "bias": _Exploit(ran)}, bad / "vector_head_epoch_best.pt")
+    with pytest.raises(ValueError, match="not a plain state_dict"):
+        convert_official(bad, tmp_path / "out")
+    assert not ran.exists() and not (tmp_path / "out").exists()
 
 
 def test_pickled_adapter_bin_is_refused(release, tmp_path):

@@ -81,3 +81,14 @@ def test_calibrate_head_needs_the_label_column(tiny_llama):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     with pytest.raises(ValueError, match="'correctness'"):
         calibrate_head(model, [{"question": "q", "consistency": 0.5}] * 4)
+
+
+def test_calibrate_head_of_a_model_loaded_for_inference(tiny_llama, tmp_path):
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    model = AutoModelForConfidence.from_pretrained(str(tmp_path / "stage1"))  # not is_trainable: frozen head
+    head = confidence_head_module(model)
+    assert not head.weight.requires_grad
+    before = head.weight.detach().clone()
+    calibrate_head(model, _rows(), num_train_epochs=3, learning_rate=0.05)
+    assert not torch.equal(head.weight, before)
+    assert not head.weight.requires_grad  # left as it was

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 
 import pytest
 import torch
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import HfApi, ModelCard, snapshot_download
 
 from elical_hf import AutoModelForConfidence, HubPublishError, push_folder
 from elical_hf.cli import main as cli_main
@@ -17,6 +18,21 @@ from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
 
 
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "When was the king of Spain born?"]
+
+
+@pytest.fixture
+def embedded_tiny(tmp_path, monkeypatch, tiny_llama):
+    """`tiny/embedded`, made an embedded default model: on neither the Hub nor its cache, only as the dequantized
+    offline copy (a folder with elical-hf's completion marker) that `convert_embedded` returns."""
+    from elical_hf import embedded
+
+    entry = embedded.EmbeddedModel(package="tiny_gguf", gguf_file="tiny.Q4_1.gguf", install_hint="pip install x")
+    copy = tmp_path / "elical-cache" / "models" / "tiny--embedded--tiny.Q4_1"
+    shutil.copytree(tiny_llama, copy)
+    (copy / embedded._COMPLETE_MARKER).write_text("tiny_gguf/tiny.Q4_1.gguf\n")
+    monkeypatch.setitem(embedded.EMBEDDED_MODELS, "tiny/embedded", entry)
+    monkeypatch.setattr(embedded, "convert_embedded", lambda name: copy)
+    return copy
 
 
 def upload_base(tmp_path, repo_id: str = "tiny/llama", arch: str = "llama") -> str:
@@ -117,9 +133,48 @@ def test_network_failure_mid_upload(hub, tmp_path, caplog):
 
 def test_downloaded_adapter_with_another_base_is_refused(hub, tmp_path, tiny_qwen2):
     upload_base(tmp_path)
-    random_model("tiny/llama").push_to_hub("alice/for-llama")
+    twin = upload_base(tmp_path, "tiny/llama-twin")  # another Hub model of the very same architecture
+    model = random_model("tiny/llama")
+    model.push_to_hub("alice/for-llama")
     with pytest.raises(ValueError, match="was trained on 'tiny/llama'"):
         AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=tiny_qwen2)
+    with pytest.raises(ValueError, match="trained on 'tiny/llama', but its base model was asked to be 'tiny/llama-twin'"):
+        AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path="tiny/llama-twin")
+    with pytest.raises(ValueError, match="asked to be 'tiny/llama-twin'"):  # its Hub cache snapshot, likewise
+        AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=snapshot_download(
+            "tiny/llama-twin"))
+    # The same Hub id, or a local folder (a copy of the base, made elsewhere), is accepted.
+    for base in ("tiny/llama", twin):
+        loaded = AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=base)
+        assert max_diff(loaded.confidence(QUESTIONS), model.confidence(QUESTIONS)) < 1e-6
+
+
+def test_local_copies_are_published_under_their_hub_id(hub, tmp_path, embedded_tiny):
+    model = random_model("tiny/embedded")  # neither on the Hub nor in its cache: the offline copy is loaded
+    source = model.confidence_config.base_weights_source
+    assert source == "gguf:tiny_gguf/tiny.Q4_1.gguf (dequantized)"
+    from_copy = random_model(str(embedded_tiny))  # the dequantized folder itself, by path
+    assert from_copy.confidence_config.base_model_name_or_path == "tiny/embedded"
+    assert from_copy.confidence_config.base_weights_source == source
+    for repo_id, pushed in (("alice/embedded", model), ("alice/from-copy", from_copy)):
+        pushed.push_to_hub(repo_id)
+        files = hub.files(repo_id)
+        for name in ("adapter_config.json", "confidence_config.json"):
+            assert json.loads(files[name])["base_model_name_or_path"] == "tiny/embedded"
+        assert ModelCard(files["README.md"].decode()).data.base_model == "tiny/embedded"
+    loaded = AutoModelForConfidence.from_pretrained("alice/from-copy")
+    assert max_diff(loaded.confidence(QUESTIONS), from_copy.confidence(QUESTIONS)) < 1e-6
+
+    upload_base(tmp_path)
+    snapshot = snapshot_download("tiny/llama")  # a Hub cache snapshot, by path
+    folder = tmp_path / "from-snapshot"
+    random_model(snapshot).save_pretrained(folder)
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny/llama"
+    for name in ("adapter_config.json", "confidence_config.json"):  # as an older save recorded it: the path
+        config = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**config, "base_model_name_or_path": snapshot}))
+    push_folder(folder, "alice/from-snapshot")
+    assert json.loads(hub.files("alice/from-snapshot")["adapter_config.json"])["base_model_name_or_path"] == "tiny/llama"
 
 
 def test_no_code_runs_from_the_repo(hub, tmp_path):

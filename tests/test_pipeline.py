@@ -8,7 +8,8 @@ from transformers import pipeline
 
 from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline
 from elical_hf.pipeline import ConfidencePipelineLoadError
-from tests.hub_server import hub  # noqa: F401 - the fixture
+from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
+from tests.test_hub import embedded_tiny  # noqa: F401 - the fixture
 
 
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France and of Germany?", "When was the king born?"]
@@ -70,3 +71,21 @@ def test_hub_repo(hub, tmp_path):
     scorer = pipeline("confidence-estimation", model="alice/pipeline-model", device="cpu")
     outputs = scorer(HUB_QUESTIONS)
     assert max(abs(o["confidence"] - s) for o, s in zip(outputs, model.confidence(HUB_QUESTIONS))) < 1e-6
+
+
+def test_base_model_only_available_as_the_embedded_copy(hub, tmp_path, embedded_tiny, monkeypatch):
+    from tests.test_hub import QUESTIONS as HUB_QUESTIONS, random_model
+
+    model = random_model("tiny/embedded", threshold=0.5)  # on neither the Hub nor its cache: the offline copy
+    expected = model.confidence(HUB_QUESTIONS)
+    model.save_pretrained(tmp_path / "model")
+    model.push_to_hub("alice/embedded")
+    for online in (True, False):
+        if not online:
+            go_offline(monkeypatch)  # the adapter repo from the Hub cache, the base from the offline copy
+        for name in (str(tmp_path / "model"), "alice/embedded"):
+            outputs = pipeline("confidence-estimation", model=name, device="cpu")(HUB_QUESTIONS)
+            assert max(abs(o["confidence"] - s) for o, s in zip(outputs, expected)) < 1e-6
+            assert [o["decision"] for o in outputs] == ["answer" if s >= 0.5 else "abstain" for s in expected]
+    with pytest.raises(OSError):  # other tasks are not affected
+        pipeline("text-classification", model="tiny/embedded", device="cpu")

@@ -19,6 +19,14 @@ def make_parser() -> argparse.ArgumentParser:
                         help="Prompt with a {question} field (default: the paper's QA prompt).")
     parser.add_argument("--no_chat_template", action="store_true", help="Do not wrap the prompt in the chat template.")
     parser.add_argument("--system_prompt", default=None, help="System message (default: the chat template's own).")
+    parser.add_argument(
+        "--no_reference_special_tokens", dest="reference_special_tokens", action="store_false",
+        help="Tokenize as elical-hf does, not as the reference code. The reference adds the tokenizer's special tokens "
+        "on top of the chat-templated prompt: with a tokenizer that adds a BOS (Llama 3) its inputs start with two "
+        "BOS tokens; Qwen2.5's adds none. By default the converted model reproduces this (its saved chat template "
+        "starts with the extra token), so it gives the release's confidences; with this flag it keeps one BOS, and "
+        "its confidences differ from the release's for such tokenizers.",
+    )
     return parser
 
 
@@ -34,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = convert_official(
             options.src, options.dst, options.base_model, ConfidenceConfig(**settings),
             subfolder=options.subfolder, revision=options.revision, token=options.token,
+            reference_special_tokens=options.reference_special_tokens,
         )
     except (ValueError, OSError) as error:
         print(f"elical-hf convert-official: error: {error}", file=sys.stderr)

@@ -1,0 +1,371 @@
+"""CPU-scale replication of the paper's main experiments on SmolLM2-135M-Instruct and the bundled real QA questions.
+
+Steps (each caches its output in `--output_dir`, so an interrupted run continues where it stopped):
+
+1. `questions`: disjoint train / dev / test partitions of the in-domain datasets (NQ, HotpotQA, 2Wiki, ParaRel) by
+   normalized question with a fixed seed, plus test questions of the out-of-domain datasets (SQuAD, WebQuestions,
+   PopQA) that do not occur in the in-domain partitions.
+2. `sample`: greedy answer + k samples per question (resumable shards, `elical_hf.signals.sample_records`).
+3. `judge`: correctness (gold-alias containment) and consistency (all-MiniLM-L6-v2 embedding judge and ROUGE-L);
+   writes `records.parquet`, the HonestyBench-schema records committed in `docs/results/`.
+4. `baselines`: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10 on the test questions.
+5. `train`: Eli-Only (stage 1 on every train question), then for each label budget n: Cal-Only(n) and EliCal(n),
+   calibrating LoRA + head and head only.
+6. `evaluate`: AUROC / ECE / alignment per dataset with bootstrap CIs, in-domain and OOD weighted averages, the
+   AUROC-vs-labels plot; writes `report.md`, `results.json` and figures.
+
+Reproduce `docs/results.md` (a few hours on 2 CPU cores):
+
+    HF_HUB_OFFLINE=1 python examples/reproduce_paper.py --output_dir outputs/replication
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import math
+import os
+import random
+import time
+from typing import Any
+
+from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, normalize_question, split_questions
+from elical_hf.configuration import atomic_write_text
+from elical_hf.embedded import DEFAULT_MODEL
+
+
+logger = logging.getLogger("reproduce_paper")
+
+STEPS = ("questions", "sample", "judge", "baselines", "train", "evaluate")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output_dir", default="outputs/replication", help="Cache and results folder.")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="Answering model and backbone of the confidence model.")
+    parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS, help="Steps to run, in order.")
+    parser.add_argument("--train_per_dataset", type=int, default=1200, help="Train questions per in-domain dataset.")
+    parser.add_argument("--dev_per_dataset", type=int, default=50, help="Dev questions per in-domain dataset.")
+    parser.add_argument("--test_per_dataset", type=int, default=250, help="Test questions per in-domain dataset.")
+    parser.add_argument("--ood_per_dataset", type=int, default=350, help="Test questions per out-of-domain dataset.")
+    parser.add_argument("--num_samples", type=int, default=5, help="Sampled answers per question (k).")
+    parser.add_argument("--max_new_tokens", type=int, default=24, help="Longest answer in tokens.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Questions per generation batch.")
+    parser.add_argument(
+        "--label_budgets", type=int, nargs="+", default=[100, 250, 500, 1000, 0], help="n for Cal-Only / EliCal (0: all)."
+    )
+    parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
+    parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
+    parser.add_argument("--stage1_epochs", type=float, default=2, help="Epochs of stage 1 (early stopping on dev).")
+    parser.add_argument("--examples_per_run", type=int, default=1000,
+                        help="LoRA + head calibration runs train about this many examples (epochs = this / n).")
+    parser.add_argument("--max_epochs", type=int, default=10, help="Most epochs of a LoRA + head calibration run.")
+    parser.add_argument("--head_epochs", type=int, default=50, help="Most epochs of head-only calibration.")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for the intervals.")
+    parser.add_argument("--seed", type=int, default=42, help="Seed of partitions, sampling and training.")
+    return parser.parse_args(argv)
+
+
+def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """In-domain train/dev/test by normalized question (all in-domain rows split together, so a question shared by two
+    datasets lands in one partition), and out-of-domain test rows whose question is not in-domain. Per-dataset sizes
+    are approximate (the split is over the pooled in-domain questions)."""
+    sizes = {"train": args.train_per_dataset, "dev": args.dev_per_dataset, "test": args.test_per_dataset}
+    in_domain = [row for name in IN_DOMAIN for row in load_bundled_questions(name)]
+    total = len(in_domain) // len(IN_DOMAIN)
+    if sum(sizes.values()) > total:
+        raise ValueError(f"train + dev + test per dataset ({sum(sizes.values())}) exceeds the {total} bundled rows.")
+    fractions = {part: size / total for part, size in sizes.items()}
+    unused = 1.0 - sum(fractions.values())
+    if unused > 1e-9:
+        fractions["unused"] = unused
+    parts = split_questions(in_domain, fractions, seed=args.seed)
+    seen = {normalize_question(row["question"]) for row in in_domain}
+    rng = random.Random(args.seed)
+    ood = []
+    for name in OUT_OF_DOMAIN:
+        candidates = [row for row in load_bundled_questions(name) if normalize_question(row["question"]) not in seen]
+        rng.shuffle(candidates)
+        ood += [{**row, "split": "test"} for row in candidates[: args.ood_per_dataset]]
+    # Test questions first: a sampling run stopped early still leaves a complete test set.
+    labelled = {part: [{**row, "split": part} for row in parts[part]] for part in sizes}
+    return labelled["test"] + ood + labelled["dev"] + labelled["train"]
+
+
+def step_questions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    path = os.path.join(args.output_dir, "questions.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle]
+    rows = build_partitions(args)
+    atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return rows
+
+
+def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> None:
+    from elical_hf.signals import HFBackend, SamplingSettings, sample_records
+
+    settings = SamplingSettings(
+        num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size
+    )
+    backend = HFBackend(args.model, dtype="bfloat16")
+    sample_records(questions, backend, settings, os.path.join(args.output_dir, "samples"), shard_size=128)
+
+
+def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
+    from elical_hf.signals import EmbeddingJudge, TIMING_FIELDS, judge_correctness, lexical_consistency
+    from elical_hf.signals.records import read_records, save_records
+
+    path = os.path.join(args.output_dir, "records.parquet")
+    if os.path.exists(path):
+        return read_records(path)
+    shards = sorted(glob.glob(os.path.join(args.output_dir, "samples", "shards", "shard-*.parquet")))
+    records = [record for shard in shards for record in read_records(shard)]
+    if len(records) != len(questions):
+        raise SystemExit(f"Sampling is not finished ({len(records)} of {len(questions)} records): run --steps sample.")
+    for record in records:
+        for name in ("shard", *TIMING_FIELDS):
+            record.pop(name, None)
+    summary = judge_correctness(records)
+    lexical_consistency(records)
+    EmbeddingJudge().judge_records(records)
+    logger.info("judged %d records: %s", len(records), summary)
+    save_records(records, path)
+    return records
+
+
+def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """The six training-free baselines on the test records (Verbal-10's demonstrations come from train records)."""
+    from elical_hf.signals import BASELINES, HFBackend, compute_baselines
+
+    path = os.path.join(args.output_dir, "baselines.json")
+    test = [r for r in records if r["split"] == "test"]
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)["scores"]
+    backend = HFBackend(args.model, dtype="bfloat16")
+    summary: dict[str, Any] = {}
+    train = [r for r in records if r["split"] == "train"]
+    scores = compute_baselines(
+        test, backend.complete, train, which=list(BASELINES), seed=args.seed, batch_size=32, summary=summary
+    )
+    atomic_write_text(path, json.dumps({"ids": [r["id"] for r in test], "scores": scores, "summary": summary}) + "\n")
+    return scores
+
+
+# ---------------------------------------------------------------- training
+
+
+def rows_of(records: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """Trainer rows (`question`, `consistency`, `correctness`, `greedy_correct`) of one partition."""
+    from elical_hf.signals import training_columns
+
+    return [{"question": r["question"], **training_columns(r)} for r in records if r["split"] == split]
+
+
+def budget_name(n: int, total: int) -> str:
+    return "all" if n in (0, total) else str(n)
+
+
+def lora_epochs(args: argparse.Namespace, num_labels: int) -> float:
+    """Epochs of a LoRA + head calibration run: enough to see about `--examples_per_run` examples, at least 1."""
+    return float(min(args.max_epochs, max(1, round(args.examples_per_run / num_labels))))
+
+
+class Runs:
+    """Each finished run is one JSON file (`runs/<name>.json`: test confidences, labels, summary), so a rerun skips it."""
+
+    def __init__(self, args: argparse.Namespace, test: list[dict[str, Any]]):
+        self.folder = os.path.join(args.output_dir, "runs")
+        self.models = os.path.join(args.output_dir, "models")
+        self.test_questions = [row["question"] for row in test]
+        os.makedirs(self.folder, exist_ok=True)
+
+    def done(self, name: str) -> bool:
+        return os.path.exists(os.path.join(self.folder, f"{name}.json"))
+
+    def save(self, name: str, confidences: list[float], started: float, **info: Any) -> None:
+        entry = {"name": name, "confidences": confidences, "seconds": round(time.perf_counter() - started, 1), **info}
+        atomic_write_text(os.path.join(self.folder, f"{name}.json"), json.dumps(entry) + "\n")
+        logger.info("%s finished in %.0f s", name, entry["seconds"])
+
+
+def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
+    """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
+    import torch
+    from transformers import set_seed
+
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.head_calibration import calibrate_head, confidence_head_module
+    from elical_hf.recipe import take_labels, train_stage
+
+    train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
+    runs = Runs(args, test)
+    common = {
+        "per_device_train_batch_size": args.train_batch_size,
+        "learning_rate": args.learning_rate,
+        "disable_tqdm": False,
+        "report_to": "none",
+        "logging_steps": 20,
+    }
+    eli_dir = os.path.join(runs.models, "eli-only")
+
+    def fresh() -> Any:
+        set_seed(args.seed)  # the fresh LoRA and head are drawn from the global RNG
+        return AutoModelForConfidence.from_pretrained(args.model, dtype=torch.bfloat16)
+
+    def score(model: Any) -> list[float]:
+        return model.confidence(runs.test_questions, batch_size=32, progress=True)
+
+    if not runs.done("Eli-Only"):
+        started = time.perf_counter()
+        settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
+        train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
+        model = AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)
+        runs.save("Eli-Only", score(model), started, labels=0)
+
+    budgets = [n if n else len(train) for n in args.label_budgets]
+    # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
+    for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)),
+                         ("Cal-Only-head", fresh)):
+        todo = [n for n in budgets if not runs.done(f"{method}@{budget_name(n, len(train))}")]
+        if not todo:
+            continue
+        model = load()
+        questions = list(dict.fromkeys([row["question"] for row in train] + runs.test_questions))
+        logger.info("%s: features of %d questions", method, len(questions))
+        cache = dict(zip(questions, model.prompt_features(questions, batch_size=32, progress=True)))
+        test_features = torch.stack([cache[q] for q in runs.test_questions])
+        initial_head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+        for n in todo:
+            started = time.perf_counter()
+            confidence_head_module(model).load_state_dict(initial_head)
+            labels = take_labels(train, n, args.seed)
+            summary = calibrate_head(model, labels, None, features=cache, seed=args.seed, learning_rate=args.learning_rate,
+                                     train_batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
+            with torch.no_grad():
+                confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
+            runs.save(f"{method}@{budget_name(n, len(train))}", confidences, started, labels=len(labels), summary=summary)
+
+    # LoRA + head calibration, smallest budgets first (the largest runs are the slowest).
+    for n in sorted(budgets):
+        labels = take_labels(train, n, args.seed)
+        for method in ("EliCal", "Cal-Only"):
+            name = f"{method}@{budget_name(n, len(train))}"
+            if runs.done(name):
+                continue
+            started = time.perf_counter()
+            settings = {**common, "num_train_epochs": lora_epochs(args, len(labels)), "early_stopping_patience": 2}
+            if method == "EliCal":
+                model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True, dtype=torch.bfloat16)
+            else:
+                model = fresh()
+            folder = os.path.join(runs.models, name.lower().replace("@", "-"))
+            train_stage(model, labels, folder, "calibration", seed=args.seed, training_args=settings,
+                        calibration_trainable="all")
+            model = AutoModelForConfidence.from_pretrained(folder, dtype=torch.bfloat16)
+            runs.save(name, score(model), started, labels=len(labels), epochs=settings["num_train_epochs"])
+
+
+# ---------------------------------------------------------------- evaluation
+
+METHOD_ORDER = ("Eli-Only", "Cal-Only-head", "EliCal-head", "Cal-Only", "EliCal")
+FIGURE_METHODS = ("Consis-Sem", "Eli-Only", "Cal-Only@1000", "EliCal@1000")
+
+
+def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
+    """Finished runs, ordered by method then number of labels."""
+    runs = {}
+    for path in glob.glob(os.path.join(output_dir, "runs", "*.json")):
+        with open(path, encoding="utf-8") as handle:
+            run = json.load(handle)
+        runs[run["name"]] = run
+    key = lambda name: (METHOD_ORDER.index(name.split("@")[0]), runs[name]["labels"])  # noqa: E731
+    return {name: runs[name] for name in sorted(runs, key=key)}
+
+
+def summary_table(table: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Methods x (in-domain, OOD) averages of the three metrics, with 95% bootstrap intervals."""
+    from elical_hf.evaluation import _cell
+
+    columns = [(avg, metric) for avg in ("in-domain avg", "OOD avg") for metric in ("auroc", "ece", "alignment")]
+    arrows = {"auroc": "AUROC ↑", "ece": "ECE ↓", "alignment": "Align ↑"}
+    lines = ["| method | " + " | ".join(f"{avg.split()[0]} {arrows[m]}" for avg, m in columns) + " |"]
+    lines.append("|---|" + "---:|" * len(columns))
+    for method, row in table.items():
+        lines.append(f"| {method} | " + " | ".join(_cell(row[avg], m) for avg, m in columns) + " |")
+    return "\n".join(lines)
+
+
+def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
+    """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`."""
+    from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, write_report
+    from elical_hf.plots import auroc_vs_labels_plot
+
+    test = [r for r in records if r["split"] == "test"]
+    correct = [int(bool(r["greedy_correctness"])) for r in test]
+    splits = ["in_domain_test" if r["dataset"] in IN_DOMAIN else "ood_test" for r in test]
+    confidences: dict[str, list[float]] = {}
+    baselines_path = os.path.join(args.output_dir, "baselines.json")
+    if os.path.exists(baselines_path):
+        with open(baselines_path, encoding="utf-8") as handle:
+            confidences.update({BASELINE_NAMES[k]: v for k, v in json.load(handle)["scores"].items()})
+    runs = load_runs(args.output_dir)
+    confidences.update({name: run["confidences"] for name, run in runs.items()})
+    table = evaluate_table(correct, [r["dataset"] for r in test], splits, confidences, args.bootstrap, args.seed)
+    folder = os.path.join(args.output_dir, "report")
+    curves: dict[str, dict[str, dict[int, tuple]]] = {"in-domain avg": {}, "OOD avg": {}}
+    for name, run in runs.items():
+        method = name.split("@")[0]
+        if "@" not in name:
+            continue
+        for column, by_method in curves.items():
+            cell = table[name][column]
+            by_method.setdefault(method, {})[run["labels"]] = (
+                cell["auroc"] / 100, cell["auroc_ci"][0] / 100, cell["auroc_ci"][1] / 100
+            )
+    shown = {name: confidences[name] for name in FIGURE_METHODS if name in confidences}
+    sizes = {split: sum(r["split"] == split for r in records) for split in ("train", "dev", "test")}
+    accuracy = {avg: table[next(iter(table))][avg]["accuracy"] for avg in ("in-domain avg", "OOD avg")}
+    notes = (
+        f"Model `{args.model}`; {sizes['train']} train (elicitation) / {sizes['dev']} dev / {sizes['test']} test "
+        f"questions; k={args.num_samples} samples of at most {args.max_new_tokens} tokens. Greedy accuracy: in-domain "
+        f"{accuracy['in-domain avg']:.1f}%, OOD {accuracy['OOD avg']:.1f}%. Metrics x100 with 95% bootstrap intervals "
+        f"({args.bootstrap} paired resamples within each dataset).\n\n## Summary\n\n{summary_table(table)}\n"
+    )
+    write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
+                 notes=notes)
+    for column, by_method in curves.items():
+        if by_method:
+            slug = "in_domain" if column.startswith("in") else "ood"
+            references = {name: table[name][column]["auroc"] / 100 for name in ("Consis-Sem", "Eli-Only")
+                          if name in table and not math.isnan(table[name][column]["auroc"])}
+            auroc_vs_labels_plot(by_method, os.path.join(folder, f"auroc_vs_labels_{slug}.png"), baselines=references,
+                                 title=f"AUROC vs correctness labels ({column})")
+    logger.info("report written to %s", os.path.join(folder, "report.md"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    os.makedirs(args.output_dir, exist_ok=True)
+    start = time.perf_counter()
+    questions = step_questions(args)
+    if "sample" in args.steps:
+        step_sample(args, questions)
+    records = step_judge(args, questions) if set(args.steps) & {"judge", "baselines", "train", "evaluate"} else []
+    if "baselines" in args.steps:
+        step_baselines(args, records)
+    if "train" in args.steps:
+        step_train(args, records)
+    if "evaluate" in args.steps:
+        step_evaluate(args, records)
+    logger.info("done in %.0f s", time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
