@@ -257,6 +257,8 @@ def render_model_card(
     """
     from huggingface_hub import ModelCard, ModelCardData
 
+    from .hub import is_hub_id
+
     card_data = card_data or ConfidenceModelCardData()
     folder = Path(folder) if folder is not None else None
     model_name = card_data.model_id or (folder.resolve().name if folder is not None else "confidence-model")
@@ -288,6 +290,7 @@ def render_model_card(
         model_id=card_data.model_id or "<your-namespace>/<this-model>",
         title=model_name,
         base=base,
+        base_on_hub=bool(base) and is_hub_id(base),
         base_weights_source=config.base_weights_source,
         threshold=config.decision_threshold,
         prompt_template=config.prompt_template,

@@ -1,33 +1,32 @@
 """`elical-hf demo`: the whole method, offline, on the embedded default model and bundled real questions.
 
-Questions -> greedy answer + k samples -> judges -> stage 1 (consistency) -> stage 2 (a small label budget) and
-Cal-Only -> AUROC / ECE / alignment against training-free baselines on held-out in-domain and OOD questions.
+Questions -> greedy answer + k samples -> judges (gold-alias correctness; embedding consistency) -> stage 1 on
+consistency -> stage 2 on a small label budget, and Cal-Only on the same labels -> AUROC / ECE / alignment against the
+six training-free baselines on held-out in-domain and out-of-domain questions -> a report folder.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
 from .configuration import atomic_write_text
 from .embedded import DEFAULT_MODEL
-from .metrics import compute_all
 
 
 logger = logging.getLogger(__name__)
 
+CONSISTENCY_JUDGES = ("auto", "embedding", "lexical")
+
 
 @dataclass
 class DemoSettings:
-    """Sizes of the demo run (defaults fit a 2-core CPU in a few minutes)."""
+    """Sizes of the demo run (defaults fit a 2-core CPU in under 10 minutes)."""
 
     output_dir: str = field(default="elical-demo", metadata={"help": "Report, records and trained models go here."})
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Base causal LM."})
@@ -39,96 +38,104 @@ class DemoSettings:
     max_new_tokens: int = field(default=24, metadata={"help": "Longest answer in tokens."})
     num_train_epochs: float = field(default=4, metadata={"help": "Epochs of each training stage."})
     learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of each stage."})
+    consistency_judge: str = field(
+        default="auto",
+        metadata={"help": "Consistency judge of stage 1's target and Consis-Sem: 'embedding' (all-MiniLM-L6-v2), "
+                  "'lexical' (ROUGE-L >= 0.5), or 'auto' (embedding when its model is installed)."},
+    )
+    baselines: list[str] = field(
+        default_factory=lambda: ["prob", "n_prob", "consis_lex", "consis_sem", "verbal0", "verbal10"],
+        metadata={"help": "Training-free baselines to compare with (names of elical_hf.signals.BASELINES)."},
+    )
+    bootstrap: int = field(default=200, metadata={"help": "Bootstrap resamples for the intervals (0: none)."})
     seed: int = field(default=42, metadata={"help": "Seed of splits, sampling and training."})
 
+    def __post_init__(self) -> None:
+        from .signals import BASELINES
 
-def signal_columns(record: dict[str, Any]) -> dict[str, Any]:
-    """Training and evaluation columns of one judged record."""
-    samples = record["sampling_correctness"] or []
-    logprobs = record["greedy_logprobs"] or [0.0]
-    return {
-        "question": record["question"],
-        "consistency": float(np.mean(record["consistency_lexical"])),
-        "correctness": float(np.mean(samples)) if samples else 0.0,
-        "greedy_correct": int(bool(record["greedy_correctness"])),
-        "prob": math.exp(record["greedy_cumulative_logprobs"]),
-        "n_prob": math.exp(float(np.mean(logprobs))),
-    }
-
-
-def sample_and_judge(rows: list[dict], settings: DemoSettings) -> list[dict]:
-    """Greedy answer + k samples for each row with the base model, judged by answer containment and ROUGE-L."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .embedded import resolve_model_path
-    from .signals import SamplingSettings, generate_answers, judge_correctness, lexical_consistency
-
-    path, _ = resolve_model_path(settings.model_name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    sampling = SamplingSettings(
-        num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens, seed=settings.seed, batch_size=8
-    )
-    generated = generate_answers(model, tokenizer, [row["question"] for row in rows], sampling)
-    records = [{**row, **answers} for row, answers in zip(rows, generated)]
-    judge_correctness(records)
-    lexical_consistency(records)
-    return records
+        if self.consistency_judge not in CONSISTENCY_JUDGES:
+            raise ValueError(f"consistency_judge must be one of {CONSISTENCY_JUDGES}, got {self.consistency_judge!r}.")
+        unknown = sorted(set(self.baselines) - set(BASELINES))
+        if unknown:
+            raise ValueError(f"Unknown baseline(s) {unknown}; choose from {sorted(BASELINES)}.")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f"test_fraction must lie in (0, 1), got {self.test_fraction}.")
+        if self.in_domain_per_dataset < 2 or self.ood_per_dataset < 1 or self.num_labels < 2:
+            raise ValueError("Need at least 2 in-domain questions per dataset, 1 OOD question and 2 labels.")
 
 
-def evaluate_sources(sources: dict[str, list[float]], correct: list[int]) -> dict[str, dict[str, float]]:
-    """Paper-style metrics (AUROC and alignment x100, ECE x100) of each confidence source."""
-    table = {}
-    for name, confidences in sources.items():
-        metrics = compute_all(np.clip(confidences, 0.0, 1.0), correct)
-        table[name] = {
-            "auroc": 100 * metrics["auroc"],
-            "ece": 100 * metrics["ece"],
-            "alignment": metrics["alignment"],
-            "threshold": metrics["threshold"],
-        }
-    return table
+def judge_consistency(records: list[dict], judge: str) -> str:
+    """Fill `consistency_judgement` with the embedding judge (or ROUGE-L for `"lexical"`) and `consistency_lexical`
+    (Consis-Lex); returns the judge used."""
+    from .signals import EmbeddingJudge, lexical_consistency, lexical_judgement
+    from .signals.embedding_judge import default_model_path
+
+    if judge == "auto":
+        try:
+            default_model_path()
+            judge = "embedding"
+        except OSError as error:
+            logger.warning("%s Falling back to the lexical consistency judge.", error)
+            judge = "lexical"
+    if judge == "embedding":
+        lexical_consistency(records)
+        EmbeddingJudge().judge_records(records)
+    else:
+        lexical_judgement(records)
+    return judge
 
 
-def markdown_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
-    splits = list(results)
-    lines = ["| method | " + " | ".join(f"{s} AUROC ↑ | {s} ECE ↓ | {s} align ↑" for s in splits) + " |"]
-    lines.append("|---|" + "---:|" * (3 * len(splits)))
-    for method in results[splits[0]]:
-        cells = []
-        for split in splits:
-            m = results[split][method]
-            cells += [f"{m['auroc']:.1f}", f"{m['ece']:.1f}", f"{m['alignment']:.1f}"]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
-    """Run the demo end to end; returns the results and writes `report.md`, `results.json` and the models."""
-    import torch
-
-    from .auto import AutoModelForConfidence
-    from .recipe import train_elical
-
-    settings = settings or DemoSettings()
-    start = time.perf_counter()
-    os.makedirs(settings.output_dir, exist_ok=True)
+def _partitions(settings: DemoSettings) -> list[dict[str, Any]]:
+    """In-domain train/test split by question, then OOD test questions; each row tagged `split` and `paper_split`."""
     in_domain = [q for name in IN_DOMAIN for q in load_bundled_questions(name, settings.in_domain_per_dataset)]
     parts = split_questions(in_domain, {"train": 1 - settings.test_fraction, "test": settings.test_fraction}, settings.seed)
     ood = [q for name in OUT_OF_DOMAIN for q in load_bundled_questions(name, settings.ood_per_dataset)]
+    return (
+        [{**row, "split": "train", "paper_split": "train"} for row in parts["train"]]
+        + [{**row, "split": "test", "paper_split": "in_domain_test"} for row in parts["test"]]
+        + [{**row, "split": "test", "paper_split": "ood_test"} for row in ood]
+    )
 
-    records = sample_and_judge(parts["train"] + parts["test"] + ood, settings)
-    with open(os.path.join(settings.output_dir, "records.jsonl"), "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(record) + "\n" for record in records)
-    n_train, n_test = len(parts["train"]), len(parts["test"])
-    table = [signal_columns(record) for record in records]
-    train, splits = table[:n_train], {"in-domain": table[n_train : n_train + n_test], "ood": table[n_train + n_test :]}
 
+def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
+    """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (tables, plots), `results.json`,
+    `run.json` (settings, sizes, timings), `records.parquet` (judged answers) and `models/` (Eli-Only, EliCal,
+    Cal-Only). Returns the run summary, whose `table` is [`evaluate_table`]'s output."""
+    import torch
+
+    from .auto import AutoModelForConfidence
+    from .evaluation import BASELINE_NAMES, evaluate_table, write_report
+    from .recipe import train_elical
+    from .signals import HFBackend, SamplingSettings, compute_baselines, judge_correctness, training_columns
+    from .signals.records import save_records
+
+    settings = settings or DemoSettings()
+    start, timings = time.perf_counter(), {}
+    os.makedirs(settings.output_dir, exist_ok=True)
+    rows = _partitions(settings)
+
+    backend = HFBackend(settings.model_name_or_path, dtype="bfloat16")
+    sampling = SamplingSettings(
+        num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens, seed=settings.seed, batch_size=32
+    )
+    answers = backend.generate([row["question"] for row in rows], sampling)
+    records = [{**row, **generated} for row, generated in zip(rows, answers)]
+    judge_correctness(records)
+    judge = judge_consistency(records, settings.consistency_judge)
+    save_records(records, os.path.join(settings.output_dir, "records.parquet"))
+    timings["sampling and judging"] = time.perf_counter() - start
+
+    train = [r for r in records if r["split"] == "train"]
+    test = [r for r in records if r["split"] == "test"]
+    baseline_scores = compute_baselines(test, backend.complete, train, which=settings.baselines, seed=settings.seed)
+    del backend
+    timings["baselines"] = time.perf_counter() - start - sum(timings.values())
+
+    table_rows = [{"question": r["question"], **training_columns(r)} for r in train]
     paths = train_elical(
         settings.model_name_or_path,
-        train,
-        train,
+        table_rows,
+        table_rows,
         os.path.join(settings.output_dir, "models"),
         num_labels=settings.num_labels,
         seed=settings.seed,
@@ -138,41 +145,47 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
             "per_device_train_batch_size": 8,
             "early_stopping_patience": 2,
             "disable_tqdm": False,
+            "report_to": "none",
         },
         model_init_kwargs={"dtype": torch.bfloat16},
     )
+    timings["training"] = time.perf_counter() - start - sum(timings.values())
+
     models = {"Eli-Only": paths["elicitation"], "EliCal": paths["elical"], "Cal-Only": paths["cal_only"]}
-    scorers = {name: AutoModelForConfidence.from_pretrained(path, dtype=torch.bfloat16) for name, path in models.items()}
+    confidences = {BASELINE_NAMES[name]: scores for name, scores in baseline_scores.items()}
+    questions = [r["question"] for r in test]
+    for name, path in models.items():
+        model = AutoModelForConfidence.from_pretrained(path, dtype=torch.bfloat16)
+        confidences[name] = model.confidence(questions, batch_size=32, progress=True)
+    correct = [int(bool(r["greedy_correctness"])) for r in test]
+    table = evaluate_table(
+        correct, [r["dataset"] for r in test], [r["paper_split"] for r in test], confidences, settings.bootstrap,
+        settings.seed,
+    )
+    timings["evaluation"] = time.perf_counter() - start - sum(timings.values())
 
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    for split, rows in splits.items():
-        questions = [row["question"] for row in rows]
-        sources = {
-            "Prob": [row["prob"] for row in rows],
-            "N-Prob": [row["n_prob"] for row in rows],
-            "Consis-Lex": [row["consistency"] for row in rows],
-        }
-        sources.update({name: model.confidence(questions, batch_size=16) for name, model in scorers.items()})
-        results[split] = evaluate_sources(sources, [row["greedy_correct"] for row in rows])
-
+    sizes = {"train": len(train), "in-domain test": sum(r["paper_split"] == "in_domain_test" for r in test),
+             "ood test": sum(r["paper_split"] == "ood_test" for r in test)}
+    first = next(iter(table.values()))
+    notes = (
+        f"Model `{settings.model_name_or_path}`; {sizes['train']} train questions (stage 1 on all of them, stage 2 and "
+        f"Cal-Only on {min(settings.num_labels, sizes['train'])} correctness labels); test {sizes['in-domain test']} "
+        f"in-domain and {sizes['ood test']} out-of-domain questions; k={settings.num_samples} samples of at most "
+        f"{settings.max_new_tokens} tokens; consistency judge: {judge}. Greedy accuracy: in-domain "
+        f"{first['in-domain avg']['accuracy']:.1f}%, OOD {first['OOD avg']['accuracy']:.1f}%. Intervals: 95% "
+        f"bootstrap ({settings.bootstrap} resamples). Reproduce with `elical-hf demo`.\n"
+    )
+    reliability = {name: confidences[name] for name in ("Consis-Sem", *models) if name in confidences}
+    paths_written = write_report(table, settings.output_dir, correct=correct, confidences=reliability,
+                                 title="EliCal demo", notes=notes)
     summary = {
         "settings": asdict(settings),
-        "sizes": {"train": n_train, "in-domain test": n_test, "ood test": len(ood)},
-        "accuracy": {split: float(np.mean([r["greedy_correct"] for r in rows])) for split, rows in splits.items()},
-        "results": results,
+        "consistency_judge": judge,
+        "sizes": sizes,
         "models": models,
         "seconds": round(time.perf_counter() - start, 1),
+        "timings": {name: round(value, 1) for name, value in timings.items()},
+        "report": paths_written["report"],
     }
-    atomic_write_text(os.path.join(settings.output_dir, "results.json"), json.dumps(summary, indent=2) + "\n")
-    report = (
-        "# EliCal demo\n\n"
-        f"Model: `{settings.model_name_or_path}`. Train {n_train} in-domain questions (stage-2 label budget "
-        f"{settings.num_labels}); test {n_test} in-domain and {len(ood)} out-of-domain questions; "
-        f"k={settings.num_samples} samples. Greedy accuracy: "
-        + ", ".join(f"{split} {100 * acc:.1f}%" for split, acc in summary["accuracy"].items())
-        + ".\n\n"
-        + markdown_table(results)
-        + "\n\nAUROC, ECE and alignment are x100. Reproduce with `elical-hf demo`.\n"
-    )
-    atomic_write_text(os.path.join(settings.output_dir, "report.md"), report)
-    return summary
+    atomic_write_text(os.path.join(settings.output_dir, "run.json"), json.dumps(summary, indent=2) + "\n")
+    return {**summary, "table": table}

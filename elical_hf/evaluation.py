@@ -155,6 +155,19 @@ def table_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]], metr
     return "\n".join(lines)
 
 
+def averages_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """One Markdown table of the in-domain and OOD averages of AUROC, ECE and alignment (rows: methods), with
+    bootstrap intervals in brackets when the table has them."""
+    averages = [label for label in SPLIT_AVERAGES.values() if label in next(iter(table.values()))]
+    columns = [(avg, metric) for avg in averages for metric in METRIC_NAMES]
+    arrows = {"auroc": "AUROC ↑", "ece": "ECE ↓", "alignment": "Align ↑"}
+    lines = ["| method | " + " | ".join(f"{avg.removesuffix(' avg')} {arrows[m]}" for avg, m in columns) + " |"]
+    lines.append("|---|" + "---:|" * len(columns))
+    for method, row in table.items():
+        lines.append(f"| {method} | " + " | ".join(_cell(row[avg], m) for avg, m in columns) + " |")
+    return "\n".join(lines)
+
+
 def _fmt(value: float) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
 
@@ -191,6 +204,8 @@ def write_report(
     paths = {"results": os.path.join(output_dir, "results.json"), "report": os.path.join(output_dir, "report.md")}
     atomic_write_text(paths["results"], json.dumps(table, indent=2, default=_json_default) + "\n")
     sections = [f"# {title}\n", notes] if notes else [f"# {title}\n"]
+    if set(SPLIT_AVERAGES.values()) & set(next(iter(table.values()))):
+        sections.append(f"## In-domain and OOD averages (x100)\n\n{averages_to_markdown(table)}\n")
     for metric, label in (("auroc", "AUROC ↑"), ("ece", "ECE ↓"), ("alignment", "Alignment ↑")):
         sections.append(f"## {label} (x100)\n\n{table_to_markdown(table, metric)}\n")
     if correct is not None and confidences is not None:

@@ -241,6 +241,12 @@ def push_folder(
         readme = staging / "README.md"
         if not readme.is_file() or GENERATED_MARKER in readme.read_text(encoding="utf-8"):
             write_folder_card(staging, model_id=repo_id)
+        else:  # a card of the user's own: keep its text, but its metadata must name the same base
+            from huggingface_hub import ModelCard
+
+            card = ModelCard.load(readme)
+            card.data.base_model = base
+            card.save(readme)
         stages = [entry.get("stage", "?") for entry in config.get("training_history") or []]
         message = commit_message or f"Upload confidence model ({' + '.join(stages) or 'untrained'}) with elical-hf"
         return _commit_folder(

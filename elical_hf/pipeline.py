@@ -129,7 +129,8 @@ class _PipelineAutoConfig(AutoConfig):
             name = pretrained_model_name_or_path
             if kwargs.get("_from_pipeline") != TASK or not isinstance(name, str) or name not in EMBEDDED_MODELS:
                 raise
-        path, _ = resolve_model_path(name, revision=kwargs.pop("revision", None))
+        kwargs.pop("revision", None)  # the adapter repository's revision, not the base model's
+        path, _ = resolve_model_path(name)
         return AutoConfig.from_pretrained(path, *args, **kwargs)
 
 

@@ -83,6 +83,9 @@ def train_stage(
         "seed": seed,
     }
     settings.update(training_args or {})
+    if dev is None and settings.get("early_stopping_patience") is not None:
+        logger.warning("%s: too few rows (%d) for a dev split; training without early stopping.", stage, len(train))
+        settings.update(early_stopping_patience=None, eval_strategy="no")
     checkpoints = os.path.join(output_dir, "checkpoints")
     args = ConfidenceTrainingArguments(
         output_dir=checkpoints, stage=stage, calibration_trainable=calibration_trainable, **settings

@@ -287,19 +287,6 @@ def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
     return {name: runs[name] for name in sorted(runs, key=key)}
 
 
-def summary_table(table: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Methods x (in-domain, OOD) averages of the three metrics, with 95% bootstrap intervals."""
-    from elical_hf.evaluation import _cell
-
-    columns = [(avg, metric) for avg in ("in-domain avg", "OOD avg") for metric in ("auroc", "ece", "alignment")]
-    arrows = {"auroc": "AUROC ↑", "ece": "ECE ↓", "alignment": "Align ↑"}
-    lines = ["| method | " + " | ".join(f"{avg.split()[0]} {arrows[m]}" for avg, m in columns) + " |"]
-    lines.append("|---|" + "---:|" * len(columns))
-    for method, row in table.items():
-        lines.append(f"| {method} | " + " | ".join(_cell(row[avg], m) for avg, m in columns) + " |")
-    return "\n".join(lines)
-
-
 def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`."""
     from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, write_report
@@ -334,7 +321,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         f"Model `{args.model}`; {sizes['train']} train (elicitation) / {sizes['dev']} dev / {sizes['test']} test "
         f"questions; k={args.num_samples} samples of at most {args.max_new_tokens} tokens. Greedy accuracy: in-domain "
         f"{accuracy['in-domain avg']:.1f}%, OOD {accuracy['OOD avg']:.1f}%. Metrics x100 with 95% bootstrap intervals "
-        f"({args.bootstrap} paired resamples within each dataset).\n\n## Summary\n\n{summary_table(table)}\n"
+        f"({args.bootstrap} paired resamples within each dataset).\n"
     )
     write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
                  notes=notes)

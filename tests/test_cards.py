@@ -78,6 +78,7 @@ def test_card_data_round_trip(tmp_path, tiny_llama):
     card = ModelCard.load(tmp_path / "m" / "README.md")
     assert card.data.license == "apache-2.0" and card.data.datasets == ["Shiyunee/HonestyBench"]
     assert card.data.pipeline_tag == "text-classification" and "Decision threshold: 0.42" in card.text
+    assert f"A **confidence model** for `{tiny_llama}`" in card.text  # a local base: no link to the Hub
     assert "| nq | in_domain_test | 0.8100 | 0.0400 | 77.50 |" in card.text
     restored = ConfidenceModelCardData.from_folder(tmp_path / "m")
     assert [(e.dataset, e.split, e.metrics) for e in restored.evaluations] == [

@@ -74,6 +74,7 @@ def test_push_download_revision_and_offline_round_trip(hub, tmp_path, monkeypatc
     assert card.data.library_name == "elical-hf" and card.data.base_model == "tiny/llama"
     assert {"elical-hf", "confidence-estimation", "honesty", "lora"} <= set(card.data.tags)
     assert 'from_pretrained("alice/honest-tiny")' in card.text and "Decision threshold: 0.5" in card.text
+    assert "[`tiny/llama`](https://huggingface.co/tiny/llama)" in card.text
 
     second = random_model("tiny/llama", seed=1)
     second.push_to_hub("alice/honest-tiny", revision="v1")  # a new branch; main keeps the first version
@@ -115,6 +116,13 @@ def test_refused_inputs_publish_nothing(hub, tmp_path, tiny_llama):
         assert json.loads(files[name])["base_model_name_or_path"] == "tiny/llama"
     assert ModelCard(files["README.md"].decode()).data.base_model == "tiny/llama"
 
+    readme = folder / "README.md"  # a card of the user's own (no "generated" marker): text kept, metadata fixed
+    readme.write_text("\n".join(l for l in readme.read_text().splitlines() if "elical-hf: generated" not in l))
+    readme.write_text(readme.read_text() + "\nMy own words.\n")
+    push_folder(folder, "alice/own-card", base_model_name_or_path="tiny/llama")
+    card = ModelCard(hub.files("alice/own-card")["README.md"].decode())
+    assert card.data.base_model == "tiny/llama" and "My own words." in card.text
+
 
 def test_network_failure_mid_upload(hub, tmp_path, caplog):
     upload_base(tmp_path)
@@ -138,7 +146,7 @@ def test_downloaded_adapter_with_another_base_is_refused(hub, tmp_path, tiny_qwe
     model.push_to_hub("alice/for-llama")
     with pytest.raises(ValueError, match="was trained on 'tiny/llama'"):
         AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=tiny_qwen2)
-    with pytest.raises(ValueError, match="trained on 'tiny/llama', but its base model was asked to be 'tiny/llama-twin'"):
+    with pytest.raises(ValueError, match="trained on 'tiny/llama', but its base model was asked to be 'tiny/llama-tw"):
         AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path="tiny/llama-twin")
     with pytest.raises(ValueError, match="asked to be 'tiny/llama-twin'"):  # its Hub cache snapshot, likewise
         AutoModelForConfidence.from_pretrained("alice/for-llama", base_model_name_or_path=snapshot_download(
@@ -174,7 +182,8 @@ def test_local_copies_are_published_under_their_hub_id(hub, tmp_path, embedded_t
         config = json.loads((folder / name).read_text())
         (folder / name).write_text(json.dumps({**config, "base_model_name_or_path": snapshot}))
     push_folder(folder, "alice/from-snapshot")
-    assert json.loads(hub.files("alice/from-snapshot")["adapter_config.json"])["base_model_name_or_path"] == "tiny/llama"
+    published = json.loads(hub.files("alice/from-snapshot")["adapter_config.json"])
+    assert published["base_model_name_or_path"] == "tiny/llama"
 
 
 def test_no_code_runs_from_the_repo(hub, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import datasets.config
 import pytest
 from datasets import load_dataset
 from huggingface_hub import DatasetCard, snapshot_download
@@ -102,7 +103,7 @@ def test_write_layout_card_and_load_locally(records_folder, tmp_path):
     assert {name: ds.num_rows for name, ds in everything.items()} == {"train": 6, "in_domain_test": 3, "ood_test": 4}
 
 
-def test_push_and_load_from_the_hub_snapshot(hub, tmp_path):
+def test_push_and_load_from_the_hub_snapshot(hub, tmp_path, monkeypatch):
     records = [our_record(i, dataset) for dataset in ("hotpotqa", "popqa") for i in range(4)]
     info = push_honestybench(records, "alice/honestybench")
     assert info.oid == hub.history("alice/honestybench", repo_type="dataset")[0].oid
@@ -123,6 +124,15 @@ def test_push_and_load_from_the_hub_snapshot(hub, tmp_path):
     popqa = load_dataset(folder, "Org--Tiny-Chat--popqa", cache_dir=str(tmp_path / "cache"))
     # An OOD dataset's *train* records are not part of the paper's splits: they go to `other`.
     assert {name: ds.num_rows for name, ds in popqa.items()} == {"ood_test": 2, "other": 2}
+
+    # By repo id, through the Hub client (datasets reads its endpoint and offline switch at import time).
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", hub.url)
+    monkeypatch.setattr(datasets.config, "HUB_DATASETS_URL", hub.url + "/datasets/{repo_id}/resolve/{revision}/{path}")
+    remote = load_dataset("alice/honestybench", "Org--Tiny-Chat", cache_dir=str(tmp_path / "remote-cache"))
+    assert {name: ds.num_rows for name, ds in remote.items()} == {"train": 2, "in_domain_test": 2, "ood_test": 2,
+                                                                  "other": 2}
+    assert rows_of(remote["in_domain_test"]) == rows_of(hotpot["in_domain_test"])
 
 
 def test_bad_dataset_inputs(hub, tmp_path):

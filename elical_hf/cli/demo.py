@@ -12,14 +12,15 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.demo import markdown_table, run_demo
+    from elical_hf.demo import run_demo
+    from elical_hf.evaluation import averages_to_markdown
 
     (settings,) = make_parser().parse_with_config(argv)
     summary = run_demo(settings)
     print()
-    print(markdown_table(summary["results"]))
+    print(averages_to_markdown(summary["table"]))
     print(
-        f"\nDone in {summary['seconds']:.0f} s. Report: {settings.output_dir}/report.md "
-        f"(results.json, records.jsonl and the trained models are beside it)."
+        f"\nDone in {summary['seconds']:.0f} s. Report: {summary['report']} (per-dataset tables, reliability "
+        f"diagrams; records.parquet, results.json and the trained models in {settings.output_dir}/models are beside it)."
     )
     return 0

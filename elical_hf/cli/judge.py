@@ -90,7 +90,7 @@ def make_parser() -> ElicalArgumentParser:
 
 def run_judges(records: list[dict], options: JudgeArguments, complete=None) -> dict[str, dict]:
     """Apply the judges `options` asks for to `records` in place; returns one summary per judge."""
-    from elical_hf.signals import judge_correctness, lexical_consistency
+    from elical_hf.signals import judge_correctness, lexical_judgement
     from elical_hf.signals.llm_judge import llm_consistency, llm_correctness
 
     summaries: dict[str, dict] = {}
@@ -113,17 +113,7 @@ def run_judges(records: list[dict], options: JudgeArguments, complete=None) -> d
         judge = EmbeddingJudge(options.embedding_model, threshold=threshold)
         summaries["consistency"] = judge.judge_records(records)
     elif options.consistency == "lexical":
-        lexical_consistency(records)
-        judged = 0
-        for record in records:
-            scores = record["consistency_lexical"]
-            if record.get("sampling_response"):
-                record["consistency_judgement"] = [s >= options.lexical_threshold for s in scores]
-                record["consistency_judge"] = f"lexical:rougeL@{options.lexical_threshold:g}"
-                judged += 1
-            else:
-                record.setdefault("consistency_judgement", None)
-        summaries["consistency"] = {"judged": judged, "without_samples": len(records) - judged}
+        summaries["consistency"] = lexical_judgement(records, options.lexical_threshold)
     return summaries
 
 

@@ -184,3 +184,23 @@ def lexical_consistency(records: list[dict]) -> list[dict]:
         greedy = _text(record.get("greedy_response"))
         record["consistency_lexical"] = [rouge_l(greedy, _text(s)) for s in record.get("sampling_response") or []]
     return records
+
+
+def lexical_judgement(records: list[dict], threshold: float = 0.5) -> dict[str, int]:
+    """Judge consistency lexically, in place: `consistency_lexical` (ROUGE-L F, see [`lexical_consistency`]),
+    `consistency_judgement` (ROUGE-L >= `threshold`) and `consistency_judge`. Records without samples get
+    `consistency_judgement = None` when it is absent.
+
+    Returns:
+        `dict[str, int]`: `{"judged": n, "without_samples": m}`.
+    """
+    lexical_consistency(records)
+    judged = 0
+    for record in records:
+        if record.get("sampling_response"):
+            record["consistency_judgement"] = [s >= threshold for s in record["consistency_lexical"]]
+            record["consistency_judge"] = f"lexical:rougeL@{threshold:g}"
+            judged += 1
+        else:
+            record.setdefault("consistency_judgement", None)
+    return {"judged": judged, "without_samples": len(records) - judged}
