@@ -7,16 +7,22 @@ Steps (each caches its output in `--output_dir`, so an interrupted run continues
    PopQA) that do not occur in the in-domain partitions.
 2. `sample`: greedy answer + k samples per question (resumable shards, `elical_hf.signals.sample_records`).
 3. `judge`: correctness (gold-alias containment) and consistency (all-MiniLM-L6-v2 embedding judge and ROUGE-L);
-   writes `records.parquet`, the HonestyBench-schema records committed in `docs/results/`.
+   writes `records.parquet` and `honestybench/`, a publish-ready HonestyBench dataset folder with its card (the copy
+   committed as `docs/results/honestybench-smollm2-135m/`).
 4. `baselines`: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10 on the test questions.
 5. `train`: Eli-Only (stage 1 on every train question), then for each label budget n: Cal-Only(n) and EliCal(n),
    calibrating LoRA + head and head only.
 6. `evaluate`: AUROC / ECE / alignment per dataset with bootstrap CIs, in-domain and OOD weighted averages, the
    AUROC-vs-labels plot; writes `report.md`, `results.json` and figures.
 
-Reproduce `docs/results.md` (a few hours on 2 CPU cores):
+Reproduce `docs/results.md` (about two hours on 2 CPU cores):
 
     HF_HUB_OFFLINE=1 python examples/reproduce_paper.py --output_dir outputs/replication
+
+or train and evaluate on the committed records without sampling again:
+
+    HF_HUB_OFFLINE=1 python examples/reproduce_paper.py --output_dir outputs/retrain \
+        --records docs/results/honestybench-smollm2-135m --steps baselines train evaluate
 """
 
 from __future__ import annotations
@@ -45,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default="outputs/replication", help="Cache and results folder.")
     parser.add_argument("--model", default=DEFAULT_MODEL, help="Answering model and backbone of the confidence model.")
+    parser.add_argument(
+        "--records", default=None,
+        help="Judged records (a file, or a HonestyBench folder such as docs/results/honestybench-smollm2-135m) to "
+        "train and evaluate on instead of sampling anew.",
+    )
     parser.add_argument("--steps", nargs="+", default=list(STEPS), choices=STEPS, help="Steps to run, in order.")
     parser.add_argument("--train_per_dataset", type=int, default=1200, help="Train questions per in-domain dataset.")
     parser.add_argument("--dev_per_dataset", type=int, default=50, help="Dev questions per in-domain dataset.")
@@ -116,24 +127,39 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
 
 def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
+    from elical_hf.hub import write_honestybench
     from elical_hf.signals import EmbeddingJudge, TIMING_FIELDS, judge_correctness, lexical_consistency
     from elical_hf.signals.records import read_records, save_records
 
     path = os.path.join(args.output_dir, "records.parquet")
     if os.path.exists(path):
         return read_records(path)
+    if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
+        from elical_hf.signals.records import record_files
+
+        records = [record for file in record_files(args.records) for record in read_records(file)]
+        for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
+            record["split"] = record.get("split") or record.get("source_split")
+        save_records(records, path)
+        return records
     shards = sorted(glob.glob(os.path.join(args.output_dir, "samples", "shards", "shard-*.parquet")))
     records = [record for shard in shards for record in read_records(shard)]
-    if len(records) != len(questions):
+    if not records or len(records) != len(questions):
         raise SystemExit(f"Sampling is not finished ({len(records)} of {len(questions)} records): run --steps sample.")
     for record in records:
         for name in ("shard", *TIMING_FIELDS):
             record.pop(name, None)
+        # `split` becomes the paper's split (what `load_honestybench` reads: dev questions come from the training
+        # pool); our own train / dev / test partition stays in `partition`.
+        record["partition"] = record.pop("split")
+        test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN else "ood_test"
+        record["split"] = test_split if record["partition"] == "test" else "train"
     summary = judge_correctness(records)
     lexical_consistency(records)
     EmbeddingJudge().judge_records(records)
     logger.info("judged %d records: %s", len(records), summary)
     save_records(records, path)
+    write_honestybench(records, os.path.join(args.output_dir, "honestybench"), pretty_name="HonestyBench (CPU scale)")
     return records
 
 
@@ -142,13 +168,13 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
     from elical_hf.signals import BASELINES, HFBackend, compute_baselines
 
     path = os.path.join(args.output_dir, "baselines.json")
-    test = [r for r in records if r["split"] == "test"]
+    test = [r for r in records if r["partition"] == "test"]
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)["scores"]
     backend = HFBackend(args.model, dtype="bfloat16")
     summary: dict[str, Any] = {}
-    train = [r for r in records if r["split"] == "train"]
+    train = [r for r in records if r["partition"] == "train"]
     scores = compute_baselines(
         test, backend.complete, train, which=list(BASELINES), seed=args.seed, batch_size=32, summary=summary
     )
@@ -163,7 +189,7 @@ def rows_of(records: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
     """Trainer rows (`question`, `consistency`, `correctness`, `greedy_correct`) of one partition."""
     from elical_hf.signals import training_columns
 
-    return [{"question": r["question"], **training_columns(r)} for r in records if r["split"] == split]
+    return [{"question": r["question"], **training_columns(r)} for r in records if r["partition"] == split]
 
 
 def budget_name(n: int, total: int) -> str:
@@ -292,9 +318,8 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, write_report
     from elical_hf.plots import auroc_vs_labels_plot
 
-    test = [r for r in records if r["split"] == "test"]
+    test = [r for r in records if r["partition"] == "test"]
     correct = [int(bool(r["greedy_correctness"])) for r in test]
-    splits = ["in_domain_test" if r["dataset"] in IN_DOMAIN else "ood_test" for r in test]
     confidences: dict[str, list[float]] = {}
     baselines_path = os.path.join(args.output_dir, "baselines.json")
     if os.path.exists(baselines_path):
@@ -302,6 +327,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
             confidences.update({BASELINE_NAMES[k]: v for k, v in json.load(handle)["scores"].items()})
     runs = load_runs(args.output_dir)
     confidences.update({name: run["confidences"] for name, run in runs.items()})
+    splits = [r["split"] for r in test]
     table = evaluate_table(correct, [r["dataset"] for r in test], splits, confidences, args.bootstrap, args.seed)
     folder = os.path.join(args.output_dir, "report")
     curves: dict[str, dict[str, dict[int, tuple]]] = {"in-domain avg": {}, "OOD avg": {}}
@@ -315,7 +341,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
                 cell["auroc"] / 100, cell["auroc_ci"][0] / 100, cell["auroc_ci"][1] / 100
             )
     shown = {name: confidences[name] for name in FIGURE_METHODS if name in confidences}
-    sizes = {split: sum(r["split"] == split for r in records) for split in ("train", "dev", "test")}
+    sizes = {part: sum(r["partition"] == part for r in records) for part in ("train", "dev", "test")}
     accuracy = {avg: table[next(iter(table))][avg]["accuracy"] for avg in ("in-domain avg", "OOD avg")}
     notes = (
         f"Model `{args.model}`; {sizes['train']} train (elicitation) / {sizes['dev']} dev / {sizes['test']} test "
@@ -340,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.makedirs(args.output_dir, exist_ok=True)
     start = time.perf_counter()
-    questions = step_questions(args)
-    if "sample" in args.steps:
+    questions = step_questions(args) if args.records is None else []
+    if "sample" in args.steps and args.records is None:
         step_sample(args, questions)
     records = step_judge(args, questions) if set(args.steps) & {"judge", "baselines", "train", "evaluate"} else []
     if "baselines" in args.steps:
