@@ -218,14 +218,17 @@ def push_folder(
         token (`str`, *optional*): Hub token (default: the logged-in one).
         commit_message (`str`, *optional*): Defaults to a summary of the model's training stages.
         revision (`str`, *optional*): Branch to commit to (created from `main` if missing).
-        base_model_name_or_path (`str`, *optional*): The base model's Hub id, when the folder names a local path.
+        base_model_name_or_path (`str`, *optional*): The base model's Hub id, when the folder names a local path
+            (not needed for a Hub cache snapshot or the embedded default's offline copy: their Hub id is known).
 
     Returns:
         `huggingface_hub.CommitInfo`: the commit (`oid`, `commit_url`, `repo_url`), returned only once it succeeded.
 
     Raises:
-        `ValueError`: invalid repo id, incomplete folder, base model only known as a local path.
-        [`HubPublishError`]: the upload failed (the repository is unchanged by this attempt).
+        `ValueError`: invalid repo id, incomplete folder, base model only known as a local path (the message asks
+            for its Hub id).
+        [`HubPublishError`]: the upload failed; nothing is reported as published (the files go up in one commit:
+            all of them or none).
     """
     validate_hub_repo_id(repo_id)
     folder = os.fspath(folder)

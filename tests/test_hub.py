@@ -208,3 +208,8 @@ def test_cli_push(hub, tmp_path, tiny_llama, capsys):
     assert cli_main(["push", str(folder), "alice/cli", "--base_model", "tiny/llama", "--private"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["commit"] == hub.history("alice/cli")[0].oid and hub.repo("alice/cli").private
+    hub.fail_next_commits(1)
+    assert cli_main(["push", str(folder), "alice/cli-flaky", "--base_model", "tiny/llama"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "failed" in err and "single commit" in err  # nothing printed as published
+    assert "adapter_model.safetensors" not in hub.files("alice/cli-flaky")
