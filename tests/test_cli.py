@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from elical_hf import AutoModelForConfidence
+from elical_hf.cli import COMMANDS
 from elical_hf.cli import main as cli_main
 from elical_hf.cli.parser import ElicalArgumentParser
 
@@ -69,3 +70,11 @@ def test_example_script_trains_one_stage(tiny_llama, tmp_path):
     model = AutoModelForConfidence.from_pretrained(out)
     assert model.confidence_config.trained_stages == ["elicitation"]
     assert model.confidence_config.training_history[0]["num_examples"] < 24  # a dev split was carved out
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_prints_its_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"elical-hf {command}" in capsys.readouterr().out

@@ -27,7 +27,7 @@ class EvaluateArguments:
     field_sources: list[str] = field(
         default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}
     )
-    bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95% intervals of every metric (0: none)."})
+    bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
 
 
