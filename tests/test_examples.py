@@ -54,3 +54,12 @@ def test_reproduce_paper_retrains_from_committed_records(replication, tiny_llama
             "--steps", "train", "evaluate", *TINY, "--label_budgets", "10"]
     assert load_example("reproduce_paper").main(args) == 0
     assert (tmp_path / "runs" / "EliCal@10.json").is_file() and not (tmp_path / "samples").exists()
+
+
+def test_gpu_recipe_parses_with_the_train_command():
+    from elical_hf.cli.train import make_parser
+
+    (options,) = make_parser().parse_with_config(["--config", os.path.join(EXAMPLES, "configs", "qwen2.5-7b-instruct.yaml")])
+    assert options.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct"
+    assert options.per_device_train_batch_size * options.gradient_accumulation_steps * 4 == 512  # the paper's batch
+    assert options.learning_rate == 5e-5 and options.num_labels == 1000
