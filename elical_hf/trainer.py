@@ -12,6 +12,7 @@ import torch
 from datasets import Dataset
 from transformers import EarlyStoppingCallback, EvalPrediction, Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import HubStrategy
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
 from .callbacks import ConfidenceCardCallback
@@ -198,6 +199,57 @@ class ConfidenceTrainer(Trainer):
         data.language = language or data.language
         data.license = license or data.license
         write_model_card(model, self.args.output_dir)
+
+    def push_to_hub(
+        self,
+        commit_message: str | None = "End of training",
+        blocking: bool = True,
+        token: str | None = None,
+        revision: str | None = None,
+        private: bool | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """
+        Save the model to `output_dir` and publish it with [`~elical_hf.hub.push_folder`] (one commit; the base model
+        named by its Hub id; no pickles, no checkpoints) instead of the Trainer's upload of the whole folder. Called
+        at the end of training when `push_to_hub=True`; checkpoint pushes during training (`hub_strategy`) still use
+        the Trainer's own upload. `kwargs` (`language`, `license`) go to the model card; `blocking` is ignored (the
+        commit always completes before this returns).
+
+        Returns:
+            `huggingface_hub.CommitInfo` on the main process, `None` on the others.
+        """
+        from .hub import push_folder
+
+        token = token if token is not None else self.args.hub_token
+        if self.hub_model_id is None:
+            self.init_hf_repo(token=token, private=private)
+        self.save_model(_internal_call=True)
+        if not self.is_world_process_zero():
+            return None
+        self.create_model_card(**{key: kwargs[key] for key in ("language", "license") if key in kwargs})
+        self._finish_current_push()
+        return push_folder(
+            self.args.output_dir,
+            self.hub_model_id,
+            private=private if private is not None else self.args.hub_private_repo,
+            token=token,
+            commit_message=commit_message,
+            revision=revision if revision is not None else self.args.hub_revision,
+        )
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """With `push_to_hub=True`, every save publishes the checkpoint's model with [`~elical_hf.hub.push_folder`]:
+        each Hub commit is a complete, loadable confidence model (the Trainer's own push copies raw weight files and
+        a pickled `training_args.bin`, and leaves out `confidence_config.json`). Optimizer states are not pushed, so
+        `hub_strategy="checkpoint"` resumption from the Hub is not supported."""
+        if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
+            return
+        from .hub import push_folder
+
+        unit = f"step {self.state.global_step}" if self.args.save_strategy == "steps" else f"epoch {int(self.state.epoch or 0)}"
+        push_folder(checkpoint_folder, self.hub_model_id, token=self.args.hub_token, revision=self.args.hub_revision,
+                    commit_message=f"Training in progress, {unit}")
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         entry: dict[str, Any] = {

@@ -213,3 +213,27 @@ def test_cli_push(hub, tmp_path, tiny_llama, capsys):
     out, err = capsys.readouterr()
     assert out == "" and "failed" in err and "single commit" in err  # nothing printed as published
     assert "adapter_model.safetensors" not in hub.files("alice/cli-flaky")
+
+
+def test_trainer_push_to_hub_publishes_the_final_model_only(hub, tmp_path):
+    from elical_hf import ConfidenceTrainer, ConfidenceTrainingArguments
+
+    upload_base(tmp_path)
+    model = AutoModelForConfidence.from_pretrained("tiny/llama")
+    rows = [{"question": f"{q} {i}", "consistency": (i % 4) / 4} for i, q in enumerate(QUESTIONS * 4)]
+    args = ConfidenceTrainingArguments(
+        output_dir=str(tmp_path / "run"), num_train_epochs=1, per_device_train_batch_size=4, report_to="none",
+        push_to_hub=True, hub_model_id="alice/trained", save_strategy="epoch",
+    )
+    trainer = ConfidenceTrainer(model, args=args, train_dataset=rows)
+    trainer.train()  # the epoch's save pushes a complete model (hub_strategy="every_save")
+    assert "confidence_config.json" in hub.files("alice/trained")
+    assert len(hub.history("alice/trained")) == 2  # repo creation + the epoch's push
+    trainer.push_to_hub()
+    files = hub.files("alice/trained")
+    assert {"adapter_model.safetensors", "confidence_config.json", "README.md"} <= set(files)
+    assert not any(name.startswith("checkpoint-") or name.endswith((".bin", ".pt", ".pkl")) for name in files)
+    assert json.loads(files["adapter_config.json"])["base_model_name_or_path"] == "tiny/llama"
+    assert ModelCard(files["README.md"].decode()).data.library_name == "elical-hf"
+    loaded = AutoModelForConfidence.from_pretrained("alice/trained")
+    assert max_diff(loaded.confidence(QUESTIONS), model.confidence(QUESTIONS)) < 1e-6
