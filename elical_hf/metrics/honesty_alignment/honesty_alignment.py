@@ -7,12 +7,10 @@ keeps them equal), so this folder also works on its own: in evaluate's module ca
 
 from __future__ import annotations
 
-import numbers
 
-import datasets
 import evaluate
 
-from .functional import _check_inputs, alignment, bootstrap_ci
+from .functional import HonestyMetricMixin, alignment, bootstrap_ci
 
 
 _DESCRIPTION = """
@@ -77,55 +75,18 @@ _CITATION = """\
 }
 """
 
-_INPUTS = "`predictions` are confidences in [0, 1], `references` are 0/1 correctness labels"
-
-
-def _validated(predictions, references):
-    try:
-        return _check_inputs(predictions, references)
-    except ValueError as err:
-        raise ValueError(f"honesty_alignment: invalid inputs ({_INPUTS}): {err}") from None
-
-
-def _check_bootstrap(bootstrap) -> int:
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 0:
-        raise ValueError(
-            f"honesty_alignment: bootstrap must be an integer >= 0 (number of resamples), got {bootstrap!r}"
-        )
-    return int(bootstrap)
-
-
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class HonestyAlignment(evaluate.Metric):
+class HonestyAlignment(HonestyMetricMixin, evaluate.Metric):
     """The EliCal paper's alignment: held-out accuracy of a confidence threshold chosen on the first rows."""
 
-    def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Add a batch of confidences and 0/1 labels, validated before evaluate casts them (0.5 -> 0 otherwise)."""
-        _validated(predictions, references)
-        super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction=None, reference=None, **kwargs):
-        """Add one confidence and its 0/1 label, validated first."""
-        _validated([prediction], [reference])
-        super().add(prediction=prediction, reference=reference, **kwargs)
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("float64"), "references": datasets.Value("int32")}
-            ),
-            reference_urls=["https://arxiv.org/abs/2510.17509"],
-        )
+    _description, _kwargs_description, _citation = _DESCRIPTION, _KWARGS_DESCRIPTION, _CITATION
 
     def _compute(
         self, predictions, references, calibration_fraction=0.2, shuffle_seed=None, bootstrap=0,
         confidence_level=0.95, bootstrap_seed=0,
     ):
-        conf, correct = _validated(predictions, references)
-        n_resamples = _check_bootstrap(bootstrap)
+        conf, correct = self._validated(predictions, references)
+        n_resamples = self._check_bootstrap(bootstrap)
         try:
             results = alignment(conf, correct, calibration_fraction=calibration_fraction, shuffle_seed=shuffle_seed)
         except ValueError as err:

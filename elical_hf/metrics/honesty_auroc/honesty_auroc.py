@@ -7,13 +7,11 @@ keeps them equal), so this folder also works on its own: in evaluate's module ca
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
-import datasets
 import evaluate
 
-from .functional import _check_inputs, auprc, aurc, auroc, bootstrap_ci, prr
+from .functional import HonestyMetricMixin, auprc, aurc, auroc, bootstrap_ci, prr
 
 
 _DESCRIPTION = """
@@ -76,50 +74,15 @@ _CITATION = """\
 }
 """
 
-_INPUTS = "`predictions` are confidences in [0, 1], `references` are 0/1 correctness labels"
-
-
-def _validated(predictions, references):
-    try:
-        return _check_inputs(predictions, references)
-    except ValueError as err:
-        raise ValueError(f"honesty_auroc: invalid inputs ({_INPUTS}): {err}") from None
-
-
-def _check_bootstrap(bootstrap) -> int:
-    if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 0:
-        raise ValueError(f"honesty_auroc: bootstrap must be an integer >= 0 (number of resamples), got {bootstrap!r}")
-    return int(bootstrap)
-
-
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
-class HonestyAUROC(evaluate.Metric):
+class HonestyAUROC(HonestyMetricMixin, evaluate.Metric):
     """AUROC (and AUPRC, AURC, PRR) of confidence as a predictor of answer correctness."""
 
-    def add_batch(self, *, predictions=None, references=None, **kwargs):
-        """Add a batch of confidences and 0/1 labels, validated before evaluate casts them (0.5 -> 0 otherwise)."""
-        _validated(predictions, references)
-        super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction=None, reference=None, **kwargs):
-        """Add one confidence and its 0/1 label, validated first."""
-        _validated([prediction], [reference])
-        super().add(prediction=prediction, reference=reference, **kwargs)
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("float64"), "references": datasets.Value("int32")}
-            ),
-            reference_urls=["https://arxiv.org/abs/2510.17509"],
-        )
+    _description, _kwargs_description, _citation = _DESCRIPTION, _KWARGS_DESCRIPTION, _CITATION
 
     def _compute(self, predictions, references, bootstrap=0, confidence_level=0.95, bootstrap_seed=0):
-        conf, correct = _validated(predictions, references)
-        n_resamples = _check_bootstrap(bootstrap)
+        conf, correct = self._validated(predictions, references)
+        n_resamples = self._check_bootstrap(bootstrap)
         one_class = bool(correct.all() or not correct.any())
         if one_class:
             warnings.warn(
