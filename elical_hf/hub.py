@@ -272,7 +272,8 @@ def _collect_records(
     source: Any, path_parser: Callable[[str], Mapping[str, str | None]] | None
 ) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
     """Group normalized records by (model, dataset, paper split)."""
-    from .signals.records import canonical_dataset, normalize_record, paper_split, parse_record_path, read_records
+    from .signals.honestybench import canonical_dataset, paper_split, parse_record_path
+    from .signals.records import normalize_record, read_records
 
     parser = path_parser or parse_record_path
     batches: list[tuple[str, dict[str, Any], Iterable[Mapping[str, Any]]]] = []
@@ -332,7 +333,7 @@ def write_honestybench(
 
     Args:
         source: Records files or folders (model, dataset and split read from each record's fields, else from the
-            path, see [`~elical_hf.signals.records.parse_record_path`]); or a list of records with `model` and
+            path, see [`~elical_hf.signals.honestybench.parse_record_path`]); or a list of records with `model` and
             `dataset` fields; or a mapping `{"<model>/<dataset>/<split>": records or a file}`.
         folder (`str`): Where to write; must not exist or be empty.
         path_parser (`Callable`, *optional*): Maps a file's relative path to `{"model", "dataset", "split"}`.

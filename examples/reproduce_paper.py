@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
     parser.add_argument("--stage1_epochs", type=float, default=2, help="Epochs of stage 1 (early stopping on dev).")
-    parser.add_argument("--examples_per_run", type=int, default=1000,
+    parser.add_argument("--examples_per_run", type=int, default=800,
                         help="LoRA + head calibration runs train about this many examples (epochs = this / n).")
     parser.add_argument("--max_epochs", type=int, default=10, help="Most epochs of a LoRA + head calibration run.")
     parser.add_argument("--head_epochs", type=int, default=50, help="Most epochs of head-only calibration.")
@@ -135,7 +135,7 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     if os.path.exists(path):
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
-        from elical_hf.signals.records import record_files
+        from elical_hf.signals.honestybench import record_files
 
         records = [record for file in record_files(args.records) for record in read_records(file)]
         for record in records:  # a HonestyBench folder keeps the paper split as `source_split`

@@ -5,18 +5,10 @@ import math
 import pytest
 from datasets import load_dataset
 
+from elical_hf.signals import honestybench as honestybench_module
 from elical_hf.signals import records as records_module
-from elical_hf.signals.records import (
-    RECORD_FEATURES,
-    canonical_dataset,
-    load_honestybench,
-    normalize_record,
-    paper_split,
-    parse_record_path,
-    read_records,
-    save_records,
-    training_columns,
-)
+from elical_hf.signals.honestybench import canonical_dataset, load_honestybench, paper_split, parse_record_path
+from elical_hf.signals.records import RECORD_FEATURES, normalize_record, read_records, save_records, training_columns
 
 
 MODELS = ["Qwen2.5-7B-Instruct", "Llama3-8B-Instruct"]
@@ -245,6 +237,7 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch):
 
 def test_docstring_examples():
     assert doctest.testmod(records_module).failed == 0
+    assert doctest.testmod(honestybench_module).failed == 0
 
 
 def test_nan_free_training_columns(official_folder):

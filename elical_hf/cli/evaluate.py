@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.auto import AutoModelForConfidence
     from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, table_to_markdown, write_report
     from elical_hf.signals.baselines import compute_baselines
-    from elical_hf.signals.records import load_honestybench
+    from elical_hf.signals.honestybench import load_honestybench
 
     (options,) = make_parser().parse_with_config(argv)
     models, columns = _pairs(options.model, "--model"), _pairs(options.field_sources, "--field_sources")

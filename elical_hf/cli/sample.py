@@ -51,7 +51,7 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
     """Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` or a table readable by `load_table`."""
     from elical_hf.bundled import load_bundled_questions
     from elical_hf.data import load_table
-    from elical_hf.signals.records import canonical_dataset, parse_record_path
+    from elical_hf.signals.honestybench import canonical_dataset, parse_record_path
 
     if source.startswith("bundled:"):
         rows = []

@@ -25,19 +25,9 @@ from .judges import (
     rouge_l,
     token_f1,
 )
+from .honestybench import DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, load_honestybench, parse_record_path
 from .llm_judge import llm_consistency, llm_correctness, parse_verdict
-from .records import (
-    DATASET_ALIASES,
-    PAPER_SPLITS,
-    RECORD_FEATURES,
-    canonical_dataset,
-    load_honestybench,
-    normalize_record,
-    parse_record_path,
-    read_records,
-    save_records,
-    training_columns,
-)
+from .records import RECORD_FEATURES, normalize_record, read_records, save_records, training_columns
 from .runner import TIMING_FIELDS, sample_records
 
 

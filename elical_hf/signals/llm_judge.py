@@ -144,6 +144,31 @@ def _verdicts(replies: list[str | None], strict: bool, summary: dict[str, int]) 
     return verdicts
 
 
+def _judge(
+    complete: CompletionFn,
+    prompts: list[str],
+    spans: list[tuple[dict, int]],
+    summary: dict[str, int],
+    store: Callable[[dict, list[bool | None]], None],
+    judge_field: str,
+    judge_model: str | None,
+    strict: bool,
+    **options: Any,
+) -> dict[str, int]:
+    """Send all `prompts` to `complete` at once; `store` each record's run of verdicts (`spans`: record, number of
+    its prompts, in prompt order) and its `judge_model` under `judge_field`. Updates and returns `summary`."""
+    summary["calls"] = len(set(prompts))
+    verdicts = _verdicts(call_completion(complete, prompts, **options), strict, summary)
+    start = 0
+    for record, count in spans:
+        store(record, verdicts[start : start + count])
+        if judge_model is not None:
+            record[judge_field] = judge_model
+        start += count
+        summary["judged"] += 1
+    return summary
+
+
 def _gold(record: dict) -> list[str]:
     answers = record.get("answer")
     if answers is None:
@@ -202,20 +227,12 @@ def llm_correctness(
         responses += [_text(s) for s in record.get("sampling_response") or []]
         prompts += [correctness_prompt(question, answers, r) for r in responses]
         spans.append((record, len(responses)))
-    summary["calls"] = len(set(prompts))
-    replies = call_completion(
-        complete, prompts, batch_size=batch_size, progress=progress, max_new_tokens=max_new_tokens
-    )
-    verdicts = _verdicts(replies, strict, summary)
-    start = 0
-    for record, count in spans:
-        record["greedy_correctness"] = verdicts[start]
-        record["sampling_correctness"] = verdicts[start + 1 : start + count]
-        if judge_model is not None:
-            record["correctness_judge"] = judge_model
-        start += count
-        summary["judged"] += 1
-    return summary
+
+    def store(record: dict, verdicts: list[bool | None]) -> None:
+        record["greedy_correctness"], record["sampling_correctness"] = verdicts[0], verdicts[1:]
+
+    options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens}
+    return _judge(complete, prompts, spans, summary, store, "correctness_judge", judge_model, strict, **options)
 
 
 def llm_consistency(
@@ -259,16 +276,9 @@ def llm_consistency(
         question, greedy = str(record.get("question", "")), _text(record.get("greedy_response"))
         prompts += [consistency_prompt(question, greedy, s) for s in samples]
         spans.append((record, len(samples)))
-    summary["calls"] = len(set(prompts))
-    replies = call_completion(
-        complete, prompts, batch_size=batch_size, progress=progress, max_new_tokens=max_new_tokens
-    )
-    verdicts = _verdicts(replies, strict, summary)
-    start = 0
-    for record, count in spans:
-        record["consistency_judgement"] = verdicts[start : start + count]
-        if judge_model is not None:
-            record["consistency_judge"] = judge_model
-        start += count
-        summary["judged"] += 1
-    return summary
+
+    def store(record: dict, verdicts: list[bool | None]) -> None:
+        record["consistency_judgement"] = verdicts
+
+    options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens}
+    return _judge(complete, prompts, spans, summary, store, "consistency_judge", judge_model, strict, **options)

@@ -1,0 +1,303 @@
+"""HonestyBench loading: the official layout or our own record folders, read into the paper's splits.
+
+[`parse_record_path`] reads model, dataset and source split from a records file's path, [`paper_split`] maps a
+dataset and split word to the paper's split, and [`load_honestybench`] reads a file, a folder or a Hub dataset of
+records (normalized by [`~elical_hf.signals.records.read_records`]) into a [`~datasets.DatasetDict`] with the columns
+the trainer needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
+from tqdm.auto import tqdm
+
+from .records import RECORD_FEATURES, TRAINING_FEATURES, read_records, record_features, training_columns
+
+
+__all__ = [
+    "DATASET_ALIASES", "HONESTYBENCH_REPO", "IN_DOMAIN_DATASETS", "OOD_DATASETS", "PAPER_SPLITS", "canonical_dataset",
+    "load_honestybench", "paper_split", "parse_record_path",
+]
+
+logger = logging.getLogger(__name__)
+
+HONESTYBENCH_REPO = "Shiyunee/HonestyBench"
+
+IN_DOMAIN_DATASETS = ("nq", "triviaqa", "hotpotqa", "2wikimultihopqa", "pararel")
+OOD_DATASETS = ("squad", "webquestions", "complexwebquestions", "musique", "popqa")
+PAPER_SPLITS = ("train", "in_domain_test", "ood_test", "mmlu", "other")
+
+DATASET_ALIASES: dict[str, str] = {
+    alias: name
+    for name, aliases in {
+        "nq": ["nq", "naturalquestions", "nqopen"],
+        "triviaqa": ["tq", "triviaqa", "trivia"],
+        "hotpotqa": ["hq", "hotpotqa", "hotpot"],
+        "2wikimultihopqa": ["2wiki", "2wikimultihopqa", "2wikimqa"],
+        "pararel": ["pararel", "pararelpatterns"],
+        "squad": ["squad", "squadv1", "squad11"],
+        "webquestions": ["webquestions", "webq", "wq"],
+        "complexwebquestions": ["cwq", "complexwebquestions"],
+        "musique": ["musique"],
+        "popqa": ["popqa"],
+        "mmlu": ["mmlu", "mmla"],
+    }.items()
+    for alias in aliases
+}
+"""Dataset alias -> canonical name. Aliases are compared lowercased without `_`, `-`, `.` and spaces."""
+
+SPLIT_WORDS = {"train": "train", "training": "train"} | {
+    word: "test" for word in ("test", "dev", "validation", "valid", "val", "eval")
+}
+"""Words that name a source split in paths (or a record's `split` field) -> `"train"` or `"test"`."""
+
+IGNORED_FOLDERS = {"data", "datasets", "honestybench", "records", "shards", "jsonl", "output", "outputs", "results"}
+"""Folder names that never name a model (generic containers)."""
+
+
+def canonical_dataset(name: str | None) -> str | None:
+    """Canonical dataset name of an alias (`"hq"`, `"hotpot_qa"` -> `"hotpotqa"`), or `None` when unknown."""
+    if name is None:
+        return None
+    return DATASET_ALIASES.get(re.sub(r"[\s_\-.]", "", str(name).lower()))
+
+
+def _parse_component(component: str) -> tuple[str | None, str | None, str]:
+    """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens."""
+    tokens = [t for t in component.split("_") if t]
+    dataset = split = None
+    for length in range(len(tokens), 0, -1):  # longest run of tokens naming a dataset ("complex_web_questions")
+        for begin in range(len(tokens) - length + 1):
+            name = canonical_dataset("".join(tokens[begin : begin + length]))
+            if name is not None:
+                dataset, tokens = name, tokens[:begin] + tokens[begin + length :]
+                break
+        if dataset is not None:
+            break
+    rest = []
+    for token in tokens:
+        if split is None and token.lower() in SPLIT_WORDS:
+            split = token.lower()
+        else:
+            rest.append(token)
+    return dataset, split, "_".join(rest)
+
+
+def parse_record_path(relative_path: str) -> dict[str, str | None]:
+    """Infer `model`, `dataset` and `split` (the source split word) from a records file's path inside its folder.
+
+    The official HonestyBench layout is not documented; these rules cover `<model>/<dataset>.jsonl`,
+    `<model>/<split>/<dataset>.jsonl`, `<model>/<dataset>/<split>.jsonl`, `<model>/<dataset>_<split>.jsonl`,
+    `<model>_<dataset>.jsonl` and `<dataset>_<split>_<model>.jsonl`:
+
+    1. The extension is dropped; each folder name and the file name are split into `_`-separated tokens.
+    2. The **dataset** is the longest run of tokens that is a known alias ([`DATASET_ALIASES`], compared lowercased
+       without `_ - .`: `hq`, `hotpot_qa`, `web_questions`, `complex_web_questions`, ...), searched in the file
+       name first, then in the folders from the deepest up.
+    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way.
+    4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
+       not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
+       name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
+
+    Pass your own `path_parser` to [`load_honestybench`] for any other layout.
+
+    Example:
+
+    ```python
+    >>> parse_record_path("Qwen2.5-7B-Instruct/test/hotpot_qa.jsonl")
+    {'model': 'Qwen2.5-7B-Instruct', 'dataset': 'hotpotqa', 'split': 'test'}
+    >>> parse_record_path("Llama3-8B-Instruct_web_questions_train.jsonl")
+    {'model': 'Llama3-8B-Instruct', 'dataset': 'webquestions', 'split': 'train'}
+
+    ```
+    """
+    parts = PurePosixPath(relative_path.replace(os.sep, "/")).parts
+    stem = re.sub(r"\.(jsonl|parquet|json)(\.gz)?$", "", parts[-1], flags=re.IGNORECASE)
+    parsed = [_parse_component(stem)] + [_parse_component(p) for p in reversed(parts[:-1])]
+    dataset = next((d for d, _, _ in parsed if d is not None), None)
+    split = next((s for _, s, _ in parsed if s is not None), None)
+    folders = [rest for _, _, rest in parsed[1:] if rest and rest.lower() not in IGNORED_FOLDERS]
+    model = folders[0] if folders else (parsed[0][2] or None)
+    return {"model": model, "dataset": dataset, "split": split}
+
+
+def paper_split(dataset: str | None, source_split: str | None = None) -> str:
+    """The paper's split of a record: in-domain train files -> `train`, their test/dev files -> `in_domain_test`
+    (unsplit in-domain data counts as `train`); OOD datasets -> `ood_test` (an OOD *train* file -> `other`);
+    MMLU -> `mmlu`; anything else -> `other`."""
+    if source_split in PAPER_SPLITS[1:]:
+        return source_split
+    kind = SPLIT_WORDS.get(str(source_split).lower()) if source_split is not None else None
+    name = canonical_dataset(dataset)
+    if name in IN_DOMAIN_DATASETS:
+        return "in_domain_test" if kind == "test" else "train"
+    if name in OOD_DATASETS:
+        return "other" if kind == "train" else "ood_test"
+    return "mmlu" if name == "mmlu" else "other"
+
+
+def _download(repo_id: str, models: list[str] | None, revision: str | None) -> str:
+    from huggingface_hub import snapshot_download
+
+    from ..embedded import hub_offline
+
+    patterns = [f"*{m}*.{ext}" for m in models or [""] for ext in ("jsonl", "parquet")]
+    try:
+        return snapshot_download(
+            repo_id, repo_type="dataset", revision=revision, allow_patterns=patterns, local_files_only=hub_offline()
+        )
+    except Exception as error:  # offline, unreachable, unknown repo or not in the cache
+        raise OSError(
+            f"Could not get the dataset {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {error}). "
+            f"Offline, download it on a machine with network (`hf download {repo_id} --repo-type dataset "
+            f"--local-dir honestybench`) and pass that folder instead."
+        ) from error
+
+
+def record_files(root: str) -> list[str]:
+    """Every `.jsonl` / `.parquet` records file under `root` (recursively, hidden files skipped), or `root` itself."""
+    if os.path.isfile(root):
+        return [root]
+    files = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        names = [n for n in sorted(names) if n.endswith((".jsonl", ".parquet")) and not n.startswith(".")]
+        files += [os.path.join(directory, n) for n in names]
+    if not files:
+        raise ValueError(f"No .jsonl or .parquet records files under {root}.")
+    return files
+
+
+def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
+    return None if value is None else [value] if isinstance(value, str) else list(value)
+
+
+def _model_matches(model: str | None, wanted: set[str] | None) -> bool:
+    if wanted is None:
+        return True
+    return model is not None and (model.lower() in wanted or model.lower().rsplit("/", 1)[-1] in wanted)
+
+
+def load_honestybench(
+    path_or_repo: str | os.PathLike = HONESTYBENCH_REPO,
+    models: str | list[str] | None = None,
+    datasets: str | list[str] | None = None,
+    split: str | list[str] | None = None,
+    *,
+    path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
+    revision: str | None = None,
+    progress: bool = True,
+) -> DatasetDict:
+    """Load HonestyBench records (the official files or our own) into the paper's splits, with training columns.
+
+    Args:
+        path_or_repo (`str`, *optional*, defaults to `"Shiyunee/HonestyBench"`):
+            A records file, a folder (every `.jsonl` / `.parquet` below it, hidden files skipped: the official
+            layout, or the output of [`sample_records`]), or a Hub dataset id (downloaded with
+            `huggingface_hub.snapshot_download`; offline this raises an `OSError` that says what to do).
+        models (`str` or `list[str]`, *optional*): Keep these models only (case-insensitive; `"Qwen2.5-7B-Instruct"`
+            also matches `"Qwen/Qwen2.5-7B-Instruct"`).
+        datasets (`str` or `list[str]`, *optional*): Keep these datasets only (aliases allowed).
+        split (`str` or `list[str]`, *optional*): Keep these of [`PAPER_SPLITS`] only.
+        path_parser (`Callable[[str], dict]`, *optional*, defaults to [`parse_record_path`]):
+            Maps a file's path relative to the folder (posix) to `{"model", "dataset", "split"}`; used for records
+            without `model` / `dataset` / `split` fields (a record's own fields win).
+        revision (`str`, *optional*): Hub revision.
+        progress (`bool`, *optional*, defaults to `True`): Progress bar over files.
+
+    Returns:
+        [`~datasets.DatasetDict`]: non-empty splits among `train` (in-domain train files; in-domain data without a
+        split word), `in_domain_test` (in-domain test/dev files), `ood_test`, `mmlu`, and `other` (records whose
+        `dataset` field names no known dataset; a warning lists them). Each row is the flat record plus `model`,
+        `dataset` (canonical), `source_split` and the columns of [`training_columns`].
+
+    Raises:
+        `ValueError`: for an unknown records format, a file whose records lack `dataset` and whose path names none,
+        an unknown `datasets` / `split` filter, or when no record is left.
+    """
+    models, datasets, split = _as_list(models), _as_list(datasets), _as_list(split)
+    wanted_models = None if models is None else {m.lower() for m in models}
+    unknown = [n for n in datasets or [] if canonical_dataset(n) is None]
+    if unknown:
+        raise ValueError(f"Unknown dataset(s) {unknown}; known: {sorted(set(DATASET_ALIASES.values()))}.")
+    wanted_datasets = None if datasets is None else {canonical_dataset(n) for n in datasets}
+    if split is not None and not set(split) <= set(PAPER_SPLITS):
+        raise ValueError(f"Unknown split(s) {sorted(set(split) - set(PAPER_SPLITS))}; choose from {PAPER_SPLITS}.")
+    path_parser = path_parser or parse_record_path
+
+    root = os.fspath(path_or_repo)
+    if not os.path.exists(root):
+        root = _download(root, models, revision)
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+
+    parts: dict[str, list[Dataset]] = {}
+    others: set[str] = set()
+    for file in tqdm(record_files(root), desc="Reading records", unit="file", disable=not progress):
+        relative = os.path.relpath(file, base).replace(os.sep, "/")
+        hint = dict(path_parser(relative))
+        hint_dataset = canonical_dataset(hint.get("dataset"))
+        if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
+            if not _model_matches(hint["model"], wanted_models):
+                continue
+            if wanted_datasets is not None and hint_dataset not in wanted_datasets:
+                continue
+        rows = []
+        for record in read_records(file):
+            raw_dataset = record.get("dataset") or hint.get("dataset")
+            if raw_dataset is None:
+                raise ValueError(
+                    f"{relative}: its records have no `dataset` field and its path names no known dataset "
+                    f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`."
+                )
+            record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
+            record["model"] = record.get("model") or hint.get("model")
+            record["source_split"] = record.pop("split", None) or hint.get("split")
+            part = paper_split(record["dataset"], record["source_split"])
+            if part == "other" and canonical_dataset(record["dataset"]) is None:
+                others.add(record["dataset"])
+            if not _model_matches(record["model"], wanted_models):
+                continue
+            if wanted_datasets is not None and record["dataset"] not in wanted_datasets:
+                continue
+            if split is not None and part not in split:
+                continue
+            record.update(training_columns(record))
+            rows.append((part, record))
+        for part in {p for p, _ in rows}:
+            chunk = [r for p, r in rows if p == part]
+            parts.setdefault(part, []).append(Dataset.from_list(chunk, features=_features(chunk)))
+    if others:
+        logger.warning("Records of unknown dataset(s) %s went to the `other` split.", sorted(others))
+    if not parts:
+        raise ValueError(f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}).")
+    return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+
+
+def _features(rows: list[dict[str, Any]]) -> Features:
+    return record_features(rows, Features({**RECORD_FEATURES, **TRAINING_FEATURES}))
+
+
+def _concatenate(chunks: list[Dataset]) -> Dataset:
+    """Concatenate datasets whose columns differ: missing columns are added as nulls of the first known type."""
+    features: dict[str, Any] = {}
+    for chunk in chunks:
+        for name, feature in chunk.features.items():
+            if name not in features or features[name] == Value("null"):
+                features[name] = feature
+    aligned = []
+    for chunk in chunks:
+        for name, feature in features.items():
+            if name not in chunk.column_names:
+                chunk = chunk.add_column(name, [None] * len(chunk), feature=feature)
+        chunk = chunk.select_columns(list(features))
+        if chunk.features != Features(features):
+            chunk = chunk.cast(Features(features))
+        aligned.append(chunk)
+    return aligned[0] if len(aligned) == 1 else concatenate_datasets(aligned)
