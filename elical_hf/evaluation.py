@@ -37,15 +37,29 @@ def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: np.ndarray) -> dict[str, np.ndarray]:
-    """Each metric on every bootstrap resample (`draws`: row indices, one resample per row of the array)."""
-    samples = {metric: np.empty(len(draws)) for metric in METRIC_NAMES}
+def _bootstrap_draws(size: int, bootstrap: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Row indices of `bootstrap` resamples of one dataset: `rows` draws from all rows; `alignment` draws the threshold
+    prefix (the first 20%, see [`alignment`]) and the scored rest separately, so that no resampled row is both used
+    to choose the threshold and scored, as in the point estimate."""
+    prefix = int(0.2 * size)
+    split = np.concatenate(
+        [rng.integers(0, max(prefix, 1), size=(bootstrap, prefix)), rng.integers(prefix, size, size=(bootstrap, size - prefix))],
+        axis=1,
+    )
+    return {"rows": rng.integers(0, size, size=(bootstrap, size)), "alignment": split}
+
+
+def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each metric on every bootstrap resample of [`_bootstrap_draws`]."""
+    samples = {metric: np.empty(len(draws["rows"])) for metric in METRIC_NAMES}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i, rows in enumerate(draws):
-            cell = _metrics(confidences[rows], correct[rows])
-            for metric in METRIC_NAMES:
-                samples[metric][i] = cell[metric]
+        for i, (rows, ordered) in enumerate(zip(draws["rows"], draws["alignment"])):
+            y = correct[rows]
+            samples["auroc"][i] = 100 * auroc(confidences[rows], y) if 0 < y.sum() < len(y) else math.nan
+            samples["ece"][i] = 100 * ece(confidences[rows], y)
+            ordered_ok = len(ordered) >= 2
+            samples["alignment"][i] = alignment(confidences[ordered], correct[ordered])["alignment"] if ordered_ok else math.nan
     return samples
 
 
@@ -86,6 +100,59 @@ def evaluate_table(
         `dict`: `table[method][column]` -> `{"n", "accuracy", "auroc", "ece", "alignment"[, "<metric>_ci"]}`, where
         the columns are the datasets followed by `"in-domain avg"` / `"OOD avg"` when those splits are present.
     """
+    correct_array, masks, split_of, draws = _prepare(correct, datasets, splits, confidences, bootstrap, seed)
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for method, values in confidences.items():
+        row, samples = _evaluate_method(method, values, correct_array, masks, split_of, draws)
+        for column, column_samples in samples.items():
+            _intervals(row[column], column_samples)
+        table[method] = row
+    return table
+
+
+def paired_differences(
+    correct: Sequence[int],
+    datasets: Sequence[str],
+    splits: Sequence[str],
+    confidences: Mapping[str, Sequence[float]],
+    pairs: Sequence[tuple[str, str]],
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """
+    Differences `metric(a) - metric(b)` for each pair of methods, per dataset and for the in-domain / OOD averages,
+    with paired 95% bootstrap intervals: both methods are scored on the same resamples (the ones [`evaluate_table`]
+    draws with the same `seed`), so the interval reflects the difference itself, not two overlapping intervals.
+
+    Arguments as in [`evaluate_table`]; `pairs` lists `(a, b)` names of `confidences`.
+
+    Returns:
+        `dict`: `"<a> − <b>"` -> column -> `{"auroc", "ece", "alignment"}` differences and their `<metric>_ci`.
+    """
+    if bootstrap < 1:
+        raise ValueError(f"paired_differences needs bootstrap >= 1, got {bootstrap}.")
+    missing = sorted({name for pair in pairs for name in pair} - set(confidences))
+    if missing:
+        raise ValueError(f"Unknown method(s) {missing}; known: {sorted(confidences)}.")
+    correct_array, masks, split_of, draws = _prepare(correct, datasets, splits, confidences, bootstrap, seed)
+    results = {}
+    for a, b in pairs:
+        row_a, samples_a = _evaluate_method(a, confidences[a], correct_array, masks, split_of, draws)
+        row_b, samples_b = _evaluate_method(b, confidences[b], correct_array, masks, split_of, draws)
+        out = {}
+        for column in row_a:
+            cell = {metric: row_a[column][metric] - row_b[column][metric] for metric in METRIC_NAMES}
+            _intervals(cell, {m: samples_a[column][m] - samples_b[column][m] for m in METRIC_NAMES})
+            out[column] = cell
+        results[f"{a} − {b}"] = out
+    return results
+
+
+def _prepare(
+    correct: Sequence[int], datasets: Sequence[str], splits: Sequence[str], confidences: Mapping[str, Any],
+    bootstrap: int, seed: int,
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, str], dict[str, dict[str, np.ndarray]]]:
+    """Validated labels, per-dataset row masks (in first-appearance order), each dataset's split, bootstrap draws."""
     correct_array = np.asarray(correct, dtype=np.int64)
     n = len(correct_array)
     if len(datasets) != n or len(splits) != n:
@@ -93,31 +160,35 @@ def evaluate_table(
     if not confidences:
         raise ValueError("No confidence source to evaluate.")
     dataset_array, split_array = np.asarray(datasets), np.asarray(splits)
-    names = list(dict.fromkeys(datasets))
-    masks = {name: dataset_array == name for name in names}
+    masks = {name: dataset_array == name for name in dict.fromkeys(datasets)}
+    split_of = {name: str(split_array[mask][0]) for name, mask in masks.items()}
     rng = np.random.default_rng(seed)
-    draws = {name: rng.integers(0, mask.sum(), size=(bootstrap, mask.sum())) for name, mask in masks.items()}
-    table: dict[str, dict[str, dict[str, Any]]] = {}
-    for method, values in confidences.items():
-        scores = np.asarray(values, dtype=np.float64)
-        if scores.shape != (n,):
-            raise ValueError(f"{method!r} has {scores.size} confidences for {n} records.")
-        if np.isnan(scores).any() or scores.min() < 0 or scores.max() > 1:
-            raise ValueError(f"{method!r} has confidences outside [0, 1] or NaN.")
-        row, samples = {}, {}
-        for name, mask in masks.items():
-            row[name] = _metrics(scores[mask], correct_array[mask])
-            if bootstrap:
-                samples[name] = _resampled_metrics(scores[mask], correct_array[mask], draws[name])
-                _intervals(row[name], samples[name])
-        for split, label in SPLIT_AVERAGES.items():
-            members = [name for name in names if split_array[masks[name]][0] == split]
-            if members:
-                row[label] = _weighted_average([row[name] for name in members])
-                if bootstrap:
-                    _intervals(row[label], _weighted_samples([row[name] for name in members], [samples[m] for m in members]))
-        table[method] = row
-    return table
+    draws = {name: _bootstrap_draws(int(mask.sum()), bootstrap, rng) for name, mask in masks.items()} if bootstrap else {}
+    return correct_array, masks, split_of, draws
+
+
+def _evaluate_method(
+    method: str, values: Sequence[float], correct: np.ndarray, masks: dict[str, np.ndarray], split_of: dict[str, str],
+    draws: dict[str, dict[str, np.ndarray]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, np.ndarray]]]:
+    """One method's row (datasets, then the averages) and, with `draws`, its resampled metrics per column."""
+    scores = np.asarray(values, dtype=np.float64)
+    if scores.shape != correct.shape:
+        raise ValueError(f"{method!r} has {scores.size} confidences for {correct.size} records.")
+    if np.isnan(scores).any() or scores.min() < 0 or scores.max() > 1:
+        raise ValueError(f"{method!r} has confidences outside [0, 1] or NaN.")
+    row, samples = {}, {}
+    for name, mask in masks.items():
+        row[name] = _metrics(scores[mask], correct[mask])
+        if draws:
+            samples[name] = _resampled_metrics(scores[mask], correct[mask], draws[name])
+    for split, label in SPLIT_AVERAGES.items():
+        members = [name for name in masks if split_of[name] == split]
+        if members:
+            row[label] = _weighted_average([row[name] for name in members])
+            if draws:
+                samples[label] = _weighted_samples([row[name] for name in members], [samples[m] for m in members])
+    return row, samples
 
 
 def _weighted_average(cells: list[dict[str, Any]]) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def fit_head(
     warmup_ratio: float = 0.1,
     batch_size: int = 8,
     early_stopping_patience: int | None = 4,
+    max_grad_norm: float | None = 1.0,
     seed: int = 42,
 ) -> dict[str, Any]:
     """
@@ -69,8 +70,11 @@ def fit_head(
         targets (`list[float]` or `torch.Tensor` of shape `(n,)`): Targets in [0, 1].
         dev_features, dev_targets (*optional*): A dev split; with it the head is evaluated after every epoch, training
             stops after `early_stopping_patience` epochs without a lower dev MSE, and the best epoch is restored.
-        num_train_epochs, learning_rate, weight_decay, warmup_ratio, batch_size, seed:
-            As in [`ConfidenceTrainingArguments`] (the warm-up is a ratio of all steps; decay excludes the bias).
+        num_train_epochs, learning_rate, weight_decay, warmup_ratio, batch_size, max_grad_norm, seed:
+            As in [`ConfidenceTrainingArguments`] (the warm-up is a ratio of all steps; decay excludes the bias;
+            gradients are clipped to `max_grad_norm` like the Trainer does, `None` disables). Defaults differ from the
+            Trainer's in two places: `learning_rate` (1e-3 rather than 5e-5, a fitting value for a lone linear head)
+            and `num_train_epochs` (50 whatever the data size, with early stopping when a dev split is given).
 
     Returns:
         `dict`: `epochs` (run), `global_steps`, `best_epoch`, `train_loss` (last epoch's mean) and `eval_loss` (best
@@ -83,10 +87,13 @@ def fit_head(
         raise ValueError("Targets must lie in [0, 1].")
     if (dev_features is None) != (dev_targets is None):
         raise ValueError("Pass both dev_features and dev_targets, or neither.")
-    features = features.float()
+    place = {"device": head.weight.device, "dtype": head.weight.dtype}  # features are computed on the CPU in float32
+    features, targets = features.to(**place), targets.to(**place)
     has_dev = dev_features is not None and len(dev_features) > 0
-    dev_y = torch.as_tensor(dev_targets, dtype=torch.float32) if has_dev else None
-    generator = torch.Generator().manual_seed(seed)
+    if has_dev:
+        dev_features = dev_features.to(**place)
+        dev_y = torch.as_tensor(dev_targets, dtype=torch.float32).to(**place)
+    generator = torch.Generator().manual_seed(seed)  # CPU generator: the row order does not depend on the device
     steps_per_epoch = math.ceil(len(features) / batch_size)
     total_steps = steps_per_epoch * num_train_epochs
     warmup = int(math.ceil(warmup_ratio * total_steps)) if warmup_ratio < 1 else int(warmup_ratio)
@@ -105,13 +112,15 @@ def fit_head(
     try:
         with torch.enable_grad():
             for epoch in range(1, num_train_epochs + 1):
-                order = torch.randperm(len(features), generator=generator)
+                order = torch.randperm(len(features), generator=generator).to(features.device)
                 losses = []
                 for start in range(0, len(order), batch_size):
                     rows = order[start : start + batch_size]
                     loss = _mse(head, features[rows], targets[rows])
                     optimizer.zero_grad()
                     loss.backward()
+                    if max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(head.parameters(), max_grad_norm)
                     optimizer.step()
                     scheduler.step()
                     losses.append(loss.item())
@@ -120,7 +129,7 @@ def fit_head(
                 if not has_dev:
                     continue
                 with torch.no_grad():
-                    dev_loss = _mse(head, dev_features.float(), dev_y).item()
+                    dev_loss = _mse(head, dev_features, dev_y).item()
                 if dev_loss < best["loss"]:
                     best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
                 elif early_stopping_patience is not None and epoch - best["epoch"] >= early_stopping_patience:
@@ -146,7 +155,7 @@ def calibrate_head(
     dev_fraction: float = 0.1,
     seed: int = 42,
     features: Mapping[str, torch.Tensor] | None = None,
-    batch_size: int = 32,
+    feature_batch_size: int = 32,
     **fit_kwargs: Any,
 ) -> dict[str, Any]:
     """
@@ -163,9 +172,9 @@ def calibrate_head(
             [`~elical_hf.recipe.train_stage`]) for early stopping.
         features (`dict[str, torch.Tensor]`, *optional*): Precomputed [`prompt_features`] of this model keyed by
             question text (e.g. to share them between label budgets); missing questions are computed.
-        batch_size (`int`, *optional*, defaults to 32): Questions per forward pass when computing features.
-        fit_kwargs: Passed to [`fit_head`] (`num_train_epochs`, `learning_rate`, `batch_size` is `train_batch_size`
-            here, ...).
+        feature_batch_size (`int`, *optional*, defaults to 32): Questions per forward pass when computing features.
+        fit_kwargs: Passed to [`fit_head`] (`num_train_epochs`, `learning_rate`, `batch_size` (the training batch),
+            `max_grad_norm`, ...).
 
     Returns:
         `dict`: the training summary of [`fit_head`], also appended to the model's `training_history`.
@@ -181,13 +190,11 @@ def calibrate_head(
     questions = list(train[question_column]) + (list(dev[question_column]) if dev is not None else [])
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
     if missing:
-        cache.update(zip(missing, model.prompt_features(missing, batch_size=batch_size)))
+        cache.update(zip(missing, model.prompt_features(missing, batch_size=feature_batch_size)))
 
     def stack(rows: Any) -> torch.Tensor:
         return torch.stack([cache[q] for q in rows[question_column]])
 
-    if "train_batch_size" in fit_kwargs:
-        fit_kwargs["batch_size"] = fit_kwargs.pop("train_batch_size")
     head = confidence_head_module(model)
     summary = fit_head(
         head,

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.evaluation import evaluate_table, set_decision_threshold, table_to_markdown, write_report
+from elical_hf.evaluation import (
+    evaluate_table, paired_differences, set_decision_threshold, table_to_markdown, write_report,
+)
 from elical_hf.metrics import auroc, ece
 
 
@@ -149,3 +151,17 @@ def test_bootstrap_intervals_cover_every_metric_and_the_averages():
     other = evaluate_table(correct, datasets, splits, sources, bootstrap=200, seed=4)
     assert other["good"]["nq"]["ece_ci"] != table["good"]["nq"]["ece_ci"]
     assert "[" in table_to_markdown(table, "ece") and "[" not in table_to_markdown(evaluate_table(*synthetic()))
+
+
+def test_paired_differences():
+    correct, datasets, splits, sources = synthetic()
+    sources = {**sources, "copy": sources["good"]}
+    diffs = paired_differences(correct, datasets, splits, sources, [("good", "noise"), ("good", "copy")], 200, seed=1)
+    better = diffs["good − noise"]["in-domain avg"]
+    table = evaluate_table(correct, datasets, splits, sources)
+    assert better["auroc"] == pytest.approx(table["good"]["in-domain avg"]["auroc"] - table["noise"]["in-domain avg"]["auroc"])
+    assert better["auroc_ci"][0] > 0  # paired: clearly better on every resample
+    same = diffs["good − copy"]["OOD avg"]
+    assert same["ece"] == 0 and same["ece_ci"] == [0.0, 0.0] and same["alignment_ci"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="Unknown method"):
+        paired_differences(correct, datasets, splits, sources, [("good", "nope")])
