@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
+from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, normalize_question, split_questions
 from .configuration import atomic_write_text
 from .embedded import DEFAULT_MODEL
 
@@ -86,10 +86,17 @@ def judge_consistency(records: list[dict], judge: str) -> str:
 
 
 def _partitions(settings: DemoSettings) -> list[dict[str, Any]]:
-    """In-domain train/test split by question, then OOD test questions; each row tagged `split` and `paper_split`."""
+    """In-domain train/test split by question, then OOD test questions that are not in-domain questions; each row
+    tagged `split` and `paper_split`."""
     in_domain = [q for name in IN_DOMAIN for q in load_bundled_questions(name, settings.in_domain_per_dataset)]
     parts = split_questions(in_domain, {"train": 1 - settings.test_fraction, "test": settings.test_fraction}, settings.seed)
-    ood = [q for name in OUT_OF_DOMAIN for q in load_bundled_questions(name, settings.ood_per_dataset)]
+    seen = {normalize_question(row["question"]) for row in in_domain}
+    ood = [
+        q for name in OUT_OF_DOMAIN
+        for q in [r for r in load_bundled_questions(name) if normalize_question(r["question"]) not in seen][
+            : settings.ood_per_dataset
+        ]
+    ]
     return (
         [{**row, "split": "train", "paper_split": "train"} for row in parts["train"]]
         + [{**row, "split": "test", "paper_split": "in_domain_test"} for row in parts["test"]]

@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import random
+import shutil
 import time
 from typing import Any
 
@@ -70,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
     parser.add_argument("--stage1_epochs", type=float, default=2, help="Epochs of stage 1 (early stopping on dev).")
-    parser.add_argument("--examples_per_run", type=int, default=800,
+    parser.add_argument("--examples_per_run", type=int, default=1500,
                         help="LoRA + head calibration runs train about this many examples (epochs = this / n).")
     parser.add_argument("--max_epochs", type=int, default=10, help="Most epochs of a LoRA + head calibration run.")
     parser.add_argument("--head_epochs", type=int, default=50, help="Most epochs of head-only calibration.")
@@ -103,6 +104,28 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     # Test questions first: a sampling run stopped early still leaves a complete test set.
     labelled = {part: [{**row, "split": part} for row in parts[part]] for part in sizes}
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
+
+
+SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap")
+"""Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """Store the arguments in `settings.json` on the first run; refuse a rerun with different ones (cached partitions,
+    records and runs would not match them)."""
+    path = os.path.join(args.output_dir, "settings.json")
+    current = {key: value for key, value in sorted(vars(args).items()) if key not in SETTINGS_IGNORED}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            stored = json.load(handle)
+        changed = sorted(key for key in set(stored) | set(current) if stored.get(key) != current.get(key))
+        if changed:
+            raise SystemExit(
+                f"{args.output_dir} holds results made with other settings ({', '.join(changed)} differ); "
+                "use a new --output_dir."
+            )
+    else:
+        atomic_write_text(path, json.dumps(current, indent=2) + "\n")
 
 
 def step_questions(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -158,8 +181,12 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     lexical_consistency(records)
     EmbeddingJudge().judge_records(records)
     logger.info("judged %d records: %s", len(records), summary)
-    save_records(records, path)
-    write_honestybench(records, os.path.join(args.output_dir, "honestybench"), pretty_name="HonestyBench (CPU scale)")
+    folder, partial = os.path.join(args.output_dir, "honestybench"), os.path.join(args.output_dir, ".honestybench-partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    write_honestybench(records, partial, pretty_name="HonestyBench (CPU scale)")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(partial, folder)
+    save_records(records, path)  # last: its presence means the judging step is complete
     return records
 
 
@@ -168,13 +195,16 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
     from elical_hf.signals import BASELINES, HFBackend, compute_baselines
 
     path = os.path.join(args.output_dir, "baselines.json")
-    test = [r for r in records if r["partition"] == "test"]
+    test = partition(records, "test")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)["scores"]
+            cached = json.load(handle)
+        if cached["ids"] != [r["id"] for r in test]:
+            raise SystemExit(f"{path} scores other test records; delete it to recompute the baselines.")
+        return cached["scores"]
     backend = HFBackend(args.model, dtype="bfloat16")
     summary: dict[str, Any] = {}
-    train = [r for r in records if r["partition"] == "train"]
+    train = partition(records, "train")
     scores = compute_baselines(
         test, backend.complete, train, which=list(BASELINES), seed=args.seed, batch_size=32, summary=summary
     )
@@ -185,20 +215,39 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
 # ---------------------------------------------------------------- training
 
 
-def rows_of(records: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
-    """Trainer rows (`question`, `consistency`, `correctness`, `greedy_correct`) of one partition."""
+def partition(records: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
+    """The records of one partition in a fixed order, whether they come fresh or from a HonestyBench folder (grouped
+    by dataset there), so label subsets, training order and test rows line up across reruns. Test rows keep their
+    order within a dataset (alignment reads it)."""
+    chosen = [r for r in records if r["partition"] == part]
+    if part == "test":
+        order = {name: i for i, name in enumerate(IN_DOMAIN + OUT_OF_DOMAIN)}
+        return sorted(chosen, key=lambda r: order.get(r["dataset"], len(order)))
+    return sorted(chosen, key=lambda r: (r["dataset"], str(r["id"])))
+
+
+def rows_of(records: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
+    """Trainer rows (`question`, `id`, `consistency`, `correctness`, `greedy_correct`) of one partition."""
     from elical_hf.signals import training_columns
 
-    return [{"question": r["question"], **training_columns(r)} for r in records if r["partition"] == split]
+    return [{"question": r["question"], "id": r["id"], **training_columns(r)} for r in partition(records, part)]
 
 
 def budget_name(n: int, total: int) -> str:
-    return "all" if n in (0, total) else str(n)
+    return "all" if n == 0 or n >= total else str(n)
 
 
 def lora_epochs(args: argparse.Namespace, num_labels: int) -> float:
     """Epochs of a LoRA + head calibration run: enough to see about `--examples_per_run` examples, at least 1."""
     return float(min(args.max_epochs, max(1, round(args.examples_per_run / num_labels))))
+
+
+def training_summary(trainer: Any) -> dict[str, Any]:
+    """Epochs run, the epoch of the best dev loss (the model kept) and that loss, from the Trainer's log."""
+    evals = [log for log in trainer.state.log_history if "eval_loss" in log]
+    best = min(evals, key=lambda log: log["eval_loss"]) if evals else {}
+    return {"epochs_run": trainer.state.epoch, "best_epoch": best.get("epoch"), "best_eval_loss": best.get("eval_loss"),
+            "epochs_planned": trainer.args.num_train_epochs}
 
 
 class Runs:
@@ -208,13 +257,15 @@ class Runs:
         self.folder = os.path.join(args.output_dir, "runs")
         self.models = os.path.join(args.output_dir, "models")
         self.test_questions = [row["question"] for row in test]
+        self.test_ids = [row["id"] for row in test]
         os.makedirs(self.folder, exist_ok=True)
 
     def done(self, name: str) -> bool:
         return os.path.exists(os.path.join(self.folder, f"{name}.json"))
 
     def save(self, name: str, confidences: list[float], started: float, **info: Any) -> None:
-        entry = {"name": name, "confidences": confidences, "seconds": round(time.perf_counter() - started, 1), **info}
+        entry = {"name": name, "confidences": confidences, "test_ids": self.test_ids,
+                 "seconds": round(time.perf_counter() - started, 1), **info}
         atomic_write_text(os.path.join(self.folder, f"{name}.json"), json.dumps(entry) + "\n")
         logger.info("%s finished in %.0f s", name, entry["seconds"])
 
@@ -249,11 +300,11 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     if not runs.done("Eli-Only"):
         started = time.perf_counter()
         settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
-        train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
+        trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
         model = AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)
-        runs.save("Eli-Only", score(model), started, labels=0)
+        runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
 
-    budgets = [n if n else len(train) for n in args.label_budgets]
+    budgets = sorted({min(n, len(train)) if n else len(train) for n in args.label_budgets})
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)),
                          ("Cal-Only-head", fresh)):
@@ -261,17 +312,18 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         if not todo:
             continue
         model = load()
-        questions = list(dict.fromkeys([row["question"] for row in train] + runs.test_questions))
-        logger.info("%s: features of %d questions", method, len(questions))
+        questions = list(dict.fromkeys(row["question"] for row in train))
+        logger.info("%s: features of %d train and %d test questions", method, len(questions), len(runs.test_questions))
         cache = dict(zip(questions, model.prompt_features(questions, batch_size=32, progress=True)))
-        test_features = torch.stack([cache[q] for q in runs.test_questions])
+        # the same batches as `score()`, so the confidences equal what the calibrated model itself would output
+        test_features = model.prompt_features(runs.test_questions, batch_size=32, progress=True)
         initial_head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
         for n in todo:
             started = time.perf_counter()
             confidence_head_module(model).load_state_dict(initial_head)
             labels = take_labels(train, n, args.seed)
             summary = calibrate_head(model, labels, None, features=cache, seed=args.seed, learning_rate=args.learning_rate,
-                                     train_batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
+                                     batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
             with torch.no_grad():
                 confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
             runs.save(f"{method}@{budget_name(n, len(train))}", confidences, started, labels=len(labels), summary=summary)
@@ -290,10 +342,10 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             else:
                 model = fresh()
             folder = os.path.join(runs.models, name.lower().replace("@", "-"))
-            train_stage(model, labels, folder, "calibration", seed=args.seed, training_args=settings,
-                        calibration_trainable="all")
+            trainer = train_stage(model, labels, folder, "calibration", seed=args.seed, training_args=settings,
+                                  calibration_trainable="all")
             model = AutoModelForConfidence.from_pretrained(folder, dtype=torch.bfloat16)
-            runs.save(name, score(model), started, labels=len(labels), epochs=settings["num_train_epochs"])
+            runs.save(name, score(model), started, labels=len(labels), **training_summary(trainer))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -315,10 +367,12 @@ def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
 
 def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`."""
-    from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, write_report
+    from elical_hf.evaluation import (
+        BASELINE_NAMES, averages_to_markdown, evaluate_table, paired_differences, write_report,
+    )
     from elical_hf.plots import auroc_vs_labels_plot
 
-    test = [r for r in records if r["partition"] == "test"]
+    test = partition(records, "test")
     correct = [int(bool(r["greedy_correctness"])) for r in test]
     confidences: dict[str, list[float]] = {}
     baselines_path = os.path.join(args.output_dir, "baselines.json")
@@ -326,6 +380,9 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         with open(baselines_path, encoding="utf-8") as handle:
             confidences.update({BASELINE_NAMES[k]: v for k, v in json.load(handle)["scores"].items()})
     runs = load_runs(args.output_dir)
+    stale = [name for name, run in runs.items() if run["test_ids"] != [r["id"] for r in test]]
+    if stale:
+        raise SystemExit(f"Runs {stale} scored other test records; delete them from runs/ to redo them.")
     confidences.update({name: run["confidences"] for name, run in runs.items()})
     splits = [r["split"] for r in test]
     table = evaluate_table(correct, [r["dataset"] for r in test], splits, confidences, args.bootstrap, args.seed)
@@ -337,9 +394,8 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
             continue
         for column, by_method in curves.items():
             cell = table[name][column]
-            by_method.setdefault(method, {})[run["labels"]] = (
-                cell["auroc"] / 100, cell["auroc_ci"][0] / 100, cell["auroc_ci"][1] / 100
-            )
+            low, high = cell.get("auroc_ci", [math.nan, math.nan])
+            by_method.setdefault(method, {})[run["labels"]] = (cell["auroc"] / 100, low / 100, high / 100)
     shown = {name: confidences[name] for name in FIGURE_METHODS if name in confidences}
     sizes = {part: sum(r["partition"] == part for r in records) for part in ("train", "dev", "test")}
     accuracy = {avg: table[next(iter(table))][avg]["accuracy"] for avg in ("in-domain avg", "OOD avg")}
@@ -351,6 +407,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     )
     write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
                  notes=notes)
+    extra = []
     for column, by_method in curves.items():
         if by_method:
             slug = "in_domain" if column.startswith("in") else "ood"
@@ -358,13 +415,34 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
                           if name in table and not math.isnan(table[name][column]["auroc"])}
             auroc_vs_labels_plot(by_method, os.path.join(folder, f"auroc_vs_labels_{slug}.png"), baselines=references,
                                  title=f"AUROC vs correctness labels ({column})")
+            extra.append(f"## AUROC vs labels ({column})\n\n![AUROC vs labels](auroc_vs_labels_{slug}.png)\n")
+    pairs = comparison_pairs(confidences)
+    if pairs and args.bootstrap:
+        differences = paired_differences(correct, [r["dataset"] for r in test], splits, confidences, pairs,
+                                         args.bootstrap, args.seed)
+        atomic_write_text(os.path.join(folder, "differences.json"), json.dumps(differences, indent=2) + "\n")
+        extra.insert(0, "## Paired differences (x100; 95% paired bootstrap intervals)\n\n"
+                     f"{averages_to_markdown(differences)}\n")
+    with open(os.path.join(folder, "report.md"), "a", encoding="utf-8") as handle:
+        handle.write("\n" + "\n".join(extra))
     logger.info("report written to %s", os.path.join(folder, "report.md"))
+
+
+def comparison_pairs(confidences: dict[str, Any]) -> list[tuple[str, str]]:
+    """The comparisons the paper's claims rest on, for every label budget that has both runs."""
+    pairs = [("Eli-Only", "Consis-Sem")]
+    budgets = dict.fromkeys(name.split("@")[1] for name in confidences if "@" in name)
+    for budget in budgets:
+        pairs += [(f"EliCal@{budget}", f"Cal-Only@{budget}"), (f"EliCal-head@{budget}", f"Cal-Only-head@{budget}"),
+                  (f"EliCal@{budget}", f"EliCal-head@{budget}")]
+    return [(a, b) for a, b in pairs if a in confidences and b in confidences]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.makedirs(args.output_dir, exist_ok=True)
+    check_settings(args)
     start = time.perf_counter()
     questions = step_questions(args) if args.records is None else []
     if "sample" in args.steps and args.records is None:

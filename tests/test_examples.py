@@ -44,6 +44,10 @@ def test_reproduce_paper_runs_every_step(replication):
     assert {"Verbal-10", "Consis-Sem", "EliCal@all", "Cal-Only-head@10"} <= set(table)
     assert "alignment_ci" in table["EliCal@10"]["OOD avg"]
     assert (replication / "report" / "auroc_vs_labels_in_domain.png").is_file()
+    differences = json.loads((replication / "report" / "differences.json").read_text())
+    assert {"EliCal@10 − Cal-Only@10", "EliCal-head@all − Cal-Only-head@all", "Eli-Only − Consis-Sem"} <= set(differences)
+    report = (replication / "report" / "report.md").read_text()
+    assert "## Paired differences" in report and "auroc_vs_labels_ood.png" in report
     bench = load_honestybench(str(replication / "honestybench"), progress=False)
     assert set(bench) == {"train", "in_domain_test", "ood_test"}
     assert len(bench["in_domain_test"]) + len(bench["ood_test"]) == len(by_part["test"])
@@ -54,6 +58,18 @@ def test_reproduce_paper_retrains_from_committed_records(replication, tiny_llama
             "--steps", "train", "evaluate", *TINY, "--label_budgets", "10"]
     assert load_example("reproduce_paper").main(args) == 0
     assert (tmp_path / "runs" / "EliCal@10.json").is_file() and not (tmp_path / "samples").exists()
+    # the same label subset and the same model as the run that sampled the records
+    for name in ("Cal-Only-head@10", "Eli-Only"):
+        fresh = json.loads((replication / "runs" / f"{name}.json").read_text())
+        again = json.loads((tmp_path / "runs" / f"{name}.json").read_text())
+        assert again["test_ids"] == fresh["test_ids"]
+        assert again["confidences"] == pytest.approx(fresh["confidences"], abs=1e-5), name
+
+
+def test_reproduce_paper_refuses_other_settings_in_the_same_folder(replication, tiny_llama):
+    with pytest.raises(SystemExit, match="other settings"):
+        load_example("reproduce_paper").main(["--model", tiny_llama, "--output_dir", str(replication), *TINY,
+                                              "--seed", "7", "--steps", "evaluate"])
 
 
 def test_gpu_recipe_parses_with_the_train_command():
