@@ -9,9 +9,11 @@ from .configuration import ConfidenceConfig
 from .data import ConfidenceDataCollator
 from .convert import convert_official
 from .embedded import DEFAULT_MODEL
+from .head_calibration import calibrate_head
 from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model, write_honestybench
 from .modeling import ConfidenceModelOutput, ForConfidenceMixin
 from .pipeline import ConfidenceEstimationPipeline, register_pipeline
+from .recipe import train_elical
 from .trainer import ConfidenceTrainer, confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
@@ -34,11 +36,13 @@ __all__ = [
     "HubPublishError",
     "PeftModelForConfidence",
     "Stage",
+    "calibrate_head",
     "confidence_metrics",
     "convert_official",
     "push_folder",
     "push_honestybench",
     "push_metric_space",
     "push_model",
+    "train_elical",
     "write_honestybench",
 ]
