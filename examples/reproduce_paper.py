@@ -62,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dev_per_dataset", type=int, default=50, help="Dev questions per in-domain dataset.")
     parser.add_argument("--test_per_dataset", type=int, default=250, help="Test questions per in-domain dataset.")
     parser.add_argument("--ood_per_dataset", type=int, default=350, help="Test questions per out-of-domain dataset.")
+    parser.add_argument(
+        "--baselines", nargs="+", default=["prob", "n_prob", "consis_lex", "consis_sem", "verbal0", "verbal10"],
+        help="Training-free baselines to compute (each is cached once computed).",
+    )
     parser.add_argument("--num_samples", type=int, default=5, help="Sampled answers per question (k).")
     parser.add_argument("--max_new_tokens", type=int, default=24, help="Longest answer in tokens.")
     parser.add_argument("--batch_size", type=int, default=64, help="Questions per generation batch.")
@@ -70,8 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
-    parser.add_argument("--stage1_epochs", type=float, default=2, help="Epochs of stage 1 (early stopping on dev).")
-    parser.add_argument("--examples_per_run", type=int, default=1500,
+    parser.add_argument("--stage1_epochs", type=float, default=1, help="Epochs of stage 1 (early stopping on dev).")
+    parser.add_argument("--examples_per_run", type=int, default=1000,
                         help="LoRA + head calibration runs train about this many examples (epochs = this / n).")
     parser.add_argument("--max_epochs", type=int, default=10, help="Most epochs of a LoRA + head calibration run.")
     parser.add_argument("--head_epochs", type=int, default=50, help="Most epochs of head-only calibration.")
@@ -106,7 +110,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
 
 
-SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap")
+SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -191,25 +195,32 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
 
 
 def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """The six training-free baselines on the test records (Verbal-10's demonstrations come from train records)."""
-    from elical_hf.signals import BASELINES, HFBackend, compute_baselines
+    """The training-free baselines on the test records (Verbal-10's demonstrations come from train records), each
+    cached in `baselines.json` as soon as it is computed (Verbal-10 reads ~500-token prompts: the slowest by far)."""
+    from elical_hf.signals import HFBackend, compute_baselines
 
     path = os.path.join(args.output_dir, "baselines.json")
-    test = partition(records, "test")
+    test, train = partition(records, "test"), partition(records, "train")
+    ids = [r["id"] for r in test]
+    cached: dict[str, Any] = {"ids": ids, "scores": {}, "summary": {}}
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             cached = json.load(handle)
-        if cached["ids"] != [r["id"] for r in test]:
+        if cached["ids"] != ids:
             raise SystemExit(f"{path} scores other test records; delete it to recompute the baselines.")
-        return cached["scores"]
-    backend = HFBackend(args.model, dtype="bfloat16")
-    summary: dict[str, Any] = {}
-    train = partition(records, "train")
-    scores = compute_baselines(
-        test, backend.complete, train, which=list(BASELINES), seed=args.seed, batch_size=32, summary=summary
-    )
-    atomic_write_text(path, json.dumps({"ids": [r["id"] for r in test], "scores": scores, "summary": summary}) + "\n")
-    return scores
+    backend = None
+    for name in args.baselines:
+        if name in cached["scores"]:
+            continue
+        if name.startswith("verbal") and backend is None:
+            backend = HFBackend(args.model, dtype="bfloat16")
+        summary: dict[str, Any] = {}
+        complete = backend.complete if backend is not None else None
+        scores = compute_baselines(test, complete, train, which=[name], seed=args.seed, batch_size=32, summary=summary)
+        cached["scores"][name] = scores[name]
+        cached["summary"].update(summary)
+        atomic_write_text(path, json.dumps(cached) + "\n")
+    return cached["scores"]
 
 
 # ---------------------------------------------------------------- training

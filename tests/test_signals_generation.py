@@ -240,3 +240,23 @@ def test_top_k_keeps_many_ties():
     ours = torch.full_like(scores, float("-inf")).scatter_(1, ids, values)
     torch.testing.assert_close(ours, TopKLogitsWarper(5)(None, scores.clone()))
     assert torch.isfinite(ours[0]).sum() == 40 and torch.isfinite(ours[1]).sum() == 5
+
+
+def test_shared_prefix_gives_the_same_completions(model, tokenizer):
+    from elical_hf.signals import complete_prompts
+    from elical_hf.signals.generation import MIN_SHARED_PREFIX, _common_prefix_length, build_prompt_ids, completion_settings
+
+    demos = " ".join(f"question {i} who wrote hamlet ? 0.{i}" for i in range(12))  # a long shared few-shot prefix
+    prompts = [f"{demos} {q}" for q in QUESTIONS + ["war", "the capital of france in the first war ?"]]
+    ids = build_prompt_ids(tokenizer, prompts, completion_settings())
+    assert _common_prefix_length(ids) >= MIN_SHARED_PREFIX  # the prefix path is really taken
+    kwargs = dict(max_new_tokens=10, batch_size=3, progress=False, autocast_dtype=None)
+    shared = complete_prompts(model, tokenizer, prompts, share_prefix=True, **kwargs)
+    plain = complete_prompts(model, tokenizer, prompts, share_prefix=False, **kwargs)
+    assert shared == plain
+    # and each equals transformers' own greedy decoding of the full prompt
+    for prompt, completion in zip(prompts[:2], shared):
+        text = render_prompt(tokenizer, prompt)
+        input_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        out = model.generate(input_ids, do_sample=False, max_new_tokens=10, pad_token_id=tokenizer.pad_token_id)
+        assert completion == tokenizer.decode(out[0, input_ids.shape[1] :], skip_special_tokens=True).strip()

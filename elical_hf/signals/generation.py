@@ -199,9 +199,13 @@ class _Decoder:
     """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
 
     def __init__(
-        self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False
+        self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False,
+        share_prefix: bool = False,
     ):
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        # Prompts of a batch that start with the same tokens (few-shot demonstrations, a long instruction) prefill
+        # that prefix once: far fewer prefill tokens, the same positions and attention; floats may differ slightly.
+        self.share_prefix = share_prefix
         self.num_samples = 0 if greedy_only else settings.num_samples  # greedy only: one row per prompt
         self.eos_ids = _eos_ids(model, tokenizer)
         # The pad id only fills masked slots (real tokens are always found through the attention mask).
@@ -259,20 +263,40 @@ class _Decoder:
         with torch.no_grad(), autocast:
             return self._decode(questions, prompt_ids)
 
-    def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
-        settings, device = self.settings, self.model.device
-        batch, group = len(prompt_ids), self.num_samples + 1
+    def _prefill(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
+        """Left-padded prompts run through the model: (input ids, attention mask, last logits, cache). With
+        `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
+        and the rest of each prompt after it, padded between the prefix and the rest."""
+        device, batch = self.model.device, len(prompt_ids)
+        shared = _common_prefix_length(prompt_ids) if self.share_prefix and batch > 1 else 0
+        shared = min(shared, min(len(ids) for ids in prompt_ids) - 1)  # every row keeps >= 1 token to prefill
+        cache = DynamicCache(config=self.model.config)
+        if shared >= MIN_SHARED_PREFIX:
+            prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long, device=device)
+            ones = torch.ones_like(prefix)
+            self._forward(prefix, ones, torch.arange(shared, device=device)[None], cache)
+            cache.batch_repeat_interleave(batch)
+            prompt_ids = [ids[shared:] for ids in prompt_ids]
+        else:
+            shared = 0
         length = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, length), dtype=torch.long)
-        for i, ids in enumerate(prompt_ids):  # left padding
+        for i, ids in enumerate(prompt_ids):  # left padding (after the shared prefix, if any)
             input_ids[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[i, length - len(ids) :] = 1
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+        position_ids = shared + (attention_mask.cumsum(-1) - 1).clamp_(min=0)
+        full_mask = torch.cat([attention_mask.new_ones((batch, shared)), attention_mask], dim=-1)
+        logits = self._forward(input_ids, full_mask, position_ids, cache)
+        if shared:
+            input_ids = torch.cat([prefix.expand(batch, -1), input_ids], dim=-1)
+        return input_ids, full_mask, logits, cache
 
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(input_ids, attention_mask, position_ids, cache)
+    def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
+        settings, device = self.settings, self.model.device
+        batch, group = len(prompt_ids), self.num_samples + 1
+        input_ids, attention_mask, logits, cache = self._prefill(prompt_ids)
         # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
         cache.batch_repeat_interleave(group)
         logits = logits.repeat_interleave(group, dim=0)
@@ -331,6 +355,17 @@ class _Decoder:
                 }
             )
         return results
+
+
+MIN_SHARED_PREFIX = 32
+"""Shortest common prompt prefix worth a separate prefill (see `complete_prompts(share_prefix=...)`)."""
+
+
+def _common_prefix_length(prompt_ids: list[list[int]]) -> int:
+    first, length = prompt_ids[0], min(len(ids) for ids in prompt_ids)
+    for ids in prompt_ids[1:]:
+        length = next((i for i in range(length) if ids[i] != first[i]), length)
+    return length
 
 
 def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
@@ -439,13 +474,17 @@ def complete_prompts(
     system_prompt: str | None = None,
     stop_strings: list[str] | None = None,
     autocast_dtype: torch.dtype | str | None = "auto",
+    share_prefix: bool = True,
 ) -> list[str]:
     """Greedy completions of raw user prompts, each wrapped in the chat template (LLM judges, verbalized confidence).
 
     The loop of [`generate_answers`] with the greedy row only (one prefill per prompt, argmax of the raw logits,
     finished rows leave the batch). `prompts` are filled-in user messages (e.g. `CORRECTNESS_PROMPT.format(...)`);
     `max_new_tokens`, `batch_size`, `use_chat_template`, `system_prompt`, `stop_strings` and `autocast_dtype` mean
-    what they mean in [`SamplingSettings`] and [`generate_answers`].
+    what they mean in [`SamplingSettings`] and [`generate_answers`]. With `share_prefix`, the token prefix that all
+    prompts of a batch share (at least `MIN_SHARED_PREFIX` tokens, e.g. Verbal-10's ten demonstrations) is prefilled
+    once per batch instead of once per prompt: the same positions and attention, so the same completions up to
+    floating-point rounding, for a fraction of the prefill.
 
     Returns:
         `list[str]`: one completion per prompt, in input order, decoded without special tokens and stripped.
@@ -457,7 +496,10 @@ def complete_prompts(
     settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
     if not prompts:
         return []
-    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), greedy_only=True)
+    decoder = _Decoder(
+        model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), greedy_only=True,
+        share_prefix=share_prefix,
+    )
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
     return [r["greedy_response"] for r in _decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
 
