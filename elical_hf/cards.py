@@ -360,8 +360,11 @@ def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
 def _judge_text(kind: str, name: str) -> str:
     from .signals.judges import CORRECTNESS_JUDGES
 
-    if kind == "correctness" and name in CORRECTNESS_JUDGES:
+    if kind == "correctness" and name.split("@")[0] in CORRECTNESS_JUDGES:
         return f"`{name}`: string matching of the answer against the gold aliases (no model involved)"
+    if name.startswith("embedding"):
+        return (f"`{name}`: cosine similarity of sentence embeddings of the greedy answer and each sample, "
+                "thresholded (`elical_hf.signals.EmbeddingJudge`; no generative model involved)")
     if name.startswith("lexical"):
         return f"`{name}`: ROUGE-L between the greedy answer and each sample, thresholded (no model involved)"
     return f"`{name}`: an LLM judge, asked the paper's prompt below at temperature 0"

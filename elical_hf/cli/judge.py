@@ -103,8 +103,6 @@ def run_judges(records: list[dict], options: JudgeArguments, complete=None) -> d
         summaries["correctness"] = llm_correctness(records, complete, judge_model=options.judge_model, **llm)
     elif options.correctness is not None:
         summaries["correctness"] = judge_correctness(records, options.correctness, options.f1_threshold)
-        for record in records:
-            record["correctness_judge"] = options.correctness
     if options.consistency == "llm":
         summaries["consistency"] = llm_consistency(records, complete, judge_model=options.judge_model, **llm)
     elif options.consistency == "embedding":

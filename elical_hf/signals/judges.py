@@ -137,7 +137,8 @@ CORRECTNESS_JUDGES: dict[str, Callable[[str, Any], bool | float]] = {
 
 
 def judge_correctness(records: list[dict], method: str = "has_answer", f1_threshold: float = 0.5) -> dict[str, int]:
-    """Fill `greedy_correctness` (`bool`) and `sampling_correctness` (`list[bool]`) in place.
+    """Fill `greedy_correctness` (`bool`), `sampling_correctness` (`list[bool]`) and `correctness_judge` (the method)
+    in place.
 
     Args:
         records (`list[dict]`):
@@ -171,6 +172,7 @@ def judge_correctness(records: list[dict], method: str = "has_answer", f1_thresh
             continue
         record["greedy_correctness"] = correct(record.get("greedy_response"), answers)
         record["sampling_correctness"] = [correct(s, answers) for s in record.get("sampling_response") or []]
+        record["correctness_judge"] = method if method != "f1" else f"f1@{f1_threshold:g}"
         judged += 1
     return {"judged": judged, "without_answer": without_answer}
 
