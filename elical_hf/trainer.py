@@ -25,7 +25,7 @@ from .data import (
     tokenize_dataset,
     validate_columns,
 )
-from .metrics import auroc, brier, ece
+from .metrics import alignment, auroc, brier, ece
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
 
@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 
 def confidence_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """AUROC, ECE and Brier score of the confidences against the binary `greedy_correct` labels (where known)."""
+    """AUROC, ECE, Brier score and alignment of the confidences against the binary `greedy_correct` labels (where
+    known)."""
     confidences = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
     label_ids = prediction.label_ids
     if not isinstance(label_ids, tuple) or len(label_ids) < 2:
@@ -47,6 +48,8 @@ def confidence_metrics(prediction: EvalPrediction) -> dict[str, float]:
     metrics = {"ece": ece(confidences, correct), "brier": brier(confidences, correct)}
     if 0 < correct.sum() < len(correct):
         metrics["auroc"] = auroc(confidences, correct)
+    if len(correct) >= 2:  # the paper's rule: threshold on the first 20% of the eval set (its order), scored on the rest
+        metrics["alignment"] = alignment(confidences, correct)["alignment"]
     return metrics
 
 
@@ -63,7 +66,8 @@ class ConfidenceTrainer(Trainer):
         train_dataset (`datasets.Dataset`, `list[dict]` or `dict[str, list]`):
             Needs a `question` column and the stage's target column (`consistency` or `correctness`, in [0, 1]).
         eval_dataset (same types, or a `dict` of them, *optional*):
-            A dev split. With a binary `greedy_correct` column, AUROC / ECE / Brier are reported next to the loss.
+            A dev split. With a binary `greedy_correct` column, AUROC / ECE / Brier / alignment are reported next to
+            the loss.
         processing_class ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Defaults to the model's own tokenizer (a missing pad token is set to EOS).
         model_init_kwargs (`dict`, *optional*):

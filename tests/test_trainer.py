@@ -185,11 +185,17 @@ def test_resume_reaches_the_same_weights(tiny_llama, tmp_path):
         torch.testing.assert_close(parameter, reference[name], atol=1e-5, rtol=1e-4)
 
 
-def test_eval_reports_auroc_ece_brier(tiny_llama, tmp_path):
-    trainer = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), train_dataset=make_rows(8), eval_dataset=make_rows(12, 3))
+def test_eval_reports_auroc_ece_brier_alignment(tiny_llama, tmp_path):
+    from elical_hf.metrics import alignment
+
+    rows = make_rows(12, 3)
+    trainer = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), train_dataset=make_rows(8), eval_dataset=rows)
     metrics = trainer.evaluate()
-    assert {"eval_loss", "eval_auroc", "eval_ece", "eval_brier"} <= set(metrics)
+    assert {"eval_loss", "eval_auroc", "eval_ece", "eval_brier", "eval_alignment"} <= set(metrics)
     assert 0.0 <= metrics["eval_auroc"] <= 1.0
+    confidences = trainer.model.confidence([row["question"] for row in rows])
+    expected = alignment(confidences, [row["greedy_correct"] for row in rows])["alignment"]
+    assert metrics["eval_alignment"] == pytest.approx(expected)  # in the eval set's own order
     plain = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), eval_dataset=make_rows(8, 3, with_eval_labels=False))
     metrics = plain.evaluate()
     assert "eval_loss" in metrics and "eval_auroc" not in metrics
