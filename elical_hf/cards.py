@@ -328,6 +328,32 @@ def write_folder_card(folder: str | os.PathLike, model_id: str | None = None) ->
     return os.path.join(folder, "README.md")
 
 
+def record_folder_evaluations(
+    folder: str | os.PathLike, results: dict[str, dict[str, Any]], split: str = "test", dataset_id: str | None = None
+) -> str:
+    """Add evaluation results to the card of a saved model folder and re-render it (e.g. after `elical-hf evaluate`).
+
+    Args:
+        folder (`str`): A saved confidence model folder.
+        results (`dict`): Dataset (or average) name -> metrics as [`~elical_hf.evaluation.evaluate_table`] gives them
+            (AUROC and ECE x100, alignment in percent); stored in the card's units (AUROC and ECE in [0, 1]).
+        split (`str`, *optional*, defaults to `"test"`), dataset_id (`str`, *optional*): See [`EvaluationResult`].
+
+    Returns:
+        `str`: the card's path.
+    """
+    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    card_data = ConfidenceModelCardData.from_folder(folder)
+    for dataset, cell in results.items():
+        metrics = {"auroc": cell.get("auroc", float("nan")) / 100, "ece": cell.get("ece", float("nan")) / 100,
+                   "alignment": cell.get("alignment", float("nan"))}
+        metrics = {name: value for name, value in metrics.items() if value == value}  # drop NaN (undefined)
+        if metrics:
+            card_data.add_evaluation(dataset, metrics, split=split, dataset_id=dataset_id)
+    render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
+    return os.path.join(folder, "README.md")
+
+
 # -- HonestyBench dataset card (field descriptions live in its template) ---------------------------------------------
 
 

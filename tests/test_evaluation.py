@@ -130,6 +130,29 @@ def test_evaluate_command(tiny_llama, tmp_path):
     assert table["N-Prob"]["nq"]["n"] == 30 and table["N-Prob"]["squad"]["n"] == 20
     assert table["N-Prob"]["in-domain avg"]["auroc"] > 90  # the records' logprobs are built to reveal correctness
     assert (out / "reliability.png").exists() and (out / "report.md").exists()
+    assert not (tmp_path / "model" / "reliability.png").exists()  # model folders are left alone by default
+
+
+def test_evaluate_command_updates_model_cards(tiny_llama, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from elical_hf.cli import main as cli_main
+
+    records = tmp_path / "records" / "tiny-model"
+    records.mkdir(parents=True)
+    write_records(records, "nq", 30, 0)
+    write_records(records, "squad", 20, 1)
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+    assert cli_main(["evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(tmp_path / "report"),
+                     "--model", f"Tiny={tmp_path / 'model'}", "--baselines", "prob", "--update_model_cards"]) == 0
+    table = json.loads((tmp_path / "report" / "results.json").read_text())
+    card = ModelCard.load(tmp_path / "model" / "README.md")
+    results = {(r.dataset_name, r.metric_type): r.metric_value for r in card.data.eval_results}
+    assert results[("nq", "ece")] == pytest.approx(table["Tiny"]["nq"]["ece"] / 100)
+    assert results[("OOD avg", "alignment")] == pytest.approx(table["Tiny"]["OOD avg"]["alignment"])
+    assert (tmp_path / "model" / "reliability.png").exists() and "reliability.png" in card.text
+    reloaded = AutoModelForConfidence.from_pretrained(str(tmp_path / "model"))  # the folder still loads
+    assert len(reloaded.confidence(["who wrote hamlet"])) == 1
 
 
 def test_bootstrap_intervals_cover_every_metric_and_the_averages():

@@ -29,6 +29,11 @@ class EvaluateArguments:
     )
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
+    update_model_cards: bool = field(
+        default=False,
+        metadata={"help": "Also record each --model folder's results (per dataset and averages) and its reliability "
+                  "diagram in that folder's model card (README.md model-index), ready for `elical-hf push`."},
+    )
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -95,6 +100,23 @@ def main(argv: list[str] | None = None) -> int:
     paths = write_report(
         table, options.output_dir, correct=correct, confidences=sources, label_curves=label_curves(table)
     )
+    if options.update_model_cards:
+        _update_model_cards(models, table, sources, correct, options.records)
     print(table_to_markdown(table, "auroc"))
     print(f"\nReport: {paths['report']} (results.json and plots beside it)")
     return 0
+
+
+def _update_model_cards(models: dict[str, str], table: dict, sources: dict, correct: list[int], records: str) -> None:
+    import os
+
+    from elical_hf.cards import RELIABILITY_IMAGE, record_folder_evaluations
+    from elical_hf.plots import reliability_diagram
+
+    for name, path in models.items():
+        if not os.path.isdir(path):
+            print(f"not updating the card of {name}: {path} is not a local folder")
+            continue
+        reliability_diagram(sources[name], correct, os.path.join(path, RELIABILITY_IMAGE), title=name)
+        dataset_id = None if os.path.exists(records) else records
+        print(f"card updated: {record_folder_evaluations(path, table[name], dataset_id=dataset_id)}")
