@@ -70,7 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_new_tokens", type=int, default=24, help="Longest answer in tokens.")
     parser.add_argument("--batch_size", type=int, default=64, help="Questions per generation batch.")
     parser.add_argument(
-        "--label_budgets", type=int, nargs="+", default=[100, 250, 500, 1000, 0], help="n for Cal-Only / EliCal (0: all)."
+        "--label_budgets", type=int, nargs="+", default=[100, 250, 500, 1000, 0],
+        help="n for Cal-Only / EliCal (0: all), in the order the LoRA + head runs are made (runs already made are kept).",
     )
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
@@ -110,7 +111,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
 
 
-SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines")
+SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -315,7 +316,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         model = AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)
         runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
 
-    budgets = sorted({min(n, len(train)) if n else len(train) for n in args.label_budgets})
+    budgets = list(dict.fromkeys(min(n, len(train)) if n else len(train) for n in args.label_budgets))
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)),
                          ("Cal-Only-head", fresh)):
@@ -339,8 +340,8 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
                 confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
             runs.save(f"{method}@{budget_name(n, len(train))}", confidences, started, labels=len(labels), summary=summary)
 
-    # LoRA + head calibration, smallest budgets first (the largest runs are the slowest).
-    for n in sorted(budgets):
+    # LoRA + head calibration, in the order of --label_budgets (the largest runs are the slowest: list them last).
+    for n in budgets:
         labels = take_labels(train, n, args.seed)
         for method in ("EliCal", "Cal-Only"):
             name = f"{method}@{budget_name(n, len(train))}"
