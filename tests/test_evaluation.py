@@ -108,14 +108,19 @@ def write_records(folder, dataset: str, n: int, seed: int) -> None:
     save_records(rows, folder / f"{dataset}_test.jsonl")
 
 
-def test_evaluate_command(tiny_llama, tmp_path):
-    from elical_hf.cli import main as cli_main
-
+def records_and_model(tmp_path, tiny_llama):
+    """Judged test records of two datasets (HonestyBench layout) and a saved tiny confidence model."""
     records = tmp_path / "records" / "tiny-model"
     records.mkdir(parents=True)
     write_records(records, "nq", 30, 0)
     write_records(records, "squad", 20, 1)
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+
+
+def test_evaluate_command(tiny_llama, tmp_path):
+    from elical_hf.cli import main as cli_main
+
+    records_and_model(tmp_path, tiny_llama)
     out = tmp_path / "report"
     code = cli_main([
         "evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(out),
@@ -138,11 +143,7 @@ def test_evaluate_command_updates_model_cards(tiny_llama, tmp_path):
 
     from elical_hf.cli import main as cli_main
 
-    records = tmp_path / "records" / "tiny-model"
-    records.mkdir(parents=True)
-    write_records(records, "nq", 30, 0)
-    write_records(records, "squad", 20, 1)
-    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+    records_and_model(tmp_path, tiny_llama)
     assert cli_main(["evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(tmp_path / "report"),
                      "--model", f"Tiny={tmp_path / 'model'}", "--baselines", "prob", "--update_model_cards"]) == 0
     table = json.loads((tmp_path / "report" / "results.json").read_text())
