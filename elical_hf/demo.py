@@ -91,12 +91,10 @@ def _partitions(settings: DemoSettings) -> list[dict[str, Any]]:
     in_domain = [q for name in IN_DOMAIN for q in load_bundled_questions(name, settings.in_domain_per_dataset)]
     parts = split_questions(in_domain, {"train": 1 - settings.test_fraction, "test": settings.test_fraction}, settings.seed)
     seen = {normalize_question(row["question"]) for row in in_domain}
-    ood = [
-        q for name in OUT_OF_DOMAIN
-        for q in [r for r in load_bundled_questions(name) if normalize_question(r["question"]) not in seen][
-            : settings.ood_per_dataset
-        ]
-    ]
+    ood = []
+    for name in OUT_OF_DOMAIN:
+        unseen = [row for row in load_bundled_questions(name) if normalize_question(row["question"]) not in seen]
+        ood += unseen[: settings.ood_per_dataset]
     return (
         [{**row, "split": "train", "paper_split": "train"} for row in parts["train"]]
         + [{**row, "split": "test", "paper_split": "in_domain_test"} for row in parts["test"]]
