@@ -28,12 +28,22 @@ BASELINE_NAMES = {
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
 
 
+def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
+    """AUROC x100; NaN when `correct` holds one class."""
+    return 100 * auroc(confidences, correct) if 0 < correct.sum() < len(correct) else math.nan
+
+
+def _alignment(confidences: np.ndarray, correct: np.ndarray) -> float:
+    """Alignment (already x100); NaN with fewer than 2 rows."""
+    return alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
+
+
 def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
     out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
-    out["auroc"] = 100 * auroc(confidences, correct) if 0 < correct.sum() < len(correct) else math.nan
+    out["auroc"] = _auroc(confidences, correct)
     out["ece"] = 100 * ece(confidences, correct)
-    out["alignment"] = alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
+    out["alignment"] = _alignment(confidences, correct)
     return out
 
 
@@ -55,11 +65,9 @@ def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, (rows, ordered) in enumerate(zip(draws["rows"], draws["alignment"])):
-            y = correct[rows]
-            samples["auroc"][i] = 100 * auroc(confidences[rows], y) if 0 < y.sum() < len(y) else math.nan
-            samples["ece"][i] = 100 * ece(confidences[rows], y)
-            ordered_ok = len(ordered) >= 2
-            samples["alignment"][i] = alignment(confidences[ordered], correct[ordered])["alignment"] if ordered_ok else math.nan
+            samples["auroc"][i] = _auroc(confidences[rows], correct[rows])
+            samples["ece"][i] = 100 * ece(confidences[rows], correct[rows])
+            samples["alignment"][i] = _alignment(confidences[ordered], correct[ordered])
     return samples
 
 

@@ -28,10 +28,13 @@ __all__ = ["calibrate_head", "confidence_head_module", "fit_head"]
 logger = logging.getLogger(__name__)
 
 
+def _inner(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def confidence_head_module(model: Any) -> nn.Linear:
     """The `nn.Linear` that a (PEFT-wrapped) confidence model's forward uses as its head."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = inner.confidence_head
+    head = _inner(model).confidence_head
     copies = getattr(head, "modules_to_save", None)
     if copies is not None:  # PEFT's ModulesToSaveWrapper: the active adapter's trainable copy
         adapter = getattr(head, "active_adapter", None) or "default"
@@ -205,7 +208,6 @@ def calibrate_head(
         seed=seed,
         **fit_kwargs,
     )
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     entry = {
         "stage": "calibration",
         "label_column": label_column,
@@ -220,7 +222,7 @@ def calibrate_head(
     }
     if "eval_loss" in summary:
         entry["dev_metrics"] = {"eval_loss": summary["eval_loss"]}
-    inner.confidence_config.training_history.append(entry)
+    _inner(model).confidence_config.training_history.append(entry)
     if output_dir is not None:
         model.save_pretrained(os.fspath(output_dir))
     logger.info("Head calibrated on %d labels: %s", len(train), summary)

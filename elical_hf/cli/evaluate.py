@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser
@@ -108,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _update_model_cards(models: dict[str, str], table: dict, sources: dict, correct: list[int], records: str) -> None:
-    import os
-
     from elical_hf.cards import RELIABILITY_IMAGE, record_folder_evaluations
     from elical_hf.plots import reliability_diagram
 
