@@ -8,7 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from elical_hf.prompts import render_prompt
 from elical_hf.signals import HFBackend, SamplingSettings, VLLMBackend, complete_prompts, generate_answers
 from elical_hf.signals.backends import GenerationBackend, make_backend, vllm_available
-from elical_hf.signals.generation import build_prompt_ids, sample_seed
+from elical_hf.signals.decoding import sample_seed
+from elical_hf.signals.generation import build_prompt_ids
 
 
 PROMPTS = ["Who wrote Hamlet?", "What is the capital of France?", "Is the answer correct? Say certain or uncertain."]

@@ -244,7 +244,8 @@ def test_top_k_keeps_many_ties():
 
 def test_shared_prefix_gives_the_same_completions(model, tokenizer):
     from elical_hf.signals import complete_prompts
-    from elical_hf.signals.generation import MIN_SHARED_PREFIX, _common_prefix_length, build_prompt_ids, completion_settings
+    from elical_hf.signals.decoding import MIN_SHARED_PREFIX, _common_prefix_length
+    from elical_hf.signals.generation import build_prompt_ids, completion_settings
 
     demos = " ".join(f"question {i} who wrote hamlet ? 0.{i}" for i in range(12))  # a long shared few-shot prefix
     prompts = [f"{demos} {q}" for q in QUESTIONS + ["war", "the capital of france in the first war ?"]]

@@ -3,16 +3,14 @@
 from .backends import BACKENDS, HFBackend, VLLMBackend, make_backend, vllm_available
 from .baselines import BASELINES, compute_baselines, select_demonstrations, verbal
 from .embedding_judge import EmbeddingJudge
+from .decoding import apply_repetition_penalty, filter_candidates, sample_seed
 from .generation import (
     SamplingSettings,
-    apply_repetition_penalty,
     build_prompt_ids,
     complete_prompts,
     cpu_supports_bf16,
-    filter_candidates,
     generate_answers,
     resolve_autocast_dtype,
-    sample_seed,
 )
 from .judges import (
     CORRECTNESS_JUDGES,

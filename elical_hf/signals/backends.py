@@ -18,15 +18,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..embedded import resolve_model_path
-from .generation import (
-    SamplingSettings,
-    _cut_at_stop,
-    build_prompt_ids,
-    complete_prompts,
-    completion_settings,
-    generate_answers,
-    sample_seed,
-)
+from .decoding import _cut_at_stop, sample_seed
+from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
 
 
 __all__ = ["BACKENDS", "GenerationBackend", "HFBackend", "VLLMBackend", "make_backend", "vllm_available"]

@@ -1,7 +1,7 @@
 """Greedy answers with token log-probabilities and k sampled answers, one prefill per question.
 
-[`generate_answers`] is the library's own decoding loop (it does not call `model.generate`), built for the signals
-EliCal needs: the question prompt is run through the model once, its KV cache is copied for the greedy row and the k
+[`generate_answers`] runs the library's own decoding loop (`decoding.py`; it does not call `model.generate`), built
+for the signals EliCal needs: the question prompt is run through the model once, its KV cache is copied for the greedy row and the k
 sample rows, and all rows of a batch decode together. Rows that finish (EOS, a stop string) leave the batch at once.
 Every sample row draws from its own `torch.Generator`, seeded from the settings' seed, the question text and the
 sample index, so a question's samples do not depend on which batch it lands in or on `batch_size`.
@@ -9,18 +9,13 @@ sample index, so a question's samples do not depend on which batch it lands in o
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
-from transformers import DynamicCache
 
 from ..prompts import QA_PROMPT, render_prompt
+from .decoding import _decode_all, _Decoder
 
 
 @dataclass
@@ -99,12 +94,6 @@ class SamplingSettings:
             raise ValueError(f"`stop_strings` must be non-empty strings, got {self.stop_strings!r}.")
 
 
-def sample_seed(seed: int, question: str, sample_index: int) -> int:
-    """Seed of one sample row: SHA-256 of (`seed`, `sample_index`, `question`), stable across processes and runs."""
-    digest = hashlib.sha256(f"{seed}\x1f{sample_index}\x1f{question}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
 def cpu_supports_bf16() -> bool:
     """Whether this CPU runs bfloat16 matmuls natively (oneDNN sees AVX512-BF16 or AMX)."""
     try:
@@ -125,247 +114,6 @@ def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None 
     if autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
         raise ValueError(f"`autocast_dtype` must be 'auto', None or a torch.dtype, got {autocast_dtype!r}.")
     return None if autocast_dtype == model.dtype else autocast_dtype
-
-
-def apply_repetition_penalty(scores: torch.Tensor, token_ids: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Hugging Face repetition penalty: logits of the tokens in `token_ids` (`(rows, n)`, repeats allowed) are divided
-    by `penalty`, or multiplied by it where negative. Returns a new tensor."""
-    picked = scores.gather(1, token_ids)
-    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.scatter(1, token_ids, picked)
-
-
-_TIE_MARGIN = 16
-
-
-def filter_candidates(scores: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k then top-p filtering with Hugging Face semantics, on the surviving candidates only.
-
-    Args:
-        scores (`torch.FloatTensor` of shape `(rows, vocab)`):
-            Logits after repetition penalty and temperature.
-        top_k (`int`): Tokens below the k-th largest logit are removed (ties with it are kept); `0` disables.
-        top_p (`float`): Keep the smallest most-likely set with probability >= `top_p`, at least one token.
-
-    Returns:
-        `tuple[torch.FloatTensor, torch.LongTensor]`: candidate logits sorted in decreasing order, with removed ones
-        set to `-inf`, and their token ids. Tokens outside the candidates are removed.
-    """
-    vocab = scores.shape[-1]
-    if 0 < top_k < vocab:
-        # Ties with the k-th logit are kept too (common with bf16 logits): look a few places further, count if needed.
-        values, ids = torch.topk(scores, min(top_k + _TIE_MARGIN, vocab), dim=-1)
-        kth = values[:, top_k - 1 : top_k]
-        if values.shape[-1] < vocab and bool((values[:, -1:] == kth).any()):
-            values, ids = torch.topk(scores, int((scores >= kth).sum(-1).max()), dim=-1)
-        values = values.masked_fill(values < kth, float("-inf"))
-    else:
-        values, ids = torch.sort(scores, dim=-1, descending=True)
-    if top_p < 1.0:
-        probs = values.softmax(-1)
-        mass_before = probs.cumsum(-1) - probs
-        remove = mass_before >= top_p
-        remove[:, 0] = False
-        values = values.masked_fill(remove, float("-inf"))
-    return values, ids
-
-
-def _sample(values: torch.Tensor, ids: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
-    """Draw one token per row by inverse CDF, with one uniform number from each row's own generator."""
-    uniforms = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
-    cdf = values.softmax(-1).double().cumsum(-1)
-    target = (uniforms.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
-    pick = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
-    return ids.gather(-1, pick).squeeze(-1)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    generation_config = getattr(model, "generation_config", None)
-    for value in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        if value is not None:
-            ids.update([value] if isinstance(value, int) else value)
-    if not ids:
-        raise ValueError("Neither the model's generation_config nor the tokenizer defines an EOS token.")
-    return ids
-
-
-def _cut_at_stop(text: str, stop_strings: list[str]) -> str:
-    cuts = [i for i in (text.find(s) for s in stop_strings) if i >= 0]
-    return text[: min(cuts)] if cuts else text
-
-
-class _Decoder:
-    """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
-
-    def __init__(
-        self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False,
-        share_prefix: bool = False,
-    ):
-        self.model, self.tokenizer, self.settings = model, tokenizer, settings
-        # Prompts of a batch that start with the same tokens (few-shot demonstrations, a long instruction) prefill
-        # that prefix once: far fewer prefill tokens, the same positions and attention; floats may differ slightly.
-        self.share_prefix = share_prefix
-        self.num_samples = 0 if greedy_only else settings.num_samples  # greedy only: one row per prompt
-        self.eos_ids = _eos_ids(model, tokenizer)
-        # The pad id only fills masked slots (real tokens are always found through the attention mask).
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.pad_id = pad if pad is not None else min(self.eos_ids)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        params = inspect.signature(base.forward).parameters
-        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self.keep_last_only = "logits_to_keep" in params
-        self.autocast_dtype = autocast_dtype
-        # Tokens in the tail decoded to look for stop strings: each token adds at least one byte.
-        self.stop_window = max((len(s.encode("utf-8")) for s in settings.stop_strings), default=0) + 2
-
-    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
-        kwargs = {self.cache_kwarg: cache, "use_cache": True}
-        if self.keep_last_only:
-            kwargs["logits_to_keep"] = 1
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)
-        return out.logits[:, -1].float()
-
-    def _finished(self, tokens: list[int]) -> bool:
-        if tokens[-1] in self.eos_ids or len(tokens) >= self.settings.max_new_tokens:
-            return True
-        if not self.settings.stop_strings:
-            return False
-        tail = self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
-        return any(s in tail for s in self.settings.stop_strings)
-
-    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs) -> torch.Tensor:
-        """Greedy rows: argmax of the raw logits, logging its log-probability. Sample rows: penalty, temperature,
-        top-k, top-p, then a draw from the row's own generator."""
-        settings = self.settings
-        next_tokens = torch.empty(len(row_ids), dtype=torch.long, device=logits.device)
-        if greedy.any():
-            raw = logits[greedy]
-            chosen = raw.argmax(-1)
-            next_tokens[greedy] = chosen
-            chosen_logprobs = raw.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1).tolist()
-            for r, logprob in zip(row_ids[greedy].tolist(), chosen_logprobs):
-                logprobs[r].append(logprob)
-        if not greedy.all():
-            sampled = ~greedy
-            scores = logits[sampled]
-            if seen is not None:
-                scores = apply_repetition_penalty(scores, seen[sampled], settings.repetition_penalty)
-            values, ids = filter_candidates(scores / settings.temperature, settings.top_k, settings.top_p)
-            next_tokens[sampled] = _sample(values, ids, [generators[r] for r in row_ids[sampled].tolist()])
-        return next_tokens
-
-    def __call__(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
-        # One autocast region per batch: autocast keeps low-precision copies of the weights until it exits. It does
-        # so under `no_grad` but not under `inference_mode`, where every step would re-cast every weight.
-        dtype, device_type = self.autocast_dtype, self.model.device.type
-        autocast = torch.autocast(device_type, dtype=dtype) if dtype is not None else nullcontext()
-        with torch.no_grad(), autocast:
-            return self._decode(questions, prompt_ids)
-
-    def _prefill(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
-        """Left-padded prompts run through the model: (input ids, attention mask, last logits, cache). With
-        `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
-        and the rest of each prompt after it, padded between the prefix and the rest."""
-        device, batch = self.model.device, len(prompt_ids)
-        shared = _common_prefix_length(prompt_ids) if self.share_prefix and batch > 1 else 0
-        shared = min(shared, min(len(ids) for ids in prompt_ids) - 1)  # every row keeps >= 1 token to prefill
-        cache = DynamicCache(config=self.model.config)
-        if shared >= MIN_SHARED_PREFIX:
-            prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long, device=device)
-            ones = torch.ones_like(prefix)
-            self._forward(prefix, ones, torch.arange(shared, device=device)[None], cache)
-            cache.batch_repeat_interleave(batch)
-            prompt_ids = [ids[shared:] for ids in prompt_ids]
-        else:
-            shared = 0
-        length = max(len(ids) for ids in prompt_ids)
-        input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, length), dtype=torch.long)
-        for i, ids in enumerate(prompt_ids):  # left padding (after the shared prefix, if any)
-            input_ids[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, length - len(ids) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = shared + (attention_mask.cumsum(-1) - 1).clamp_(min=0)
-        full_mask = torch.cat([attention_mask.new_ones((batch, shared)), attention_mask], dim=-1)
-        logits = self._forward(input_ids, full_mask, position_ids, cache)
-        if shared:
-            input_ids = torch.cat([prefix.expand(batch, -1), input_ids], dim=-1)
-        return input_ids, full_mask, logits, cache
-
-    def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
-        settings, device = self.settings, self.model.device
-        batch, group = len(prompt_ids), self.num_samples + 1
-        input_ids, attention_mask, logits, cache = self._prefill(prompt_ids)
-        # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
-        cache.batch_repeat_interleave(group)
-        logits = logits.repeat_interleave(group, dim=0)
-        attention_mask = attention_mask.repeat_interleave(group, dim=0)
-        next_pos = attention_mask.sum(-1)
-        n_rows = batch * group
-        row_ids = torch.arange(n_rows, device=device)
-        is_greedy = row_ids % group == 0
-        seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
-        if settings.repetition_penalty != 1.0 and self.num_samples:
-            seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
-            seen = seen.repeat_interleave(group, dim=0)
-        generators = [
-            None if j == 0 else torch.Generator().manual_seed(sample_seed(settings.seed, q, j - 1))
-            for q in questions
-            for j in range(group)
-        ]
-        tokens: list[list[int]] = [[] for _ in range(n_rows)]
-        logprobs: list[list[float]] = [[] for _ in range(n_rows)]
-
-        while True:
-            rows = row_ids.tolist()
-            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs)
-            done = []
-            for r, t in zip(rows, next_tokens.tolist()):
-                tokens[r].append(t)
-                done.append(self._finished(tokens[r]))
-            if all(done):
-                break
-            if any(done):  # finished rows leave the batch and its cache
-                keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
-                cache.batch_select_indices(keep)
-                row_ids, next_tokens, next_pos = row_ids[keep], next_tokens[keep], next_pos[keep]
-                attention_mask = attention_mask[keep]
-                seen = seen[keep] if seen is not None else None
-            if seen is not None:
-                seen = torch.cat([seen, next_tokens[:, None]], dim=-1)
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(next_tokens), 1))], dim=-1)
-            logits = self._forward(next_tokens[:, None], attention_mask, next_pos[:, None], cache)
-            next_pos = next_pos + 1
-
-        results = []
-        for q in range(batch):
-            rows = range(q * group, (q + 1) * group)
-            texts = [self.tokenizer.decode(tokens[r], skip_special_tokens=True) for r in rows]
-            texts = [_cut_at_stop(t, settings.stop_strings).strip() for t in texts]
-            greedy_ids, greedy_lps = tokens[q * group], logprobs[q * group]
-            results.append(
-                {
-                    "greedy_response": texts[0],
-                    "greedy_tokens": self.tokenizer.batch_decode([[t] for t in greedy_ids]),
-                    "greedy_logprobs": greedy_lps,
-                    "greedy_cumulative_logprobs": float(sum(greedy_lps)),
-                    "sampling_response": texts[1:],
-                    "num_generated_tokens": sum(len(tokens[r]) for r in rows),
-                }
-            )
-        return results
-
-
-MIN_SHARED_PREFIX = 32
-"""Shortest common prompt prefix worth a separate prefill (see `complete_prompts(share_prefix=...)`)."""
-
-
-def _common_prefix_length(prompt_ids: list[list[int]]) -> int:
-    first, length = prompt_ids[0], min(len(ids) for ids in prompt_ids)
-    for ids in prompt_ids[1:]:
-        length = next((i for i in range(length) if ids[i] != first[i]), length)
-    return length
 
 
 def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
@@ -502,27 +250,3 @@ def complete_prompts(
     )
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
     return [r["greedy_response"] for r in _decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
-
-
-def _decode_all(decoder: _Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
-    """Run `decoder` over all prompts in batches of similar length; results in input order."""
-    model, batch_size = decoder.model, decoder.settings.batch_size
-    order = sorted(range(len(keys)), key=lambda i: -len(prompt_ids[i]))  # similar lengths batch together
-    results: list[dict | None] = [None] * len(keys)
-    was_training = model.training
-    model.eval()
-    bar = tqdm(total=len(keys), unit="q", desc=desc, disable=not progress)
-    start, generated = time.perf_counter(), 0
-    try:
-        for begin in range(0, len(order), batch_size):
-            idx = order[begin : begin + batch_size]
-            for i, result in zip(idx, decoder([keys[i] for i in idx], [prompt_ids[i] for i in idx])):
-                results[i] = result
-                generated += result["num_generated_tokens"]
-            bar.update(len(idx))
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.set_postfix(q_s=f"{bar.n / elapsed:.2f}", tok_s=f"{generated / elapsed:.1f}")
-    finally:
-        bar.close()
-        model.train(was_training)
-    return results
