@@ -64,7 +64,9 @@ def bundled_file_sha256(name: str) -> str:
     return hashlib.sha256((_qa_dir() / _entry(name)["file"]).read_bytes()).hexdigest()
 
 
-def load_bundled_questions(name: str, limit: int | None = None) -> list[dict[str, Any]]:
+def load_bundled_questions(
+    name: str, limit: int | None = None, exclude: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
     """
     Loads one bundled QA subset.
 
@@ -72,7 +74,10 @@ def load_bundled_questions(name: str, limit: int | None = None) -> list[dict[str
         name (`str`):
             One of `BUNDLED_DATASETS` (`IN_DOMAIN + OUT_OF_DOMAIN`).
         limit (`int`, *optional*):
-            Return only the first `limit` rows (file order). `None` returns all rows.
+            Return only the first `limit` rows (file order), counted after `exclude`. `None` returns all rows.
+        exclude (`Iterable[str]`, *optional*):
+            Questions to leave out, compared by `normalize_question` (e.g. the in-domain questions, to draw
+            out-of-domain test questions that do not repeat them).
 
     Returns:
         `list[dict]`: rows `{"id": str, "question": str, "answer": list[str], "dataset": str}` in file order.
@@ -86,11 +91,14 @@ def load_bundled_questions(name: str, limit: int | None = None) -> list[dict[str
     rows: list[dict[str, Any]] = []
     if limit == 0:
         return rows
+    excluded = {normalize_question(question) for question in exclude or ()}
     with gzip.open((_qa_dir() / entry["file"]).open("rb"), "rt", encoding="utf-8") as f:
         for line in f:
             if not line.strip():
                 continue
             row = json.loads(line)
+            if excluded and normalize_question(row["question"]) in excluded:
+                continue
             rows.append(
                 {"id": row["id"], "question": row["question"], "answer": list(row["answer"]), "dataset": name}
             )

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, normalize_question, split_questions
+from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
 from .configuration import atomic_write_text
 from .embedded import DEFAULT_MODEL
 
@@ -90,11 +90,8 @@ def _partitions(settings: DemoSettings) -> list[dict[str, Any]]:
     tagged `split` and `paper_split`."""
     in_domain = [q for name in IN_DOMAIN for q in load_bundled_questions(name, settings.in_domain_per_dataset)]
     parts = split_questions(in_domain, {"train": 1 - settings.test_fraction, "test": settings.test_fraction}, settings.seed)
-    seen = {normalize_question(row["question"]) for row in in_domain}
-    ood = []
-    for name in OUT_OF_DOMAIN:
-        unseen = [row for row in load_bundled_questions(name) if normalize_question(row["question"]) not in seen]
-        ood += unseen[: settings.ood_per_dataset]
+    seen = [row["question"] for row in in_domain]
+    ood = [row for name in OUT_OF_DOMAIN for row in load_bundled_questions(name, settings.ood_per_dataset, exclude=seen)]
     return (
         [{**row, "split": "train", "paper_split": "train"} for row in parts["train"]]
         + [{**row, "split": "test", "paper_split": "in_domain_test"} for row in parts["test"]]

@@ -67,6 +67,14 @@ def test_limit():
         load_bundled_questions("nq", limit=-1)
 
 
+def test_exclude_drops_questions_by_normalized_text_before_the_limit():
+    full = load_bundled_questions("nq")
+    dropped = ["  " + full[0]["question"].upper() + " ", full[2]["question"]]
+    kept = load_bundled_questions("nq", limit=3, exclude=dropped)
+    assert kept == [full[1], full[3], full[4]]
+    assert load_bundled_questions("nq", exclude=[]) == full
+
+
 def test_unknown_name_lists_valid_names():
     with pytest.raises(ValueError) as err:
         load_bundled_questions("triviaqa")
