@@ -11,9 +11,10 @@ Steps (each caches its output in `--output_dir`, so an interrupted run continues
    committed as `docs/results/honestybench-smollm2-135m/`).
 4. `baselines`: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10 on the test questions.
 5. `train`: Eli-Only (stage 1 on every train question), then for each label budget n: Cal-Only(n) and EliCal(n),
-   calibrating LoRA + head and head only.
+   calibrating LoRA + head and head only (`--calibration` picks one).
 6. `evaluate`: AUROC / ECE / alignment per dataset with bootstrap CIs, in-domain and OOD weighted averages, the
-   AUROC-vs-labels plot; writes `report.md`, `results.json` and figures.
+   AUROC-vs-labels plot; writes `report.md`, `results.json`, `differences.json`, figures and `confidences.json`
+   (every method's per-question confidences, to recompute the tables without retraining).
 
 Reproduce `docs/results.md` (about two hours on 2 CPU cores):
 
@@ -38,7 +39,7 @@ import shutil
 import time
 from typing import Any
 
-from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, normalize_question, split_questions
+from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
 from elical_hf.configuration import atomic_write_text
 from elical_hf.embedded import DEFAULT_MODEL
 
@@ -73,6 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--label_budgets", type=int, nargs="+", default=[100, 250, 500, 1000, 0],
         help="n for Cal-Only / EliCal (0: all), in the order the LoRA + head runs are made (runs already made are kept).",
     )
+    parser.add_argument(
+        "--calibration", nargs="+", default=["head", "lora"], choices=["head", "lora"],
+        help="Stage-2 variants to run: head-only on cached features and/or LoRA + head.",
+    )
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
     parser.add_argument("--stage1_epochs", type=float, default=1, help="Epochs of stage 1 (early stopping on dev).")
@@ -99,11 +104,11 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     if unused > 1e-9:
         fractions["unused"] = unused
     parts = split_questions(in_domain, fractions, seed=args.seed)
-    seen = {normalize_question(row["question"]) for row in in_domain}
+    seen = [row["question"] for row in in_domain]
     rng = random.Random(args.seed)
     ood = []
     for name in OUT_OF_DOMAIN:
-        candidates = [row for row in load_bundled_questions(name) if normalize_question(row["question"]) not in seen]
+        candidates = load_bundled_questions(name, exclude=seen)
         rng.shuffle(candidates)
         ood += [{**row, "split": "test"} for row in candidates[: args.ood_per_dataset]]
     # Test questions first: a sampling run stopped early still leaves a complete test set.
@@ -111,7 +116,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
 
 
-SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets")
+SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -317,10 +322,12 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
 
     budgets = list(dict.fromkeys(min(n, len(train)) if n else len(train) for n in args.label_budgets))
+    head_budgets = budgets if "head" in args.calibration else []
+    lora_budgets = budgets if "lora" in args.calibration else []
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)),
                          ("Cal-Only-head", fresh)):
-        todo = [n for n in budgets if not runs.done(f"{method}@{budget_name(n, len(train))}")]
+        todo = [n for n in head_budgets if not runs.done(f"{method}@{budget_name(n, len(train))}")]
         if not todo:
             continue
         model = load()
@@ -341,7 +348,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             runs.save(f"{method}@{budget_name(n, len(train))}", confidences, started, labels=len(labels), summary=summary)
 
     # LoRA + head calibration, in the order of --label_budgets (the largest runs are the slowest: list them last).
-    for n in budgets:
+    for n in lora_budgets:
         labels = take_labels(train, n, args.seed)
         for method in ("EliCal", "Cal-Only"):
             name = f"{method}@{budget_name(n, len(train))}"
@@ -419,6 +426,10 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     )
     write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
                  notes=notes)
+    # every method's per-question confidences, so the tables can be recomputed (or merged) without retraining
+    scores = {"ids": [r["id"] for r in test], "datasets": [r["dataset"] for r in test], "correct": correct,
+              "confidences": {name: [round(float(c), 6) for c in values] for name, values in confidences.items()}}
+    atomic_write_text(os.path.join(folder, "confidences.json"), json.dumps(scores) + "\n")
     extra = []
     for column, by_method in curves.items():
         if by_method:

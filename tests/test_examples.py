@@ -46,6 +46,9 @@ def test_reproduce_paper_runs_every_step(replication):
     assert (replication / "report" / "auroc_vs_labels_in_domain.png").is_file()
     differences = json.loads((replication / "report" / "differences.json").read_text())
     assert {"EliCal@10 − Cal-Only@10", "EliCal-head@all − Cal-Only-head@all", "Eli-Only − Consis-Sem"} <= set(differences)
+    scores = json.loads((replication / "report" / "confidences.json").read_text())
+    assert set(scores["confidences"]) == set(table)
+    assert len(scores["ids"]) == len(scores["correct"]) == len(scores["confidences"]["EliCal@10"]) == len(by_part["test"])
     report = (replication / "report" / "report.md").read_text()
     assert "## Paired differences" in report and "auroc_vs_labels_ood.png" in report
     bench = load_honestybench(str(replication / "honestybench"), progress=False)
@@ -64,6 +67,13 @@ def test_reproduce_paper_retrains_from_committed_records(replication, tiny_llama
         again = json.loads((tmp_path / "runs" / f"{name}.json").read_text())
         assert again["test_ids"] == fresh["test_ids"]
         assert again["confidences"] == pytest.approx(fresh["confidences"], abs=1e-5), name
+
+
+def test_reproduce_paper_runs_only_the_chosen_calibration(replication, tiny_llama, tmp_path):
+    args = ["--model", tiny_llama, "--output_dir", str(tmp_path), "--records", str(replication / "honestybench"),
+            "--steps", "train", *TINY, "--label_budgets", "0", "--calibration", "lora"]
+    assert load_example("reproduce_paper").main(args) == 0
+    assert sorted(path.stem for path in (tmp_path / "runs").iterdir()) == ["Cal-Only@all", "Eli-Only", "EliCal@all"]
 
 
 def test_reproduce_paper_refuses_other_settings_in_the_same_folder(replication, tiny_llama):
