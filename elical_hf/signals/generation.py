@@ -1,10 +1,10 @@
 """Greedy answers with token log-probabilities and k sampled answers, one prefill per question.
 
 [`generate_answers`] runs the library's own decoding loop (`decoding.py`; it does not call `model.generate`), built
-for the signals EliCal needs: the question prompt is run through the model once, its KV cache is copied for the greedy row and the k
-sample rows, and all rows of a batch decode together. Rows that finish (EOS, a stop string) leave the batch at once.
-Every sample row draws from its own `torch.Generator`, seeded from the settings' seed, the question text and the
-sample index, so a question's samples do not depend on which batch it lands in or on `batch_size`.
+for the signals EliCal needs: the question prompt is run through the model once, its KV cache is copied for the greedy
+row and the k sample rows, and all rows of a batch decode together. Rows that finish (EOS, a stop string) leave the
+batch at once. Every sample row draws from its own `torch.Generator`, seeded from the settings' seed, the question
+text and the sample index, so a question's samples do not depend on which batch it lands in or on `batch_size`.
 """
 
 from __future__ import annotations
