@@ -15,6 +15,7 @@ import os
 from collections import OrderedDict
 from typing import Any
 
+import torch
 from peft import LoraConfig, PeftConfig, PeftModel
 from transformers import AutoConfig, AutoTokenizer
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
@@ -25,6 +26,7 @@ from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_si
 from .data import ensure_pad_token
 from .embedded import hub_offline, resolve_model_path
 from .hub import hub_id_of_local_copy, is_hub_id
+from .precision import resolve_dtype
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
 
 
@@ -165,7 +167,10 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             is_trainable (`bool`, *optional*, defaults to `False`):
                 For a saved model: keep the adapter trainable.
             kwargs:
-                Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...).
+                Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...). `dtype`
+                defaults to `"auto"`, which here means the library's precision policy
+                ([`~elical_hf.precision.resolve_dtype`]: bf16 on GPUs that support it and on CPUs where bf16 is native
+                and faster, float32 on other CPUs), not the checkpoint's dtype.
         """
         name = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
@@ -202,6 +207,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         config = AutoConfig.from_pretrained(path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        device_map = kwargs.get("device_map")
+        device = device_map if isinstance(device_map, (str, torch.device)) and device_map != "auto" else None
+        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), device)
         model = super().from_pretrained(path, config=config, **kwargs)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path

@@ -103,8 +103,6 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (tables, plots), `results.json`,
     `run.json` (settings, sizes, timings), `records.parquet` (judged answers) and `models/` (Eli-Only, EliCal,
     Cal-Only). Returns the run summary, whose `table` is [`evaluate_table`]'s output."""
-    import torch
-
     from .auto import AutoModelForConfidence
     from .evaluation import BASELINE_NAMES, evaluate_table, write_report
     from .recipe import train_elical
@@ -116,7 +114,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     os.makedirs(settings.output_dir, exist_ok=True)
     rows = _partitions(settings)
 
-    backend = HFBackend(settings.model_name_or_path, dtype="bfloat16")
+    backend = HFBackend(settings.model_name_or_path)  # dtype: the precision policy
     sampling = SamplingSettings(
         num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens, seed=settings.seed, batch_size=32
     )
@@ -149,7 +147,6 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
             "disable_tqdm": False,
             "report_to": "none",
         },
-        model_init_kwargs={"dtype": torch.bfloat16},
     )
     timings["training"] = time.perf_counter() - start - sum(timings.values())
 
@@ -157,7 +154,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     confidences = {BASELINE_NAMES[name]: scores for name, scores in baseline_scores.items()}
     questions = [r["question"] for r in test]
     for name, path in models.items():
-        model = AutoModelForConfidence.from_pretrained(path, dtype=torch.bfloat16)
+        model = AutoModelForConfidence.from_pretrained(path)
         confidences[name] = model.confidence(questions, batch_size=32, progress=True)
     correct = [int(bool(r["greedy_correctness"])) for r in test]
     table = evaluate_table(

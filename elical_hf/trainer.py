@@ -26,6 +26,7 @@ from .data import (
     validate_columns,
 )
 from .metrics import alignment, auroc, brier, ece
+from .precision import precision_report
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
 
@@ -265,6 +266,9 @@ class ConfidenceTrainer(Trainer):
         }
         if self.args.stage == Stage.CALIBRATION:
             entry["calibration_trainable"] = self.args.calibration_trainable.value
+        backbone_dtype = self.accelerator.unwrap_model(self.model).get_input_embeddings().weight.dtype
+        mixed = "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else None
+        entry["precision"] = precision_report(backbone_dtype, self.args.device, mixed_precision=mixed)
         # Recorded before training so that checkpoints carry it too.
         self.accelerator.unwrap_model(self.model).confidence_config.training_history.append(entry)
         return super().train(*args, **kwargs)

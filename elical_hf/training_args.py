@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from transformers import TrainingArguments
 from transformers.utils import ExplicitEnum
 
+from .precision import resolve_dtype
+
 
 class Stage(ExplicitEnum):
     """Which EliCal stage a run trains."""
@@ -99,5 +101,7 @@ class ConfidenceTrainingArguments(TrainingArguments):
             self.metric_for_best_model = "loss"
             self.greater_is_better = False
         super().__post_init__()
+        if self.bf16 and self.device.type == "cpu":
+            resolve_dtype("bfloat16", "cpu")  # warns where bf16 is emulated (several times slower than float32)
         if self.dataloader_pin_memory and self.device.type == "cpu":
             self.dataloader_pin_memory = False  # pinning needs an accelerator; torch warns at every epoch otherwise

@@ -154,7 +154,7 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
     settings = SamplingSettings(
         num_samples=args.num_samples, max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size
     )
-    backend = HFBackend(args.model, dtype="bfloat16")
+    backend = HFBackend(args.model)
     sample_records(questions, backend, settings, os.path.join(args.output_dir, "samples"), shard_size=128)
 
 
@@ -219,7 +219,7 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
         if name in cached["scores"]:
             continue
         if name.startswith("verbal") and backend is None:
-            backend = HFBackend(args.model, dtype="bfloat16")
+            backend = HFBackend(args.model)
         summary: dict[str, Any] = {}
         complete = backend.complete if backend is not None else None
         scores = compute_baselines(test, complete, train, which=[name], seed=args.seed, batch_size=32, summary=summary)
@@ -309,7 +309,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
 
     def fresh() -> Any:
         set_seed(args.seed)  # the fresh LoRA and head are drawn from the global RNG
-        return AutoModelForConfidence.from_pretrained(args.model, dtype=torch.bfloat16)
+        return AutoModelForConfidence.from_pretrained(args.model)
 
     def score(model: Any) -> list[float]:
         return model.confidence(runs.test_questions, batch_size=32, progress=True)
@@ -318,14 +318,14 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         started = time.perf_counter()
         settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
         trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
-        model = AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)
+        model = AutoModelForConfidence.from_pretrained(eli_dir)
         runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
 
     budgets = list(dict.fromkeys(min(n, len(train)) if n else len(train) for n in args.label_budgets))
     head_budgets = budgets if "head" in args.calibration else []
     lora_budgets = budgets if "lora" in args.calibration else []
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
-    for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir, dtype=torch.bfloat16)),
+    for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir)),
                          ("Cal-Only-head", fresh)):
         todo = [n for n in head_budgets if not runs.done(f"{method}@{budget_name(n, len(train))}")]
         if not todo:
@@ -357,13 +357,13 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             started = time.perf_counter()
             settings = {**common, "num_train_epochs": lora_epochs(args, len(labels)), "early_stopping_patience": 2}
             if method == "EliCal":
-                model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True, dtype=torch.bfloat16)
+                model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True)
             else:
                 model = fresh()
             folder = os.path.join(runs.models, name.lower().replace("@", "-"))
             trainer = train_stage(model, labels, folder, "calibration", seed=args.seed, training_args=settings,
                                   calibration_trainable="all")
-            model = AutoModelForConfidence.from_pretrained(folder, dtype=torch.bfloat16)
+            model = AutoModelForConfidence.from_pretrained(folder)
             runs.save(name, score(model), started, labels=len(labels), **training_summary(trainer))
 
 

@@ -37,3 +37,19 @@ def tiny_qwen2(tmp_path_factory) -> str:
 @pytest.fixture(params=["llama", "qwen2"])
 def tiny_base(request, tiny_llama, tiny_qwen2) -> str:
     return {"llama": tiny_llama, "qwen2": tiny_qwen2}[request.param]
+
+
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Set the precision policy's view of the CPU: `cpu_bf16(True)` (native, fast bf16) or `cpu_bf16(False)`."""
+    from elical_hf import precision
+
+    def force(native: bool) -> None:
+        monkeypatch.setenv(precision.CPU_BF16_ENV, "1" if native else "0")
+        precision.cpu_capability.cache_clear()
+        precision.log_once.cache_clear()
+
+    yield force
+    monkeypatch.undo()
+    precision.cpu_capability.cache_clear()
+    precision.log_once.cache_clear()

@@ -33,7 +33,7 @@ def test_cli_train_learns_a_real_signal(tmp_path):
     code = cli_main([
         "train", "--elicitation_data", data, "--calibration_data", data, "--output_dir", str(out),
         "--num_labels", "20", "--num_train_epochs", "4", "--learning_rate", "3e-3",
-        "--per_device_train_batch_size", "8", "--dev_fraction", "0.2", "--dtype", "bfloat16",
+        "--per_device_train_batch_size", "8", "--dev_fraction", "0.2",
     ])
     assert code == 0
     for folder in ("elicitation", "elical", "cal-only"):

@@ -34,7 +34,7 @@ def sample_and_judge_bundled(output_dir: str | os.PathLike, backend=None) -> lis
     correctness, ROUGE-L consistency) to `output_dir/judged/records.parquet`.
     """
     questions = [q for name, limit in BUNDLED.items() for q in load_bundled_questions(name, limit)]
-    backend = backend if backend is not None else HFBackend(DEFAULT_MODEL, dtype="bfloat16")
+    backend = backend if backend is not None else HFBackend(DEFAULT_MODEL)
     records = sample_records(questions, backend, SETTINGS, os.path.join(output_dir, "sampled"), shard_size=16)
     judge_correctness(records)
     lexical_consistency(records)

@@ -163,14 +163,18 @@ def test_stop_strings_cut_answers(model, tokenizer):
         assert word not in after and before.startswith(after)
 
 
-def test_bf16_autocast_runs(tokenizer):
+def test_bf16_autocast_runs(tokenizer, cpu_bf16):
     model = make_tiny_causal_lm(tokenizer, initializer_range=0.3)
     out = generate_answers(model, tokenizer, QUESTIONS[:2], settings(), progress=False, autocast_dtype=torch.bfloat16)
     assert len(out) == 2 and all(len(r["sampling_response"]) == 3 for r in out)
     assert all(isinstance(lp, float) for lp in out[0]["greedy_logprobs"])
     assert resolve_autocast_dtype(model, None) is None
     assert resolve_autocast_dtype(model, torch.float32) is None
-    assert resolve_autocast_dtype(model, "auto") in (None, torch.bfloat16)
+    cpu_bf16(True)  # the policy autocasts a float32 model to bf16 only where bf16 is native and faster
+    assert resolve_autocast_dtype(model, "auto") == torch.bfloat16
+    assert resolve_autocast_dtype(model.to(torch.bfloat16), "auto") is None  # already low precision
+    cpu_bf16(False)
+    assert resolve_autocast_dtype(model.float(), "auto") is None
     with pytest.raises(ValueError, match="autocast_dtype"):
         resolve_autocast_dtype(model, "bf16")
 

@@ -39,7 +39,11 @@ class SampleCommandArguments:
         },
     )
     limit: int | None = field(default=None, metadata={"help": "Sample only the first N questions."})
-    dtype: str | None = field(default=None, metadata={"help": "Weights dtype, e.g. 'bfloat16' (default: the model's)."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Weights dtype: 'auto' (the precision policy: bf16 where it is native and faster, else "
+                  "float32 on a CPU), or 'float32' / 'bfloat16' / 'float16'."},
+    )
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -86,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.limit is not None and options.limit < 0:
         raise ValueError(f"`limit` must be >= 0, got {options.limit}.")
     questions = load_questions(options.questions, options.dataset, options.limit)
-    kwargs = {"dtype": options.dtype} if options.dtype else {}
-    backend = make_backend(options.backend, options.model, **kwargs)
+    backend = make_backend(options.backend, options.model, dtype=options.dtype)
     records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size)
     out = options.output_dir
     print(

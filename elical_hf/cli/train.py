@@ -28,7 +28,11 @@ class TrainCommandArguments:
     per_device_train_batch_size: int | None = field(default=None, metadata={"help": "Batch size per device."})
     gradient_accumulation_steps: int | None = field(default=None, metadata={"help": "Gradient accumulation steps."})
     bf16: bool | None = field(default=None, metadata={"help": "Train in bf16 mixed precision."})
-    dtype: str | None = field(default=None, metadata={"help": "Backbone dtype, e.g. 'bfloat16' (fast on CPUs with AMX/AVX512-BF16)."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Backbone dtype: 'auto' (the precision policy: bf16 on GPUs that support it and on CPUs where "
+                  "it is native and faster, else float32), or 'float32' / 'bfloat16' / 'float16'."},
+    )
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -36,9 +40,8 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
     from elical_hf.data import load_table
+    from elical_hf.precision import resolve_dtype
     from elical_hf.recipe import train_elical
 
     (options,) = make_parser().parse_with_config(argv)
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         dev_fraction=options.dev_fraction,
         seed=options.seed,
         training_args=training,
-        model_init_kwargs={"dtype": getattr(torch, options.dtype)} if options.dtype else None,
+        model_init_kwargs={"dtype": resolve_dtype(options.dtype)},
     )
     print(json.dumps(paths, indent=2))
     return 0

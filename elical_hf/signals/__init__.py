@@ -8,7 +8,6 @@ from .generation import (
     SamplingSettings,
     build_prompt_ids,
     complete_prompts,
-    cpu_supports_bf16,
     generate_answers,
     resolve_autocast_dtype,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "build_prompt_ids",
     "canonical_dataset",
     "complete_prompts",
-    "cpu_supports_bf16",
     "exact_match",
     "filter_candidates",
     "generate_answers",

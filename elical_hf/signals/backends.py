@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..embedded import resolve_model_path
+from ..precision import precision_report, resolve_dtype
 from .decoding import _cut_at_stop, sample_seed
 from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
 
@@ -41,16 +42,6 @@ class GenerationBackend(Protocol):
     ) -> list[str]: ...
 
 
-def _dtype(dtype: Any) -> Any:
-    import torch
-
-    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
-        return dtype
-    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
-        raise ValueError(f"Unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16' or 'auto'.")
-    return getattr(torch, dtype)
-
-
 class HFBackend:
     """
     Generation with a `transformers` causal LM through the library's own decoding loop ([`generate_answers`]).
@@ -61,8 +52,9 @@ class HFBackend:
             model works offline), or a loaded model (then `tokenizer` is required).
         tokenizer ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Its tokenizer; loaded from the same place as the model when `model` is a string.
-        dtype (`str` or `torch.dtype`, *optional*):
-            Weights dtype when loading (e.g. `"bfloat16"`); `None` keeps the checkpoint's default loading.
+        dtype (`str` or `torch.dtype`, *optional*, defaults to `"auto"`):
+            Weights dtype when loading: `"auto"` follows the precision policy
+            ([`~elical_hf.precision.resolve_dtype`]: bf16 only where it is native and faster, else float32 on a CPU).
         device (`str`, *optional*):
             Where to put a loaded model (`"cuda"`, `"cpu"`, ...); `None` keeps it where it is.
         revision (`str`, *optional*): Hub revision.
@@ -77,7 +69,7 @@ class HFBackend:
         model: Any,
         tokenizer: Any | None = None,
         *,
-        dtype: Any = None,
+        dtype: Any = "auto",
         device: str | None = None,
         revision: str | None = None,
         autocast_dtype: Any = "auto",
@@ -86,9 +78,8 @@ class HFBackend:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             path, self.weights_source = resolve_model_path(model, revision)
-            kwargs = {"dtype": _dtype(dtype)} if dtype is not None else {}
             self.name = model
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
             tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
         else:
             if tokenizer is None:
@@ -97,6 +88,7 @@ class HFBackend:
             self.weights_source = "in-memory"
         self.model = model.to(device) if device is not None else model
         self.tokenizer = tokenizer
+        self.precision = precision_report(self.model.dtype, self.model.device)
         self.autocast_dtype = autocast_dtype
 
     def __repr__(self) -> str:

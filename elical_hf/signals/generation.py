@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..precision import AUTO, resolve_dtype
 from ..prompts import QA_PROMPT, render_prompt
 from .decoding import _decode_all, _Decoder
 
@@ -94,23 +95,18 @@ class SamplingSettings:
             raise ValueError(f"`stop_strings` must be non-empty strings, got {self.stop_strings!r}.")
 
 
-def cpu_supports_bf16() -> bool:
-    """Whether this CPU runs bfloat16 matmuls natively (oneDNN sees AVX512-BF16 or AMX)."""
-    try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None = "auto") -> torch.dtype | None:
     """Resolve `autocast_dtype` to a dtype or `None` (no autocast).
 
-    `"auto"` means bfloat16 for a float32 model on a CPU with native bf16 support, and no autocast otherwise (the model
-    runs in its own dtype). An explicit dtype equal to the model's dtype also means no autocast.
+    `"auto"` follows the precision policy ([`~elical_hf.precision.resolve_dtype`]): a float32 model autocasts to the
+    policy's dtype for its device when that is lower (bf16 on a CPU where bf16 is native and faster), and runs in its
+    own dtype otherwise. An explicit dtype equal to the model's dtype also means no autocast.
     """
     if autocast_dtype == "auto":
-        on_cpu = model.device.type == "cpu"
-        return torch.bfloat16 if on_cpu and model.dtype == torch.float32 and cpu_supports_bf16() else None
+        if model.dtype != torch.float32:
+            return None
+        chosen = resolve_dtype(AUTO, model.device)
+        return None if chosen == torch.float32 else chosen
     if autocast_dtype is not None and not isinstance(autocast_dtype, torch.dtype):
         raise ValueError(f"`autocast_dtype` must be 'auto', None or a torch.dtype, got {autocast_dtype!r}.")
     return None if autocast_dtype == model.dtype else autocast_dtype
@@ -158,8 +154,9 @@ def generate_answers(
         progress (`bool`, *optional*, defaults to `True`):
             Show a progress bar over questions with questions/s and generated tokens/s.
         autocast_dtype (`torch.dtype` or `"auto"`, *optional*, defaults to `"auto"`):
-            Autocast dtype. `"auto"`: bfloat16 for a float32 model on a CPU with native bf16, else the model's dtype.
-            `None`: no autocast. Log-probabilities are always computed in float32.
+            Autocast dtype. `"auto"`: the precision policy's dtype when it is lower than a float32 model's (bf16 on a
+            CPU where bf16 is native and faster), else the model's dtype. `None`: no autocast.
+            Log-probabilities are always computed in float32.
 
     Returns:
         `list[dict]`: one dict per question, in input order, with `greedy_response` (`str`), `greedy_tokens`

@@ -1,0 +1,91 @@
+"""What every benchmark script prints first and measures with: the machine, medians, peak memory, a table.
+
+Run benchmarks one at a time on a quiet machine: several torch jobs on the same cores oversubscribe OpenMP and every
+figure becomes noise.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags() -> list[str]:
+    """The bf16-relevant flags of this CPU (from `/proc/cpuinfo`)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return [flag for flag in CPU_FLAGS if flag in flags]
+
+
+def machine_report() -> dict[str, Any]:
+    """CPU model and flags, the precision policy's decision, threads, and measured fp32 / bf16 matmul GFLOP/s."""
+    import torch
+
+    from elical_hf.precision import cpu_capability, matmul_gflops, resolve_dtype
+
+    capability = cpu_capability()
+    report = {
+        "cpu": capability.model_name,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "flags": cpu_flags(),
+        "bf16_native": capability.bf16_native,
+        "policy_dtype": str(resolve_dtype("auto", "cpu")).removeprefix("torch."),
+        "fp32_gflops": round(matmul_gflops(torch.float32, size=1024), 1),
+        "bf16_gflops": round(matmul_gflops(torch.bfloat16, size=1024, repeats=3), 1),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if torch.cuda.is_available():
+        report["gpu"] = torch.cuda.get_device_name()
+    for name in ("ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "ELICAL_HF_CPU_BF16"):
+        if os.environ.get(name):
+            report[name] = os.environ[name]
+    return report
+
+
+def print_machine() -> dict[str, Any]:
+    report = machine_report()
+    print("Machine: " + "; ".join(f"{key}={value}" for key, value in report.items()))
+    return report
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `fn()` over `repeats` runs, after `warmup` untimed runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def peak_rss_mib(children: bool = False) -> float:
+    """Peak resident memory of this process (or of its finished children) in MiB (Linux reports KiB)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return usage.ru_maxrss / 1024
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A Markdown table (pastes into `docs/benchmarks.md` as is)."""
+    cells = [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in row] for row in rows]
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|")
+    for row in cells:
+        print("| " + " | ".join(row) + " |")

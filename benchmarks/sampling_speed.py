@@ -1,0 +1,166 @@
+"""Signal generation (greedy answer + k samples): our sampler vs Hugging Face `generate`, side by side in one run.
+
+Three ways to produce the same signals on the same questions, model and dtype (the precision policy's):
+- ours: `generate_answers` (one prefill per question shared by its greedy and k sample rows; finished rows leave
+  the batch);
+- HF batched: `generate(do_sample=True, num_return_sequences=k)` plus a greedy `generate` with scores, over the same
+  batches of questions;
+- HF per sample: one `generate` call per sample and one greedy call per question (how LM-Polygraph samples), run on
+  the first `--loop_questions` questions only.
+Tokens/s counts generated tokens (up to and including EOS) of every row. The table also shows the mean sampled
+length and the share of samples equal to the greedy answer for each method (the same settings should give the same
+distribution), and the share of the measured fp32 matmul ceiling our sampler reaches.
+
+    python benchmarks/sampling_speed.py                       # k = 5 and 20, 16 questions, 24 new tokens
+    python benchmarks/sampling_speed.py --num_samples 5 --questions 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from common import print_machine, print_table
+
+import torch
+
+
+def load(model_name: str):
+    from elical_hf.signals import HFBackend
+
+    backend = HFBackend(model_name)
+    backend.model.eval()
+    return backend.model, backend.tokenizer
+
+
+def questions_for(n: int) -> list[str]:
+    from elical_hf.bundled import load_bundled_questions
+
+    half = (n + 1) // 2
+    rows = load_bundled_questions("nq", half) + load_bundled_questions("hotpotqa", n - half)
+    return [row["question"] for row in rows]
+
+
+def generated_length(row: torch.Tensor, eos: set[int]) -> int:
+    for i, token in enumerate(row.tolist()):
+        if token in eos:
+            return i + 1
+    return len(row)
+
+
+def run_ours(model, tokenizer, questions, settings) -> dict:
+    from elical_hf.signals import generate_answers
+
+    start = time.perf_counter()
+    records = generate_answers(model, tokenizer, questions, settings, progress=False)
+    seconds = time.perf_counter() - start
+    samples = [s for r in records for s in r["sampling_response"]]
+    same = [s == r["greedy_response"] for r in records for s in r["sampling_response"]]
+    return {"seconds": seconds, "tokens": sum(r["num_generated_tokens"] for r in records),
+            "sample_chars": statistics.mean(len(s) for s in samples), "same_as_greedy": statistics.mean(same)}
+
+
+def _hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_return: int, sample: bool):
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    length = max(len(ids) for ids in prompt_ids)
+    input_ids = torch.tensor([[pad] * (length - len(ids)) + ids for ids in prompt_ids])
+    mask = torch.tensor([[0] * (length - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+    kwargs = dict(max_new_tokens=settings.max_new_tokens, pad_token_id=pad)
+    if sample:
+        kwargs.update(do_sample=True, num_return_sequences=num_return, temperature=settings.temperature,
+                      top_p=settings.top_p, top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
+    else:
+        kwargs.update(do_sample=False, output_scores=True, return_dict_in_generate=True, top_p=None, top_k=None,
+                      temperature=None)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+    sequences = out.sequences if not sample else out
+    return sequences[:, length:]
+
+
+def run_hf(model, tokenizer, questions, settings, per_sample: bool) -> dict:
+    from elical_hf.signals.generation import build_prompt_ids
+
+    eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
+        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
+    prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+    k, tokens, lengths, same = settings.num_samples, 0, [], []
+    batch = 1 if per_sample else settings.batch_size
+    torch.manual_seed(settings.seed)
+    start = time.perf_counter()
+    for begin in range(0, len(questions), batch):
+        ids = prompt_ids[begin : begin + batch]
+        greedy = _hf_batch(model, tokenizer, ids, settings, 1, sample=False)
+        if per_sample:
+            rows = [_hf_batch(model, tokenizer, ids, settings, 1, sample=True) for _ in range(k)]
+            width = max(r.shape[1] for r in rows)
+            samples = torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1]), value=tokenizer.eos_token_id)
+                                 for r in rows])
+        else:
+            samples = _hf_batch(model, tokenizer, ids, settings, k, sample=True)
+        for q in range(len(ids)):
+            g = greedy[q, : generated_length(greedy[q], eos)]
+            greedy_text = tokenizer.decode(g, skip_special_tokens=True).strip()
+            tokens += len(g)
+            for row in samples[q * k : (q + 1) * k]:
+                n = generated_length(row, eos)
+                tokens += n
+                text = tokenizer.decode(row[:n], skip_special_tokens=True).strip()
+                lengths.append(len(text))
+                same.append(text == greedy_text)
+    return {"seconds": time.perf_counter() - start, "tokens": tokens, "sample_chars": statistics.mean(lengths),
+            "same_as_greedy": statistics.mean(same)}
+
+
+def flop_share(model, tokenizer, questions, settings, result, fp32_gflops: float) -> float:
+    """Achieved share of the measured matmul ceiling: 2 x matmul parameters per processed token (prefill + decode)."""
+    from elical_hf.signals.generation import build_prompt_ids
+
+    lm_head = model.get_output_embeddings().weight.numel()
+    body = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
+    prefill = sum(len(ids) for ids in build_prompt_ids(tokenizer, questions, settings))
+    flops = 2 * body * (prefill + result["tokens"]) + 2 * lm_head * result["tokens"]  # the LM head: new tokens only
+    return flops / result["seconds"] / 1e9 / fp32_gflops
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
+    parser.add_argument("--num_samples", type=int, nargs="+", default=[5, 20])
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--loop_questions", type=int, default=4)
+    parser.add_argument("--max_new_tokens", type=int, default=24)
+    parser.add_argument("--batch_size", type=int, default=8)
+    args = parser.parse_args(argv)
+
+    from elical_hf.embedded import DEFAULT_MODEL
+    from elical_hf.signals import SamplingSettings
+
+    machine = print_machine()
+    model, tokenizer = load(args.model or DEFAULT_MODEL)
+    print(f"Model {args.model or DEFAULT_MODEL} in {model.dtype}; {args.questions} NQ/HotpotQA questions, "
+          f"{args.max_new_tokens} new tokens, batch {args.batch_size} questions; paper sampling settings.\n")
+    questions = questions_for(args.questions)
+    rows = []
+    for k in args.num_samples:
+        settings = SamplingSettings(num_samples=k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        run_ours(model, tokenizer, questions[:2], settings)  # warm-up
+        ours = run_ours(model, tokenizer, questions, settings)
+        batched = run_hf(model, tokenizer, questions, settings, per_sample=False)
+        loop = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)
+        speed = {name: r["tokens"] / r["seconds"] for name, r in (("ours", ours), ("hf", batched), ("loop", loop))}
+        share = flop_share(model, tokenizer, questions, settings, ours, machine["fp32_gflops"])
+        for name, label, result in (("ours", "ours (generate_answers)", ours),
+                                    ("hf", "HF generate(num_return_sequences=k) + greedy", batched),
+                                    ("loop", f"HF per-sample generate loop ({args.loop_questions} q)", loop)):
+            rows.append([k, label, round(speed[name], 1), round(speed["ours"] / speed[name], 2),
+                         round(result["sample_chars"], 1), round(result["same_as_greedy"], 3)])
+        print(f"k={k}: our sampler reaches {share:.1%} of the measured fp32 matmul ceiling "
+              f"({machine['fp32_gflops']} GFLOP/s).")
+    print()
+    print_table(["k", "method", "tokens/s", "ours / this", "mean sample chars", "samples = greedy"], rows)
+
+
+if __name__ == "__main__":
+    main()
