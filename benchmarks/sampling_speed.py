@@ -8,8 +8,8 @@ Three ways to produce the same signals on the same questions, model and dtype (t
 - HF per sample: one `generate` call per sample and one greedy call per question (how LM-Polygraph samples), run on
   the first `--loop_questions` questions only.
 Tokens/s counts generated tokens (up to and including EOS) of every row. The table also shows the mean sampled
-length and the share of samples equal to the greedy answer for each method (the same settings should give the same
-distribution), and the share of the measured fp32 matmul ceiling our sampler reaches.
+length (with two standard errors) and the share of samples equal to the greedy answer for each method (the same
+settings should give the same distribution), and the share of the measured fp32 matmul ceiling our sampler reaches.
 
     python benchmarks/sampling_speed.py                       # k = 5 and 20, 16 questions, 24 new tokens
     python benchmarks/sampling_speed.py --num_samples 5 --questions 8
@@ -55,10 +55,10 @@ def run_ours(model, tokenizer, questions, settings) -> dict:
     start = time.perf_counter()
     records = generate_answers(model, tokenizer, questions, settings, progress=False)
     seconds = time.perf_counter() - start
-    samples = [s for r in records for s in r["sampling_response"]]
+    lengths = [len(s) for r in records for s in r["sampling_response"]]
     same = [s == r["greedy_response"] for r in records for s in r["sampling_response"]]
-    return {"seconds": seconds, "tokens": sum(r["num_generated_tokens"] for r in records),
-            "sample_chars": statistics.mean(len(s) for s in samples), "same_as_greedy": statistics.mean(same)}
+    return {"seconds": seconds, "tokens": sum(r["num_generated_tokens"] for r in records), "lengths": lengths,
+            "same_as_greedy": statistics.mean(same)}
 
 
 def _hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_return: int, sample: bool):
@@ -109,7 +109,7 @@ def run_hf(model, tokenizer, questions, settings, per_sample: bool) -> dict:
                 text = tokenizer.decode(row[:n], skip_special_tokens=True).strip()
                 lengths.append(len(text))
                 same.append(text == greedy_text)
-    return {"seconds": time.perf_counter() - start, "tokens": tokens, "sample_chars": statistics.mean(lengths),
+    return {"seconds": time.perf_counter() - start, "tokens": tokens, "lengths": lengths,
             "same_as_greedy": statistics.mean(same)}
 
 
@@ -131,20 +131,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--loop_questions", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=24)
-    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=None, help="questions per batch; default: automatic")
     args = parser.parse_args(argv)
 
     from elical_hf.embedded import DEFAULT_MODEL
     from elical_hf.signals import SamplingSettings
+    from elical_hf.signals.decoding import auto_batch_size
 
     machine = print_machine()
     model, tokenizer = load(args.model or DEFAULT_MODEL)
     print(f"Model {args.model or DEFAULT_MODEL} in {model.dtype}; {args.questions} NQ/HotpotQA questions, "
-          f"{args.max_new_tokens} new tokens, batch {args.batch_size} questions; paper sampling settings.\n")
+          f"{args.max_new_tokens} new tokens; paper sampling settings; the same batches for ours and HF batched.\n")
     questions = questions_for(args.questions)
     rows = []
     for k in args.num_samples:
-        settings = SamplingSettings(num_samples=k, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+        batch = args.batch_size or auto_batch_size(k + 1)
+        settings = SamplingSettings(num_samples=k, max_new_tokens=args.max_new_tokens, batch_size=batch)
         run_ours(model, tokenizer, questions[:2], settings)  # warm-up
         ours = run_ours(model, tokenizer, questions, settings)
         batched = run_hf(model, tokenizer, questions, settings, per_sample=False)
@@ -154,12 +156,14 @@ def main(argv: list[str] | None = None) -> None:
         for name, label, result in (("ours", "ours (generate_answers)", ours),
                                     ("hf", "HF generate(num_return_sequences=k) + greedy", batched),
                                     ("loop", f"HF per-sample generate loop ({args.loop_questions} q)", loop)):
+            lengths = result["lengths"]
+            spread = 2 * statistics.stdev(lengths) / len(lengths) ** 0.5
             rows.append([k, label, round(speed[name], 1), round(speed["ours"] / speed[name], 2),
-                         round(result["sample_chars"], 1), round(result["same_as_greedy"], 3)])
-        print(f"k={k}: our sampler reaches {share:.1%} of the measured fp32 matmul ceiling "
+                         f"{statistics.mean(lengths):.1f} ± {spread:.1f}", round(result["same_as_greedy"], 3)])
+        print(f"k={k}, batches of {batch} questions: our sampler reaches {share:.1%} of the measured fp32 matmul ceiling "
               f"({machine['fp32_gflops']} GFLOP/s).")
     print()
-    print_table(["k", "method", "tokens/s", "ours / this", "mean sample chars", "samples = greedy"], rows)
+    print_table(["k", "method", "tokens/s", "ours / this", "sample chars (mean ± 2 s.e.)", "samples = greedy"], rows)
 
 
 if __name__ == "__main__":

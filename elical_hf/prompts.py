@@ -74,3 +74,18 @@ def render_prompt(
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+MIN_SHARED_PREFIX = 32
+"""Shortest token prefix common to a batch of prompts that is worth running once for the whole batch (the chat
+template and instruction every question prompt starts with, a few-shot block)."""
+
+
+def common_prefix_length(token_ids: list[list[int]]) -> int:
+    """Number of leading tokens that every sequence of `token_ids` shares (0 for an empty list)."""
+    if not token_ids:
+        return 0
+    first, length = token_ids[0], min(len(ids) for ids in token_ids)
+    for ids in token_ids[1:]:
+        length = next((i for i in range(length) if ids[i] != first[i]), length)
+    return length

@@ -68,7 +68,7 @@ def test_make_backend(tiny_llama, monkeypatch):
         make_backend("tgi", tiny_llama)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert isinstance(make_backend("auto", tiny_llama), HFBackend)
-    assert make_backend("hf", tiny_llama, dtype="bfloat16").model.dtype == torch.bfloat16  # the user's choice wins
+    assert make_backend("hf", tiny_llama, dtype="bf16").model.dtype == torch.bfloat16  # the user's choice wins
 
 
 # A fake `vllm` that records its calls and answers like vLLM's RequestOutput / CompletionOutput.

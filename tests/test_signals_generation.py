@@ -248,13 +248,13 @@ def test_top_k_keeps_many_ties():
 
 def test_shared_prefix_gives_the_same_completions(model, tokenizer):
     from elical_hf.signals import complete_prompts
-    from elical_hf.signals.decoding import MIN_SHARED_PREFIX, _common_prefix_length
+    from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
     from elical_hf.signals.generation import build_prompt_ids, completion_settings
 
     demos = " ".join(f"question {i} who wrote hamlet ? 0.{i}" for i in range(12))  # a long shared few-shot prefix
     prompts = [f"{demos} {q}" for q in QUESTIONS + ["war", "the capital of france in the first war ?"]]
     ids = build_prompt_ids(tokenizer, prompts, completion_settings())
-    assert _common_prefix_length(ids) >= MIN_SHARED_PREFIX  # the prefix path is really taken
+    assert common_prefix_length(ids) >= MIN_SHARED_PREFIX  # the prefix path is really taken
     kwargs = dict(max_new_tokens=10, batch_size=3, progress=False, autocast_dtype=None)
     shared = complete_prompts(model, tokenizer, prompts, share_prefix=True, **kwargs)
     plain = complete_prompts(model, tokenizer, prompts, share_prefix=False, **kwargs)

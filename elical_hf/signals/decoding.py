@@ -18,6 +18,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
+from ..prompts import MIN_SHARED_PREFIX, common_prefix_length
+
 
 if TYPE_CHECKING:
     from .generation import SamplingSettings
@@ -27,18 +29,6 @@ def sample_seed(seed: int, question: str, sample_index: int) -> int:
     """Seed of one sample row: SHA-256 of (`seed`, `sample_index`, `question`), stable across processes and runs."""
     digest = hashlib.sha256(f"{seed}\x1f{sample_index}\x1f{question}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-
-MIN_SHARED_PREFIX = 32
-"""Shortest common prompt prefix worth a separate prefill (see `complete_prompts(share_prefix=...)`)."""
-
-
-def _common_prefix_length(prompt_ids: list[list[int]]) -> int:
-    first, length = prompt_ids[0], min(len(ids) for ids in prompt_ids)
-    for ids in prompt_ids[1:]:
-        length = next((i for i in range(length) if ids[i] != first[i]), length)
-    return length
 
 
 
@@ -183,7 +173,7 @@ class _Decoder:
         `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
         and the rest of each prompt after it, padded between the prefix and the rest."""
         device, batch = self.model.device, len(prompt_ids)
-        shared = _common_prefix_length(prompt_ids) if self.share_prefix and batch > 1 else 0
+        shared = common_prefix_length(prompt_ids) if self.share_prefix and batch > 1 else 0
         shared = min(shared, min(len(ids) for ids in prompt_ids) - 1)  # every row keeps >= 1 token to prefill
         cache = DynamicCache(config=self.model.config)
         if shared >= MIN_SHARED_PREFIX:
@@ -272,9 +262,27 @@ class _Decoder:
         return results
 
 
+ROWS_PER_CPU_THREAD = 64
+"""Decoding rows per batch per CPU thread when `batch_size` is automatic (measured on SmolLM2-135M, 2 threads: 84-168
+rows ran within 10% of the fastest at k = 5 and k = 20, 42 rows 30% slower; `docs/benchmarks.md`)."""
+GPU_ROWS = 512
+
+
+def auto_batch_size(rows_per_prompt: int, device: torch.device | str = "cpu") -> int:
+    """Prompts per batch for `rows_per_prompt` decoding rows each (k + 1 with k samples): about
+    `ROWS_PER_CPU_THREAD` rows per thread on a CPU (at most 1024), `GPU_ROWS` on an accelerator."""
+    if torch.device(device).type == "cpu":
+        rows = min(1024, ROWS_PER_CPU_THREAD * torch.get_num_threads())
+    else:
+        rows = GPU_ROWS
+    return max(1, round(rows / rows_per_prompt))
+
+
 def _decode_all(decoder: _Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
     """Run `decoder` over all prompts in batches of similar length; results in input order."""
     model, batch_size = decoder.model, decoder.settings.batch_size
+    if batch_size is None:
+        batch_size = auto_batch_size(decoder.num_samples + 1, model.device)
     order = sorted(range(len(keys)), key=lambda i: -len(prompt_ids[i]))  # similar lengths batch together
     results: list[dict | None] = [None] * len(keys)
     was_training = model.training

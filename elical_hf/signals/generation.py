@@ -43,8 +43,10 @@ class SamplingSettings:
 
         > Batching and randomness
 
-        batch_size (`int`, *optional*, defaults to `8`):
-            Questions per batch; a batch decodes `batch_size * (num_samples + 1)` rows.
+        batch_size (`int`, *optional*):
+            Questions per batch; a batch decodes `batch_size * (num_samples + 1)` rows. `None` (the default) picks it
+            for the machine ([`~elical_hf.signals.decoding.auto_batch_size`]: about 64 rows per CPU thread, 512
+            rows on a GPU).
         seed (`int`, *optional*, defaults to `42`):
             Base seed; each sample row is seeded from (`seed`, SHA-256 of the question, sample index).
 
@@ -66,7 +68,9 @@ class SamplingSettings:
     top_k: int = field(default=50, metadata={"help": "Top-k filter (>= 0); 0 disables."})
     repetition_penalty: float = field(default=1.05, metadata={"help": "Repetition penalty (> 0) for samples."})
     max_new_tokens: int = field(default=256, metadata={"help": "Most tokens generated per answer (>= 1)."})
-    batch_size: int = field(default=8, metadata={"help": "Questions per batch (>= 1)."})
+    batch_size: int | None = field(
+        default=None, metadata={"help": "Questions per batch (>= 1); default: chosen for the machine (~64 rows per CPU thread)."}
+    )
     seed: int = field(default=42, metadata={"help": "Base seed of the per-sample generators."})
     prompt_template: str = field(default=QA_PROMPT, metadata={"help": "Prompt with a `{question}` field."})
     use_chat_template: bool = field(default=True, metadata={"help": "Wrap the prompt in the chat template."})
@@ -81,7 +85,7 @@ class SamplingSettings:
             ("top_k", self.top_k >= 0, "must be >= 0 (0 disables top-k)"),
             ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 disables it)"),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
-            ("batch_size", self.batch_size >= 1, "must be >= 1"),
+            ("batch_size", self.batch_size is None or self.batch_size >= 1, "must be >= 1 (or None: automatic)"),
         ]
         for name, ok, rule in checks:
             if not ok:
@@ -136,8 +140,9 @@ def generate_answers(
 ) -> list[dict]:
     """Generate the greedy answer (with token log-probabilities) and k sampled answers for each question.
 
-    Each question's prompt is prefilled once; its KV cache is shared by the greedy row and the k sample rows, which
-    decode in one batch. Finished rows leave the batch. Greedy decoding is the argmax of the raw logits; sampling
+    Each question's prompt is prefilled once (the prefix that all prompts of a batch share, e.g. the chat template and
+    instruction, once per batch); its KV cache is shared by the greedy row and the k sample rows, which decode in one
+    batch. Finished rows leave the batch. Greedy decoding is the argmax of the raw logits; sampling
     applies repetition penalty, temperature, top-k and top-p (Hugging Face semantics) and draws from a per-sample
     generator, so results do not depend on batching (up to the numerics of batched kernels).
 
@@ -183,7 +188,8 @@ def generate_answers(
     questions = list(questions)
     if not questions:
         return []
-    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype))
+    # The chat template and instruction that every prompt starts with are prefilled once per batch.
+    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), share_prefix=True)
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
     return _decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
 
