@@ -184,7 +184,11 @@ class ForConfidenceMixin:
         Returns:
             `list[float]`: one confidence in [0, 1] per question, in input order.
         """
-        outputs = self._map_prompts(questions, lambda batch: self(**batch).confidence, batch_size, tokenizer, progress)
+        def head(pooled: torch.Tensor) -> torch.Tensor:
+            logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
+            return torch.sigmoid(logits)
+
+        outputs = self._map_prompts(questions, head, batch_size, tokenizer, progress)
         return torch.cat(outputs).tolist() if outputs else []
 
     @torch.no_grad()  # not inference_mode: the features are meant to enter autograd as a head's inputs
@@ -202,18 +206,16 @@ class ForConfidenceMixin:
 
         Arguments as in [`~ForConfidenceMixin.confidence`].
         """
-        outputs = self._map_prompts(
-            questions, lambda batch: self.pooled_hidden_state(**batch).float().cpu(), batch_size, tokenizer, progress
-        )
+        outputs = self._map_prompts(questions, lambda pooled: pooled.float().cpu(), batch_size, tokenizer, progress)
         return torch.cat(outputs) if outputs else torch.zeros(0, self.confidence_head.in_features)
 
     def _map_prompts(
         self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool
     ) -> list[torch.Tensor]:
-        """Render, tokenize and batch `questions`, and apply `fn` to each padded batch in eval mode."""
+        """Render, tokenize and batch `questions`, and apply `fn` to each batch's pooled hidden states (eval mode)."""
         from tqdm.auto import tqdm
 
-        from .data import encode_prompts, pad_batch
+        from .data import encode_prompts
 
         if isinstance(questions, str):
             questions = [questions]
@@ -230,11 +232,45 @@ class ForConfidenceMixin:
         try:
             starts = range(0, len(encoded), batch_size)
             return [
-                fn(pad_batch(encoded[start : start + batch_size], tokenizer, device=self.device))
+                fn(self.pooled_from_token_ids(encoded[start : start + batch_size], tokenizer))
                 for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress)
             ]
         finally:
             self.train(was_training)
+
+    def pooled_from_token_ids(self, sequences: Sequence[Sequence[int]], tokenizer: Any) -> torch.Tensor:
+        """[`pooled_hidden_state`] of a batch of token id lists. The prefix that all of them share (the chat template
+        and instruction of the question prompt, when at least `MIN_SHARED_PREFIX` tokens) runs once for the batch and
+        its KV cache is shared: the same positions and attention as a full forward pass (equal up to floating-point
+        rounding), for about half the tokens of a typical question prompt."""
+        from transformers import DynamicCache
+
+        from .data import pad_batch
+        from .prompts import MIN_SHARED_PREFIX, common_prefix_length
+
+        sequences = [list(ids) for ids in sequences]
+        shared = min(common_prefix_length(sequences), min(len(ids) for ids in sequences) - 1)
+        if len(sequences) < 2 or shared < MIN_SHARED_PREFIX:
+            return self.pooled_hidden_state(**pad_batch(sequences, tokenizer, device=self.device))
+        import inspect
+
+        backbone, device = getattr(self, self.base_model_prefix), self.device
+        cache = DynamicCache(config=self.config)
+        cache_kwarg = {"cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values": cache}
+        prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
+        backbone(input_ids=prefix, position_ids=torch.arange(shared, device=device)[None], use_cache=True, **cache_kwarg)
+        cache.batch_repeat_interleave(len(sequences))
+        rest = pad_batch([ids[shared:] for ids in sequences], tokenizer, device=device)
+        mask = rest["attention_mask"]
+        hidden = backbone(
+            input_ids=rest["input_ids"],
+            attention_mask=torch.cat([mask.new_ones((len(sequences), shared)), mask], dim=-1),
+            position_ids=shared + position_ids_from_attention_mask(mask),
+            use_cache=True,
+            **cache_kwarg,
+        ).last_hidden_state
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        return hidden[rows, last_token_indices(mask).to(hidden.device)]
 
 
 _CLASSES: dict[str, type] = {}

@@ -49,6 +49,31 @@ def test_padding_side_does_not_change_confidence(tiny_base):
     torch.testing.assert_close(torch.tensor(left), torch.tensor(alone), atol=1e-5, rtol=0)
 
 
+def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypatch):
+    from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
+
+    system = " ".join(["you are a helpful assistant who answers the question of the user"] * 4)
+    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_base, confidence_config=ConfidenceConfig(
+        system_prompt=system)))
+    tokenizer = model.tokenizer
+    encoded = encode_prompts(QUESTIONS, tokenizer, model.confidence_config)
+    assert common_prefix_length(encoded) >= MIN_SHARED_PREFIX  # the shared-prefix path is really taken
+    backbone = model.get_base_model().model
+    lengths = []
+    monkeypatch.setattr(backbone, "forward", lambda *a, _f=backbone.forward, **k: lengths.append(
+        k["input_ids"].shape) or _f(*a, **k))
+    for side in ("left", "right"):
+        tokenizer.padding_side = side
+        lengths.clear()
+        shared = model.confidence(QUESTIONS, batch_size=len(QUESTIONS))
+        assert lengths[0] == (1, common_prefix_length(encoded)) and lengths[1][0] == len(QUESTIONS)
+        full = model(**pad_batch(encoded, tokenizer)).confidence  # one plain forward pass over whole prompts
+        torch.testing.assert_close(torch.tensor(shared), full, atol=1e-5, rtol=0)
+        features = model.prompt_features(QUESTIONS, batch_size=len(QUESTIONS))
+        torch.testing.assert_close(features, model.get_base_model().pooled_hidden_state(
+            **pad_batch(encoded, tokenizer)), atol=1e-5, rtol=0)
+
+
 def test_pools_last_real_token_when_pad_equals_eos(tiny_llama):
     model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
     tokenizer = model.tokenizer
