@@ -1,8 +1,19 @@
-"""`elical-hf demo`: the whole method, offline, on the embedded default model and bundled real questions.
+"""`elical-hf demo`: EliCal's few-label advantage on the embedded default model, offline, in minutes on a CPU.
 
-Questions -> greedy answer + k samples -> judges (gold-alias correctness; embedding consistency) -> stage 1 on
-consistency -> stage 2 on a small label budget, and Cal-Only on the same labels -> AUROC / ECE / alignment against the
-six training-free baselines on held-out in-domain and out-of-domain questions -> a report folder.
+Every step of the method runs; the large parts run on committed data so that the comparison has enough test questions
+to mean something:
+
+- **live**: a fresh sample of questions is answered (greedy + k samples), judged (gold-alias correctness, embedding
+  consistency) and scored by all six training-free baselines; stage 1 is retrained on a small set of questions;
+- **from committed records** (`resources/demo/records.parquet`, a subset of the replication's judged records in
+  `docs/results/`): the in-domain test questions and the pool of train questions that labels are drawn from;
+- **shipped**: the stage-1 adapter trained on the replication's 4,800 train questions (`resources/demo/stage1-*`,
+  rebuilt by `examples/build_demo_assets.py`).
+
+Stage 2 and Cal-Only calibrate the head only (cached prompt features), on the same labels, for several label draws:
+EliCal continues the stage-1 head on stage-1 features, Cal-Only fits a fresh head on the frozen base model's features.
+The headline is the paired difference EliCal - Cal-Only in in-domain AUROC, with an interval over test resamples and
+label draws.
 """
 
 from __future__ import annotations
@@ -10,11 +21,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
 from .configuration import atomic_write_text
 from .embedded import DEFAULT_MODEL
 
@@ -22,33 +33,44 @@ from .embedded import DEFAULT_MODEL
 logger = logging.getLogger(__name__)
 
 CONSISTENCY_JUDGES = ("auto", "embedding", "lexical")
+DEMO_ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "demo")
+DEMO_RECORDS = os.path.join(DEMO_ASSETS, "records.parquet")
+DEMO_STAGE1 = os.path.join(DEMO_ASSETS, "stage1-smollm2-135m-instruct")
+RECORD_BASELINES = ("prob", "n_prob", "consis_lex", "consis_sem")
 
 
 @dataclass
 class DemoSettings:
-    """Sizes of the demo run (defaults fit a 2-core CPU in under 10 minutes)."""
+    """Sizes of the demo run (defaults fit a 2-core CPU in under 10 minutes, with or without native bf16)."""
 
     output_dir: str = field(default="elical-demo", metadata={"help": "Report, records and trained models go here."})
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Base causal LM."})
-    in_domain_per_dataset: int = field(default=60, metadata={"help": "Questions from each in-domain dataset."})
-    ood_per_dataset: int = field(default=30, metadata={"help": "Test questions from each out-of-domain dataset."})
-    test_fraction: float = field(default=0.3, metadata={"help": "Share of in-domain questions held out for test."})
-    num_labels: int = field(default=60, metadata={"help": "Correctness labels given to stage 2 and Cal-Only."})
-    num_samples: int = field(default=4, metadata={"help": "Sampled answers per question (k)."})
+    records: str = field(default=DEMO_RECORDS, metadata={"help": "Judged records: in-domain test and train pool."})
+    stage1_model: str = field(default=DEMO_STAGE1, metadata={"help": "Stage-1 (elicitation) model of the base model."})
+    num_labels: int = field(default=100, metadata={"help": "Correctness labels of the headline comparison."})
+    label_budgets: list[int] = field(
+        default_factory=lambda: [25, 50, 100, 200], metadata={"help": "Label budgets of the AUROC-vs-labels plot."}
+    )
+    num_draws: int = field(default=3, metadata={"help": "Label draws (and head seeds) per budget."})
+    label_pool: int = field(default=250, metadata={"help": "Train questions the labels are drawn from."})
+    test_questions: int = field(default=400, metadata={"help": "In-domain test questions scored (0: all)."})
+    live_questions: int = field(default=24, metadata={"help": "Questions sampled and judged live."})
+    stage1_live_questions: int = field(default=64, metadata={"help": "Questions stage 1 is retrained on live."})
+    num_samples: int = field(default=4, metadata={"help": "Sampled answers per live question (k)."})
     max_new_tokens: int = field(default=24, metadata={"help": "Longest answer in tokens."})
-    num_train_epochs: float = field(default=4, metadata={"help": "Epochs of each training stage."})
-    learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of each stage."})
+    head_epochs: int = field(default=50, metadata={"help": "Epochs of head calibration (no dev split: too few labels)."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of training and calibration."})
     consistency_judge: str = field(
         default="auto",
-        metadata={"help": "Consistency judge of stage 1's target and Consis-Sem: 'embedding' (all-MiniLM-L6-v2), "
-                  "'lexical' (ROUGE-L >= 0.5), or 'auto' (embedding when its model is installed)."},
+        metadata={"help": "Consistency judge of the live records: 'embedding' (all-MiniLM-L6-v2), 'lexical' "
+                  "(ROUGE-L >= 0.5), or 'auto' (embedding when its model is installed)."},
     )
     baselines: list[str] = field(
         default_factory=lambda: ["prob", "n_prob", "consis_lex", "consis_sem", "verbal0", "verbal10"],
-        metadata={"help": "Training-free baselines to compare with (names of elical_hf.signals.BASELINES)."},
+        metadata={"help": "Training-free baselines of the live run (names of elical_hf.signals.BASELINES)."},
     )
-    bootstrap: int = field(default=200, metadata={"help": "Bootstrap resamples for the intervals (0: none)."})
-    seed: int = field(default=42, metadata={"help": "Seed of splits, sampling and training."})
+    bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples for the intervals (>= 1)."})
+    seed: int = field(default=42, metadata={"help": "Seed of question choice, label draws and training."})
 
     def __post_init__(self) -> None:
         from .signals import BASELINES
@@ -58,10 +80,15 @@ class DemoSettings:
         unknown = sorted(set(self.baselines) - set(BASELINES))
         if unknown:
             raise ValueError(f"Unknown baseline(s) {unknown}; choose from {sorted(BASELINES)}.")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise ValueError(f"test_fraction must lie in (0, 1), got {self.test_fraction}.")
-        if self.in_domain_per_dataset < 2 or self.ood_per_dataset < 1 or self.num_labels < 2:
-            raise ValueError("Need at least 2 in-domain questions per dataset, 1 OOD question and 2 labels.")
+        if self.num_labels < 2 or any(n < 2 for n in self.label_budgets):
+            raise ValueError("Every label budget (num_labels, label_budgets) needs at least 2 labels.")
+        if max([self.num_labels, *self.label_budgets]) > self.label_pool:
+            raise ValueError(f"Label budgets cannot exceed the label pool ({self.label_pool} questions).")
+        for name in ("num_draws", "live_questions", "stage1_live_questions", "bootstrap", "head_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.test_questions < 0:
+            raise ValueError(f"test_questions must be >= 0 (0: all), got {self.test_questions}.")
 
 
 def judge_consistency(records: list[dict], judge: str) -> str:
@@ -85,106 +112,256 @@ def judge_consistency(records: list[dict], judge: str) -> str:
     return judge
 
 
-def _partitions(settings: DemoSettings) -> list[dict[str, Any]]:
-    """In-domain train/test split by question, then OOD test questions that are not in-domain questions; each row
-    tagged `split` and `paper_split`."""
-    in_domain = [q for name in IN_DOMAIN for q in load_bundled_questions(name, settings.in_domain_per_dataset)]
-    parts = split_questions(in_domain, {"train": 1 - settings.test_fraction, "test": settings.test_fraction}, settings.seed)
-    seen = [row["question"] for row in in_domain]
-    ood = [row for name in OUT_OF_DOMAIN for row in load_bundled_questions(name, settings.ood_per_dataset, exclude=seen)]
-    return (
-        [{**row, "split": "train", "paper_split": "train"} for row in parts["train"]]
-        + [{**row, "split": "test", "paper_split": "in_domain_test"} for row in parts["test"]]
-        + [{**row, "split": "test", "paper_split": "ood_test"} for row in ood]
-    )
+def demo_partitions(records: list[dict], settings: DemoSettings) -> dict[str, list[dict]]:
+    """The committed records split for the demo: `test` (in-domain test, in file order within each dataset, at most
+    `test_questions` spread evenly over datasets), `pool` (train questions to draw labels from) and `stage1` (train
+    questions for the live stage-1 run), disjoint by question."""
+    test_all = [r for r in records if (r.get("split") or r.get("source_split")) == "in_domain_test"]
+    train = sorted((r for r in records if (r.get("split") or r.get("source_split")) == "train"),
+                   key=lambda r: (r["dataset"], str(r["id"])))
+    if settings.test_questions and settings.test_questions < len(test_all):
+        datasets = list(dict.fromkeys(r["dataset"] for r in test_all))
+        per = -(-settings.test_questions // len(datasets))
+        test_all = [r for name in datasets for r in [x for x in test_all if x["dataset"] == name][:per]]
+    random.Random(settings.seed).shuffle(train)
+    need = settings.label_pool + settings.stage1_live_questions
+    if len(train) < need or not test_all:
+        raise ValueError(f"{settings.records} has {len(train)} train and {len(test_all)} in-domain test records; the "
+                         f"demo needs {need} train records and some test records.")
+    return {"test": test_all, "pool": train[: settings.label_pool], "stage1": train[settings.label_pool : need]}
+
+
+def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict[str, Any]:
+    """Sample, judge and score with every baseline a few fresh questions (drawn from the test questions, so the
+    fresh greedy answers can be compared with the committed ones)."""
+    from .evaluation import BASELINE_NAMES
+    from .signals import HFBackend, SamplingSettings, compute_baselines, judge_correctness
+
+    chosen = random.Random(settings.seed).sample(test, min(settings.live_questions, len(test)))
+    backend = HFBackend(settings.model_name_or_path)
+    sampling = SamplingSettings(num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens,
+                                seed=settings.seed)
+    start = time.perf_counter()
+    answers = backend.generate([r["question"] for r in chosen], sampling)
+    seconds = time.perf_counter() - start
+    keep = ("id", "dataset", "question", "answer", "split")
+    live = [{**{k: r[k] for k in keep if k in r}, **a} for r, a in zip(chosen, answers)]
+    judge_correctness(live)
+    judge = judge_consistency(live, settings.consistency_judge)
+    scores = compute_baselines(live, backend.complete, pool, which=settings.baselines, seed=settings.seed)
+    same = sum(a["greedy_response"] == r["greedy_response"] for a, r in zip(live, chosen))
+    tokens = sum(a["num_generated_tokens"] for a in answers)
+    return {
+        "records": live,
+        "consistency_judge": judge,
+        "precision": backend.precision,
+        "questions": len(live),
+        "accuracy": 100 * sum(bool(r["greedy_correctness"]) for r in live) / len(live),
+        "greedy_same_as_committed": same,
+        "tokens_per_second": tokens / max(seconds, 1e-9),
+        "baselines": {BASELINE_NAMES[name]: values for name, values in scores.items()},
+    }
+
+
+def _train_rows(records: list[dict]) -> list[dict]:
+    from .signals import training_columns
+
+    return [{"question": r["question"], **training_columns(r)} for r in records]
+
+
+def run_stage1_live(settings: DemoSettings, rows: list[dict], output_dir: str) -> dict[str, Any]:
+    """Stage 1 retrained live on a small set (what the shipped adapter went through on 4,800 questions)."""
+    from transformers import set_seed
+
+    from .auto import AutoModelForConfidence
+    from .recipe import train_stage
+
+    set_seed(settings.seed)
+    trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), _train_rows(rows),
+                          output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed,
+                          training_args={"num_train_epochs": 1, "learning_rate": settings.learning_rate,
+                                         "per_device_train_batch_size": 16, "logging_steps": 1, "report_to": "none",
+                                         "disable_tqdm": False, "early_stopping_patience": None})
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    return {"questions": len(rows), "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None, "model": output_dir}
+
+
+def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models_dir: str) -> dict[str, Any]:
+    """Eli-Only, and EliCal / Cal-Only (head only, on cached features) for every budget and label draw; the first
+    draw of the headline budget is saved as models `elical` and `cal-only`."""
+    import torch
+    from transformers import set_seed
+
+    from .auto import AutoModelForConfidence
+    from .head_calibration import calibrate_head, confidence_head_module
+
+    test_q = [r["question"] for r in parts["test"]]
+    pool_rows = _train_rows(parts["pool"])
+    questions = list(dict.fromkeys(test_q + [r["question"] for r in pool_rows]))
+
+    def load(path: str) -> tuple[Any, dict[str, torch.Tensor]]:
+        set_seed(settings.seed)  # a fresh head (Cal-Only) is drawn from the global RNG
+        model = AutoModelForConfidence.from_pretrained(path)
+        features = model.prompt_features(questions, batch_size=32, progress=True)
+        return model, dict(zip(questions, features))
+
+    def scores(model: Any, cache: dict[str, torch.Tensor]) -> list[float]:
+        with torch.no_grad():
+            logits = confidence_head_module(model)(torch.stack([cache[q] for q in test_q])).squeeze(-1)
+        return torch.sigmoid(logits).tolist()
+
+    out: dict[str, Any] = {"budgets": {}}
+    for method, path in (("EliCal", settings.stage1_model), ("Cal-Only", settings.model_name_or_path)):
+        model, cache = load(path)
+        head = confidence_head_module(model)
+        start_state = {k: v.clone() for k, v in head.state_dict().items()}
+        if method == "EliCal":
+            out["Eli-Only"] = scores(model, cache)
+            out["stage1_questions"] = sum(e.get("num_examples", 0) for e in model.confidence_config.training_history
+                                          if e.get("stage") == "elicitation")
+        history = list(model.confidence_config.training_history)
+        for n in dict.fromkeys([settings.num_labels, *settings.label_budgets]):
+            runs = []
+            for draw in range(settings.num_draws):
+                labels = random.Random(settings.seed + draw).sample(pool_rows, n)
+                head.load_state_dict(start_state)
+                if method == "Cal-Only":  # a fresh head per draw: the training seed varies with the labels
+                    torch.manual_seed(settings.seed + draw)
+                    head.reset_parameters()
+                model.confidence_config.training_history = list(history)
+                save = n == settings.num_labels and draw == 0
+                calibrate_head(model, labels, os.path.join(models_dir, method.lower()) if save else None,
+                               dev_fraction=0.0, seed=settings.seed + draw, features=cache,
+                               num_train_epochs=settings.head_epochs, learning_rate=settings.learning_rate)
+                runs.append(scores(model, cache))
+            out["budgets"].setdefault(n, {})[method] = runs
+        del model, cache
+    return out
+
+
+def _sentence(diff: dict[str, Any], n: int, draws: int) -> str:
+    low, high = diff["auroc_ci"]
+    verb = "beats" if low > 0 else "falls behind" if high < 0 else "is level with"
+    return (f"With {n} labels ({draws} label draws), EliCal {verb} Cal-Only in in-domain AUROC by "
+            f"{diff['auroc']:+.1f} [{low:.1f}, {high:.1f}] (paired, 95% over test resamples and label draws).")
 
 
 def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
-    """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (tables, plots), `results.json`,
-    `run.json` (settings, sizes, timings), `records.parquet` (judged answers) and `models/` (Eli-Only, EliCal,
-    Cal-Only). Returns the run summary, whose `table` is [`evaluate_table`]'s output."""
-    from .auto import AutoModelForConfidence
-    from .evaluation import BASELINE_NAMES, evaluate_table, write_report
-    from .recipe import train_elical
-    from .signals import HFBackend, SamplingSettings, compute_baselines, judge_correctness, training_columns
-    from .signals.records import save_records
+    """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (headline, tables, plots),
+    `results.json`, `run.json` (settings, sizes, timings, precision), `live_records.parquet` (the live judged answers)
+    and `models/` (the live stage-1 model, EliCal and Cal-Only of the first draw). Returns the run summary."""
+    from .evaluation import BASELINE_NAMES, evaluate_table, paired_difference_over_draws, write_report
+    from .signals import compute_baselines
+    from .signals.records import read_records, save_records
 
     settings = settings or DemoSettings()
     start, timings = time.perf_counter(), {}
+
+    def lap(name: str) -> None:
+        timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
+
+    if not os.path.exists(settings.records):
+        raise FileNotFoundError(f"No demo records at {settings.records}; build them with examples/build_demo_assets.py.")
     os.makedirs(settings.output_dir, exist_ok=True)
-    rows = _partitions(settings)
+    models_dir = os.path.join(settings.output_dir, "models")
+    parts = demo_partitions(read_records(settings.records), settings)
 
-    backend = HFBackend(settings.model_name_or_path)  # dtype: the precision policy
-    sampling = SamplingSettings(
-        num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens, seed=settings.seed, batch_size=32
-    )
-    answers = backend.generate([row["question"] for row in rows], sampling)
-    records = [{**row, **generated} for row, generated in zip(rows, answers)]
-    judge_correctness(records)
-    judge = judge_consistency(records, settings.consistency_judge)
-    save_records(records, os.path.join(settings.output_dir, "records.parquet"))
-    timings["sampling and judging"] = time.perf_counter() - start
+    live = run_live(settings, parts["test"], parts["pool"])
+    save_records(live.pop("records"), os.path.join(settings.output_dir, "live_records.parquet"))
+    lap("live sampling, judging and baselines")
+    stage1_live = run_stage1_live(settings, parts["stage1"], os.path.join(models_dir, "stage1-live"))
+    lap("live stage 1")
+    calibrated = calibrate_draws(settings, parts, models_dir)
+    lap("stage 2 and Cal-Only")
 
-    train = [r for r in records if r["split"] == "train"]
-    test = [r for r in records if r["split"] == "test"]
-    baseline_scores = compute_baselines(test, backend.complete, train, which=settings.baselines, seed=settings.seed)
-    del backend
-    timings["baselines"] = time.perf_counter() - start - sum(timings.values())
-
-    table_rows = [{"question": r["question"], **training_columns(r)} for r in train]
-    paths = train_elical(
-        settings.model_name_or_path,
-        table_rows,
-        table_rows,
-        os.path.join(settings.output_dir, "models"),
-        num_labels=settings.num_labels,
-        seed=settings.seed,
-        training_args={
-            "num_train_epochs": settings.num_train_epochs,
-            "learning_rate": settings.learning_rate,
-            "per_device_train_batch_size": 8,
-            "early_stopping_patience": 2,
-            "disable_tqdm": False,
-            "report_to": "none",
-        },
-    )
-    timings["training"] = time.perf_counter() - start - sum(timings.values())
-
-    models = {"Eli-Only": paths["elicitation"], "EliCal": paths["elical"], "Cal-Only": paths["cal_only"]}
-    confidences = {BASELINE_NAMES[name]: scores for name, scores in baseline_scores.items()}
-    questions = [r["question"] for r in test]
-    for name, path in models.items():
-        model = AutoModelForConfidence.from_pretrained(path)
-        confidences[name] = model.confidence(questions, batch_size=32, progress=True)
+    test = parts["test"]
     correct = [int(bool(r["greedy_correctness"])) for r in test]
-    table = evaluate_table(
-        correct, [r["dataset"] for r in test], [r["paper_split"] for r in test], confidences, settings.bootstrap,
-        settings.seed,
-    )
-    timings["evaluation"] = time.perf_counter() - start - sum(timings.values())
+    datasets, splits = [r["dataset"] for r in test], ["in_domain_test"] * len(test)
+    baselines = compute_baselines(test, which=RECORD_BASELINES, progress=False)
+    confidences = {BASELINE_NAMES[name]: baselines[name] for name in RECORD_BASELINES}
+    confidences["Eli-Only"] = calibrated["Eli-Only"]
+    headline = calibrated["budgets"][settings.num_labels]
+    for method in ("EliCal", "Cal-Only"):
+        for draw, values in enumerate(headline[method], 1):
+            confidences[f"{method}@{settings.num_labels} #{draw}"] = values
+    table = evaluate_table(correct, datasets, splits, confidences, settings.bootstrap, settings.seed)
+    diff = paired_difference_over_draws(correct, datasets, splits, headline["EliCal"], headline["Cal-Only"],
+                                        settings.bootstrap, settings.seed)
+    curves, by_budget = {method: {} for method in ("EliCal", "Cal-Only")}, {}
+    for n, runs in sorted(calibrated["budgets"].items()):
+        for method in curves:
+            values = [evaluate_table(correct, datasets, splits, {"m": c})["m"]["in-domain avg"]["auroc"] / 100
+                      for c in runs[method]]
+            curves[method][n] = sum(values) / len(values)
+        by_budget[n] = diff["in-domain avg"] if n == settings.num_labels else paired_difference_over_draws(
+            correct, datasets, splits, runs["EliCal"], runs["Cal-Only"], settings.bootstrap, settings.seed
+        )["in-domain avg"]
+    lap("evaluation")
 
-    sizes = {"train": len(train), "in-domain test": sum(r["paper_split"] == "in_domain_test" for r in test),
-             "ood test": sum(r["paper_split"] == "ood_test" for r in test)}
-    first = next(iter(table.values()))
-    notes = (
-        f"Model `{settings.model_name_or_path}`; {sizes['train']} train questions (stage 1 on all of them, stage 2 and "
-        f"Cal-Only on {min(settings.num_labels, sizes['train'])} correctness labels); test {sizes['in-domain test']} "
-        f"in-domain and {sizes['ood test']} out-of-domain questions; k={settings.num_samples} samples of at most "
-        f"{settings.max_new_tokens} tokens; consistency judge: {judge}. Greedy accuracy: in-domain "
-        f"{first['in-domain avg']['accuracy']:.1f}%, OOD {first['OOD avg']['accuracy']:.1f}%. Intervals: 95% "
-        f"bootstrap ({settings.bootstrap} resamples). Reproduce with `elical-hf demo`.\n"
-    )
-    reliability = {name: confidences[name] for name in ("Consis-Sem", *models) if name in confidences}
-    paths_written = write_report(table, settings.output_dir, correct=correct, confidences=reliability,
-                                 title="EliCal demo", notes=notes)
+    sentence = _sentence(diff["in-domain avg"], settings.num_labels, settings.num_draws)
+    sizes = {"test (in-domain)": len(test), "label pool": len(parts["pool"]), "live": live["questions"],
+             "stage-1 live": len(parts["stage1"])}
+    notes = demo_notes(settings, sizes, sentence, diff, live, stage1_live, table, calibrated["stage1_questions"],
+                       curves, by_budget)
+    reliability = {name: confidences[name] for name in ("Consis-Sem", "Eli-Only", f"EliCal@{settings.num_labels} #1",
+                                                         f"Cal-Only@{settings.num_labels} #1")}
+    written = write_report(table, settings.output_dir, correct=correct, confidences=reliability, label_curves=curves,
+                           title="EliCal demo", notes=notes)
     summary = {
         "settings": asdict(settings),
-        "consistency_judge": judge,
+        "headline": sentence,
+        "difference": diff,
+        "by_budget": {n: {"EliCal": curves["EliCal"][n] * 100, "Cal-Only": curves["Cal-Only"][n] * 100,
+                          "difference": d["auroc"], "difference_ci": d["auroc_ci"]} for n, d in by_budget.items()},
+        "live": live,
+        "stage1_live": stage1_live,
         "sizes": sizes,
-        "models": models,
+        "models": {"EliCal": os.path.join(models_dir, "elical"), "Cal-Only": os.path.join(models_dir, "cal-only"),
+                   "stage-1 (live)": stage1_live["model"], "stage-1 (shipped)": settings.stage1_model},
         "seconds": round(time.perf_counter() - start, 1),
-        "timings": {name: round(value, 1) for name, value in timings.items()},
-        "report": paths_written["report"],
+        "timings": timings,
+        "report": written["report"],
     }
     atomic_write_text(os.path.join(settings.output_dir, "run.json"), json.dumps(summary, indent=2) + "\n")
     return {**summary, "table": table}
+
+
+def demo_notes(settings: DemoSettings, sizes: dict[str, int], sentence: str, diff: dict[str, Any],
+               live: dict[str, Any], stage1_live: dict[str, Any], table: dict[str, Any], stage1_questions: int,
+               curves: dict[str, dict[int, float]], by_budget: dict[int, dict[str, Any]]) -> str:
+    """The report's text before its tables: the headline, AUROC by label budget, what ran live and what came from
+    committed files."""
+    per_draw = ", ".join(f"{v:+.1f}" for v in diff["in-domain avg"]["auroc_per_draw"])
+    accuracy = next(iter(table.values()))["in-domain avg"]["accuracy"]
+    verbal = ", ".join(f"{name} {sum(v) / len(v):.2f}" for name, v in live["baselines"].items())
+    budgets = "\n".join(
+        f"| {n} | {100 * curves['EliCal'][n]:.1f} | {100 * curves['Cal-Only'][n]:.1f} | {d['auroc']:+.1f} "
+        f"[{d['auroc_ci'][0]:.1f}, {d['auroc_ci'][1]:.1f}] |" for n, d in sorted(by_budget.items()))
+    return f"""**{sentence}** Per draw: {per_draw}.
+
+Both calibrate the head only, on frozen features: EliCal on the stage-1 model's, Cal-Only on the base model's. What
+elicitation can add here is a better starting head and LoRA features shaped by stage 1; where the base model's own
+features already separate right from wrong answers given the labels, the two end level. The paper's gap is for
+LoRA + head calibration at scale (`docs/results.md` has the CPU-scale replication of both variants).
+
+| labels | EliCal AUROC (mean of {settings.num_draws} draws) | Cal-Only AUROC | EliCal - Cal-Only [95%] |
+|---:|---:|---:|---:|
+{budgets}
+
+## What ran live, and what came from committed files
+
+| step | how | size |
+|---|---|---|
+| sampling + judging | live: `{settings.model_name_or_path}` ({live['precision']['dtype']}), greedy + k={settings.num_samples} samples, gold-alias correctness, {live['consistency_judge']} consistency | {live['questions']} questions, {live['tokens_per_second']:.0f} tokens/s; greedy accuracy {live['accuracy']:.0f}%; {live['greedy_same_as_committed']} of {live['questions']} greedy answers identical to the committed ones (which may have been sampled in another precision: the replication's were sampled with bfloat16 weights) |
+| six baselines | live, on the live questions (mean confidence: {verbal}); too few questions to rank them | {live['questions']} questions |
+| stage 1 (elicitation) | live, on consistency targets, 1 epoch: MSE {stage1_live['first_loss']:.3f} (first step) -> {stage1_live['last_loss']:.3f} (last) | {stage1_live['questions']} questions |
+| stage-1 model of the tables | shipped: `{os.path.basename(settings.stage1_model)}`, the same training on more questions (its card says how; `examples/build_demo_assets.py` rebuilds it) | {stage1_questions} questions |
+| stage 2 (EliCal) and Cal-Only | live, head only on cached prompt features, {settings.head_epochs} epochs, no dev split; the same labels for both | {settings.num_draws} draws of {settings.num_labels} labels from a pool of {sizes['label pool']} |
+| test records | committed (`{os.path.basename(settings.records)}`: judged greedy answers and samples of the replication) | {sizes['test (in-domain)']} in-domain questions, greedy accuracy {accuracy:.1f}% |
+
+Prob, N-Prob, Consis-Lex and Consis-Sem in the tables are computed from the committed samples; Verbal-0 and Verbal-10
+ran on the live questions only (on this 135M model they are at chance in the replication, `docs/results.md`).
+Intervals: 95% bootstrap over test questions ({settings.bootstrap} resamples); the differences' also over label
+draws. Reproduce with `elical-hf demo`.
+"""

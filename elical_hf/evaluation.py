@@ -156,6 +156,56 @@ def paired_differences(
     return results
 
 
+def paired_difference_over_draws(
+    correct: Sequence[int],
+    datasets: Sequence[str],
+    splits: Sequence[str],
+    a_draws: Sequence[Sequence[float]],
+    b_draws: Sequence[Sequence[float]],
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """
+    `metric(a) - metric(b)` averaged over several label draws (or training seeds), with an interval that carries both
+    sources of variance: each bootstrap resample of the test questions (the paired resamples of [`evaluate_table`])
+    is scored with one draw chosen at random, so the 95% interval covers test sampling *and* the draw.
+
+    Args:
+        correct, datasets, splits: As in [`evaluate_table`].
+        a_draws, b_draws (`list[list[float]]`): One confidence list per draw for each method; draw `d` of `a` and of
+            `b` used the same labels (the difference is paired within a draw).
+        bootstrap (`int`, *optional*, defaults to 1000), seed (`int`, *optional*, defaults to 0): Resamples and seed.
+
+    Returns:
+        `dict`: column -> `{metric: mean difference, "<metric>_ci": [low, high], "<metric>_per_draw": [...]}`.
+    """
+    if len(a_draws) != len(b_draws) or not a_draws:
+        raise ValueError(f"Need the same number (>= 1) of draws for both methods, got {len(a_draws)} and {len(b_draws)}.")
+    if bootstrap < 1:
+        raise ValueError(f"paired_difference_over_draws needs bootstrap >= 1, got {bootstrap}.")
+    correct_array, masks, split_of, draws = _prepare(
+        correct, datasets, splits, {"a": a_draws[0]}, bootstrap, seed
+    )
+    rows, samples = [], []
+    for a, b in zip(a_draws, b_draws):
+        row_a, samples_a = _evaluate_method("a", a, correct_array, masks, split_of, draws)
+        row_b, samples_b = _evaluate_method("b", b, correct_array, masks, split_of, draws)
+        rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in METRIC_NAMES} for c in row_a})
+        samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in METRIC_NAMES} for c in row_a})
+    pick = np.random.default_rng(seed + 1).integers(0, len(rows), size=bootstrap)  # one draw per resample
+    out: dict[str, dict[str, Any]] = {}
+    for column in rows[0]:
+        cell: dict[str, Any] = {}
+        for metric in METRIC_NAMES:
+            per_draw = [row[column][metric] for row in rows]
+            cell[metric] = float(np.nanmean(per_draw)) if not all(math.isnan(v) for v in per_draw) else math.nan
+            cell[f"{metric}_per_draw"] = per_draw
+        stacked = {m: np.stack([s[column][m] for s in samples]) for m in METRIC_NAMES}  # draws x resamples
+        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in METRIC_NAMES})
+        out[column] = cell
+    return out
+
+
 def _prepare(
     correct: Sequence[int], datasets: Sequence[str], splits: Sequence[str], confidences: Mapping[str, Any],
     bootstrap: int, seed: int,

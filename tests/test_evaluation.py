@@ -8,7 +8,8 @@ import pytest
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.evaluation import (
-    evaluate_table, paired_differences, set_decision_threshold, table_to_markdown, write_report,
+    evaluate_table, paired_difference_over_draws, paired_differences, set_decision_threshold, table_to_markdown,
+    write_report,
 )
 from elical_hf.metrics import auroc, ece
 
@@ -189,3 +190,24 @@ def test_paired_differences():
     assert same["ece"] == 0 and same["ece_ci"] == [0.0, 0.0] and same["alignment_ci"] == [0.0, 0.0]
     with pytest.raises(ValueError, match="Unknown method"):
         paired_differences(correct, datasets, splits, sources, [("good", "nope")])
+
+
+def test_paired_difference_over_draws_carries_the_draw_variance():
+    correct, datasets, splits, sources = synthetic()
+    good, noise = sources["good"], sources["noise"]
+    # One draw: the same point and interval as paired_differences on the same resamples.
+    one = paired_difference_over_draws(correct, datasets, splits, [good], [noise], 300, seed=3)
+    reference = paired_differences(correct, datasets, splits, {"a": good, "b": noise}, [("a", "b")], 300, seed=3)
+    for column, cell in reference["a − b"].items():
+        assert one[column]["auroc"] == pytest.approx(cell["auroc"])
+        assert one[column]["auroc_ci"] == pytest.approx(cell["auroc_ci"])
+    # Draws that disagree: the mean of the per-draw differences, and a wider interval than either draw alone.
+    draws = paired_difference_over_draws(correct, datasets, splits, [good, noise], [noise, noise], 300, seed=3)
+    cell = draws["in-domain avg"]
+    assert cell["auroc_per_draw"] == pytest.approx([one["in-domain avg"]["auroc"], 0.0])
+    assert cell["auroc"] == pytest.approx(one["in-domain avg"]["auroc"] / 2)
+    width = cell["auroc_ci"][1] - cell["auroc_ci"][0]
+    assert width > one["in-domain avg"]["auroc_ci"][1] - one["in-domain avg"]["auroc_ci"][0]
+    assert cell["auroc_ci"][0] <= 0.0 + 1e-9 < cell["auroc_ci"][1]  # the zero draw is inside the interval
+    with pytest.raises(ValueError, match="same number"):
+        paired_difference_over_draws(correct, datasets, splits, [good], [noise, noise])

@@ -265,3 +265,17 @@ def test_shared_prefix_gives_the_same_completions(model, tokenizer):
         input_ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         out = model.generate(input_ids, do_sample=False, max_new_tokens=10, pad_token_id=tokenizer.pad_token_id)
         assert completion == tokenizer.decode(out[0, input_ids.shape[1] :], skip_special_tokens=True).strip()
+
+
+def test_automatic_batch_size_follows_the_machine(monkeypatch):
+    from elical_hf.signals.decoding import GPU_ROWS, ROWS_PER_CPU_THREAD, auto_batch_size
+
+    assert SamplingSettings().batch_size is None  # automatic by default
+    with pytest.raises(ValueError, match="batch_size"):
+        SamplingSettings(batch_size=0)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert auto_batch_size(6) == round(2 * ROWS_PER_CPU_THREAD / 6) and auto_batch_size(21) == 6
+    assert auto_batch_size(10_000) == 1
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 64)
+    assert auto_batch_size(1) == 1024  # capped
+    assert auto_batch_size(21, "cuda") == round(GPU_ROWS / 21)

@@ -1,4 +1,4 @@
-"""`elical-hf demo`: sample, judge, train both stages and Cal-Only, and compare with baselines, all offline."""
+"""`elical-hf demo`: EliCal vs Cal-Only on the same few labels, with every step of the method, offline."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(averages_to_markdown(summary["table"]))
     print(
-        f"\nDone in {summary['seconds']:.0f} s. Report: {summary['report']} (per-dataset tables, reliability "
-        f"diagrams; records.parquet, results.json and the trained models in {settings.output_dir}/models are beside it)."
+        f"\n{summary['headline']}\nDone in {summary['seconds']:.0f} s. Report: {summary['report']} (what ran live and "
+        f"what came from committed records, per-dataset tables, plots; the models are in {settings.output_dir}/models)."
     )
     return 0
