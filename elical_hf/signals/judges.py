@@ -72,7 +72,7 @@ def contains_run(tokens: list[str], run: list[str]) -> bool:
     return size > 0 and any(tokens[i : i + size] == run for i in range(len(tokens) - size + 1))
 
 
-def _text(value: Any) -> str:
+def response_text(value: Any) -> str:
     """A response as text; HonestyBench stores the greedy response as a one-element list."""
     if isinstance(value, (list, tuple)):
         value = value[0] if value else ""
@@ -84,7 +84,7 @@ def _answer_list(answers: str | Iterable[str]) -> list[str]:
     return [answers] if isinstance(answers, str) else [str(a) for a in answers if a is not None]
 
 
-def _aliases(answers: str | Iterable[str]) -> list[str]:
+def normalized_aliases(answers: str | Iterable[str]) -> list[str]:
     """SQuAD-normalized, non-empty gold aliases."""
     return [a for a in map(normalize_answer, _answer_list(answers)) if a]
 
@@ -130,13 +130,13 @@ def has_answer_squad(prediction: str, answers: str | Iterable[str]) -> bool:
     ```
     """
     padded = f" {normalize_answer(prediction)} "
-    return any(f" {alias} " in padded for alias in _aliases(answers))
+    return any(f" {alias} " in padded for alias in normalized_aliases(answers))
 
 
 def exact_match(prediction: str, answers: str | Iterable[str]) -> bool:
     """Whether the normalized prediction equals one of the normalized gold aliases."""
     prediction = normalize_answer(prediction)
-    return any(prediction == alias for alias in _aliases(answers))
+    return any(prediction == alias for alias in normalized_aliases(answers))
 
 
 def _f1(prediction_tokens: list[str], gold_tokens: list[str]) -> float:
@@ -160,7 +160,7 @@ def token_f1(prediction: str, answers: str | Iterable[str]) -> float:
     ```
     """
     prediction_tokens = normalize_answer(prediction).split()
-    return max((_f1(prediction_tokens, alias.split()) for alias in _aliases(answers)), default=0.0)
+    return max((_f1(prediction_tokens, alias.split()) for alias in normalized_aliases(answers)), default=0.0)
 
 
 @lru_cache(maxsize=1)
@@ -232,7 +232,7 @@ def judge_correctness(records: list[dict], method: str = "has_answer", f1_thresh
     normalize = reference_tokens if method == "has_answer" else normalize_answer  # empty result: unusable alias
 
     def correct(prediction: Any, answers: list[str]) -> bool:
-        value = judge(_text(prediction), answers)
+        value = judge(response_text(prediction), answers)
         return bool(value >= f1_threshold) if method == "f1" else bool(value)
 
     judged = without_answer = 0
@@ -264,8 +264,8 @@ def lexical_consistency(records: list[dict]) -> list[dict]:
     Consis-Lex, the paper's lexical-consistency confidence, is the mean of this list. Returns `records`.
     """
     for record in records:
-        greedy = _text(record.get("greedy_response"))
-        record["consistency_lexical"] = [rouge_l(greedy, _text(s)) for s in record.get("sampling_response") or []]
+        greedy = response_text(record.get("greedy_response"))
+        record["consistency_lexical"] = [rouge_l(greedy, response_text(s)) for s in record.get("sampling_response") or []]
     return records
 
 

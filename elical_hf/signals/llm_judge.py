@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-from .judges import _aliases, _text, contains_run, reference_tokens
+from .judges import normalized_aliases, response_text, contains_run, reference_tokens
 
 
 CompletionFn = Callable[[list[str]], list[str]]
@@ -183,7 +183,7 @@ def _gold(record: dict) -> list[str]:
     if answers is None:
         return []
     answers = [answers] if isinstance(answers, str) else [str(a) for a in answers if a is not None]
-    return answers if _aliases(answers) else []
+    return answers if normalized_aliases(answers) else []
 
 
 def llm_correctness(
@@ -232,8 +232,8 @@ def llm_correctness(
             summary["without_answer"] += 1
             continue
         question = str(record.get("question", ""))
-        responses = [_text(record.get("greedy_response"))]
-        responses += [_text(s) for s in record.get("sampling_response") or []]
+        responses = [response_text(record.get("greedy_response"))]
+        responses += [response_text(s) for s in record.get("sampling_response") or []]
         prompts += [correctness_prompt(question, answers, r) for r in responses]
         spans.append((record, len(responses)))
 
@@ -277,12 +277,12 @@ def llm_consistency(
     prompts: list[str] = []
     spans: list[tuple[dict, int]] = []
     for record in records:
-        samples = [_text(s) for s in record.get("sampling_response") or []]
+        samples = [response_text(s) for s in record.get("sampling_response") or []]
         if not samples:
             record.setdefault("consistency_judgement", None)
             summary["without_samples"] += 1
             continue
-        question, greedy = str(record.get("question", "")), _text(record.get("greedy_response"))
+        question, greedy = str(record.get("question", "")), response_text(record.get("greedy_response"))
         prompts += [consistency_prompt(question, greedy, s) for s in samples]
         spans.append((record, len(samples)))
 
