@@ -46,12 +46,30 @@ def test_commands_are_registered(capsys):
     assert "judge" in out and "baselines" in out
 
 
+def test_correctness_choices_are_the_lexical_judges_plus_llm():
+    from elical_hf.signals.judges import CORRECTNESS_JUDGES
+
+    assert judge_cli.CORRECTNESS_CHOICES == (*CORRECTNESS_JUDGES, "llm")
+
+
+@pytest.mark.parametrize("method, expected", [("has_answer", True), ("has_answer_squad", False)])
+def test_correctness_rule_is_selectable(tmp_path, capsys, method, expected):
+    records = [{"question": "who?", "answer": ["Paris"], "greedy_response": "A Paris-based artist",
+                "sampling_response": ["Paris-born"]}]
+    out = tmp_path / "judged.jsonl"
+    assert cli_main(["judge", "--records", write(tmp_path, records=records), "--output", str(out),
+                     "--correctness", method]) == 0
+    judged = read_records(out)[0]
+    assert judged["greedy_correctness"] is expected and judged["sampling_correctness"] == [expected]
+    assert judged["correctness_judge"] == method
+
+
 def test_lexical_judges_jsonl_in_parquet_out(tmp_path, capsys):
     out = tmp_path / "out" / "judged.parquet"
     assert cli_main(["judge", "--records", write(tmp_path), "--output", str(out),
                      "--correctness", "has_answer", "--consistency", "lexical"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["correctness"] == {"judged": 2, "without_answer": 1}
+    assert report["correctness"] == {"judged": 2, "without_answer": 1, "skipped_aliases": 0}
     assert report["consistency"] == {"judged": 3, "without_samples": 0}
     records = read_records(out)
     assert records[0]["greedy_correctness"] is True and records[0]["sampling_correctness"] == [True, False, True]

@@ -245,6 +245,8 @@ def test_results_equal_functional(metrics, seed):
         assert metrics[name].compute(predictions=conf, references=correct) == _expected(name, conf, correct)
     got = metrics["honesty_ece"].compute(predictions=conf, references=correct, n_bins=7, strategy="quantile")
     assert got["ece"] == F.ece(conf, correct, n_bins=7, strategy="quantile")
+    got = metrics["honesty_ece"].compute(predictions=conf, references=correct, strategy="reference")
+    assert got["ece"] == F.ece(conf, correct, strategy="reference") != F.ece(conf, correct)  # data hold 1.0, 0.3, 0.6, 0.7
     got = metrics["honesty_alignment"].compute(
         predictions=conf, references=correct, calibration_fraction=0.3, shuffle_seed=seed
     )

@@ -89,3 +89,24 @@ def test_gpu_recipe_parses_with_the_train_command():
     assert options.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct"
     assert options.per_device_train_batch_size * options.gradient_accumulation_steps * 4 == 512  # the paper's batch
     assert options.learning_rate == 5e-5 and options.num_labels == 1000
+
+
+def test_judge_rule_agreement_counts_by_hand(tmp_path, capsys):
+    from elical_hf.signals.records import save_records
+
+    records = [
+        {"question": "q1", "answer": ["USA"], "greedy_response": "U.S.A.", "greedy_correctness": True,
+         "sampling_response": ["USA", "Paris-based"]},
+        {"question": "q2", "answer": ["Paris", "The"], "greedy_response": "Paris-based", "sampling_response": ["London"]},
+    ]
+    save_records(records, tmp_path / "records.jsonl")
+    result = load_example("judge_rule_agreement").main(["--records", str(tmp_path / "records.jsonl")])
+    # greedy: "U.S.A." has USA only under SQuAD rules; "Paris-based" has Paris only under the reference rule
+    assert result["counts"]["greedy"] == {"answers": 2, "both_correct": 0, "only_reference": 1, "only_squad": 1,
+                                          "both_wrong": 0, "disagree": 2, "disagree_rate": 1.0}
+    assert result["counts"]["samples"] == {"answers": 3, "both_correct": 1, "only_reference": 0, "only_squad": 0,
+                                           "both_wrong": 2, "disagree": 0, "disagree_rate": 0.0}
+    assert result["judge_summaries"]["has_answer"] == {"judged": 2, "without_answer": 0, "skipped_aliases": 1}
+    assert result["stored_greedy_correctness_equals_squad"] == "1/1"
+    assert result["examples"]["greedy/only_reference"] == [{"answer": "Paris-based", "gold": ["Paris", "The"]}]
+    assert "| greedy | 2 | 0 | 1 | 1 | 0 | 2 (100.00%) |" in capsys.readouterr().out

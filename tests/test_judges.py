@@ -1,4 +1,5 @@
 import doctest
+import logging
 
 import pytest
 
@@ -7,9 +8,11 @@ from elical_hf.signals.judges import (
     CORRECTNESS_JUDGES,
     exact_match,
     has_answer,
+    has_answer_squad,
     judge_correctness,
     lexical_consistency,
     normalize_answer,
+    reference_tokens,
     rouge_l,
     token_f1,
 )
@@ -29,15 +32,70 @@ def test_normalize_answer(text, expected):
     assert normalize_answer(text) == expected
 
 
-def test_has_answer_whole_tokens():
-    assert has_answer("It was written by William Shakespeare.", ["Shakespeare", "W. Shakespeare"])
-    assert has_answer("The capital is PARIS, of course", ["paris"])
-    assert has_answer("Santa Clara, California", ["Santa Clara"])
-    assert not has_answer("Parisian cafes", ["Paris"])  # substring inside a word does not count
-    assert not has_answer("London", ["Paris", "", "  "])
-    assert not has_answer("anything", ["", "the"])  # aliases that normalize to nothing are ignored
-    assert not has_answer("anything", [])
-    assert has_answer("the answer is 1945", "1945")  # a single alias string
+@pytest.mark.parametrize("rule", [has_answer, has_answer_squad])
+def test_both_has_answer_rules_match_whole_tokens(rule):
+    assert rule("It was written by William Shakespeare.", ["Shakespeare", "W. Shakespeare"])
+    assert rule("The capital is PARIS, of course", ["paris"])
+    assert rule("Santa Clara, California", ["Santa Clara"])
+    assert not rule("Parisian cafes", ["Paris"])  # substring inside a word does not count
+    assert not rule("Clara Santa", ["Santa Clara"])  # the alias's tokens in order
+    assert not rule("London", ["Paris", "", "  "])
+    assert not rule("anything", ["", "the", "A", "..."])  # aliases that normalize to nothing are ignored
+    assert not rule("anything", [])
+    assert rule("the answer is 1945", "1945")  # a single alias string
+
+
+@pytest.mark.parametrize(
+    "prediction, alias, reference, squad",
+    [
+        # punctuation becomes a space in the reference rule, and is deleted in the SQuAD one
+        ("Paris-based artist", "Paris", True, False),
+        ("a co-founder of X", "founder", True, False),
+        ("U.S.A.", "USA", False, True),
+        ("1,000 people", "1000", False, True),
+        ("She was born in 1,000 BC", "1,000", True, True),
+        # the reference tokenizer also splits at non-ASCII symbols (an en dash), which SQuAD keeps inside the word
+        ("Paris\u2013based", "Paris", True, False),
+        # NFD first: a composed and a decomposed "é" are the same token there, not under SQuAD normalization
+        ("caf\u00e9 society", "cafe\u0301", True, False),
+        ("cafe society", "caf\u00e9", False, False),  # the accent stays part of the token
+        # articles are removed from both sides in both rules
+        ("The Beatles", "Beatles", True, True),
+        ("Beatles", "The Beatles", True, True),
+    ],
+)
+def test_reference_and_squad_rules_differ_on_punctuation(prediction, alias, reference, squad):
+    assert has_answer(prediction, [alias]) is reference
+    assert has_answer_squad(prediction, [alias]) is squad
+
+
+def test_reference_tokens():
+    assert reference_tokens("The Paris-based co-founder, U.S.A.") == ["paris", "based", "co", "founder", "u", "s"]
+    assert reference_tokens("no_answer!") == ["no", "answer"]  # "_" is punctuation too
+    assert reference_tokens("Paris\u2013based") == ["paris", "\u2013", "based"]
+    assert reference_tokens("a\u200bb") == ["b"]  # a zero-width space (format char) separates tokens; "a" removed
+    assert reference_tokens("The a an") == [] and reference_tokens("") == []
+
+
+def test_judge_correctness_skips_article_aliases_with_one_counted_warning(caplog):
+    data = [
+        {"answer": ["The", "Paris"], "greedy_response": "London", "sampling_response": ["Paris", "Lyon"]},
+        {"answer": ["a", "An", "..."], "greedy_response": "London", "sampling_response": ["x"]},
+        {"answer": ["Rome"], "greedy_response": "Rome", "sampling_response": []},
+    ]
+    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.judges"):
+        summary = judge_correctness(data)
+    assert summary == {"judged": 2, "without_answer": 1, "skipped_aliases": 4}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "skipped 4 gold alias(es)" in warnings[0].getMessage()
+    assert "'The'" in warnings[0].getMessage()
+    # "The" would match everything in the reference code; skipped, "London" is wrong and "Lyon" too
+    assert data[0]["greedy_correctness"] is False and data[0]["sampling_correctness"] == [True, False]
+    assert data[1]["greedy_correctness"] is None and data[2]["greedy_correctness"] is True
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.judges"):
+        assert judge_correctness(data[2:])["skipped_aliases"] == 0
+    assert not caplog.records
 
 
 def test_exact_match_squad_examples():
@@ -95,6 +153,7 @@ def records():
     "method, greedy, samples",
     [
         ("has_answer", [True, True], [[True, False, True], [True, True, False]]),
+        ("has_answer_squad", [True, True], [[True, False, True], [True, True, False]]),
         ("exact_match", [False, True], [[True, False, True], [True, False, False]]),
         ("f1", [False, True], [[True, False, True], [True, False, False]]),
     ],
@@ -102,7 +161,8 @@ def records():
 def test_judge_correctness(method, greedy, samples):
     data = records()
     summary = judge_correctness(data, method=method)
-    assert summary == {"judged": 2, "without_answer": 2}
+    assert summary == {"judged": 2, "without_answer": 2, "skipped_aliases": 1}  # the blank alias ""
+    assert data[0]["correctness_judge"] == ("f1@0.5" if method == "f1" else method)
     assert [r["greedy_correctness"] for r in data[:2]] == greedy
     assert [r["sampling_correctness"] for r in data[:2]] == samples
     assert all(type(v) is bool for r in data[:2] for v in [r["greedy_correctness"], *r["sampling_correctness"]])
@@ -114,14 +174,14 @@ def test_judge_correctness_f1_threshold_and_errors():
     judge_correctness(data, method="f1", f1_threshold=0.3)
     # "Hamlet was written by Shakespeare" vs "Shakespeare": P 1/5, R 1 -> F1 1/3 >= 0.3
     assert data[0]["greedy_correctness"] is True
-    with pytest.raises(ValueError, match="exact_match.*f1.*has_answer"):
+    with pytest.raises(ValueError, match="exact_match.*f1.*has_answer.*has_answer_squad"):
         judge_correctness(records(), method="llm")
-    assert set(CORRECTNESS_JUDGES) == {"has_answer", "exact_match", "f1"}
+    assert set(CORRECTNESS_JUDGES) == {"has_answer", "has_answer_squad", "exact_match", "f1"}
 
 
 def test_judge_correctness_keeps_existing_labels_without_answers():
     data = [{"answer": None, "greedy_response": "x", "greedy_correctness": 1, "sampling_correctness": [0]}]
-    assert judge_correctness(data) == {"judged": 0, "without_answer": 1}
+    assert judge_correctness(data) == {"judged": 0, "without_answer": 1, "skipped_aliases": 0}
     assert data[0]["greedy_correctness"] == 1 and data[0]["sampling_correctness"] == [0]
 
 

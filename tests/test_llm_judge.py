@@ -45,6 +45,13 @@ class ScriptedJudge:
         ("Unknown", False, None),
         ("It does not provide enough information", False, None),
         ("no-one knows", False, None),  # punctuation separates words
+        # "_" is punctuation in the reference rule (a `\b` regex would see one word and miss these three)
+        ("no_answer", False, None),
+        ("uncertain_", False, False),
+        ("certain_no", False, False),
+        # a combining tilde belongs to its word: "no" + U+0303 is not "no" (a `\b` regex would stop before the mark)
+        ("no\u0303", True, None),
+        ("No\u0303 sé", True, None),
         # "no" never matches inside another word, and "not" is not a negative word (paper rule)
         ("I know the answer", True, None),
         ("Nothing to add", True, None),
@@ -54,6 +61,9 @@ class ScriptedJudge:
         ("I can't be certain", True, False),
         ("I can\u2019t be certain", True, False),
         ("Never certain", True, False),
+        ("It isn\u2019t quite certain", True, False),
+        ("not_certain", True, False),
+        ("I am certain, not unsure at all", False, False),  # "unsure" is in the list
         ("certain, no other words", False, False),  # the paper's list still applies in strict mode
         ("The two answers are semantically equivalent.", True, None),
         ("", True, None),  # no negative word -> positive under the paper's rule
@@ -65,8 +75,20 @@ def test_parse_verdict_table(reply, paper, strict):
     assert parse_verdict(reply, strict=True) is strict
 
 
+def test_default_rule_is_the_reference_has_answer_on_negative_phrases():
+    """The reference's `deal_judge_new(reply)` is `has_answer(NEGATIVE_PHRASES, reply)`: the same rule, two paths."""
+    from elical_hf.signals.judges import has_answer
+    from elical_hf.signals.llm_judge import NEGATIVE_PHRASES
+
+    replies = ["certain", "uncertain_", "no_answer", "no\u0303", "I can't answer", "does not contain it", "NOT provided",
+               "did not provide one", "unknown.", "knowing", "Certainly!", "an apology", "Apologies", "c-a-n-n-o-t"]
+    for reply in replies:
+        assert parse_verdict(reply) is not has_answer(reply, NEGATIVE_PHRASES), reply
+
+
 def test_says_certain():
     assert says_certain("Certain") and says_certain("uncertain.") and not says_certain("Yes") and not says_certain(None)
+    assert says_certain("certain_") and not says_certain("Certainly") and not says_certain("uncertainty")
 
 
 def test_doctests():

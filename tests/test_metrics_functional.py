@@ -145,6 +145,29 @@ def test_quantile_strategy():
     assert ece([0.2, 0.2, 0.9], [0, 1, 1], n_bins=5, strategy="quantile") == pytest.approx((0.2 + 0.8 + 0.1) / 3)
 
 
+def test_reference_binning_drops_confidence_one_but_counts_it_in_n():
+    # 10 rows: six at 1.0 (three right) and four at 0.55 (two right). The 0.55 bin contributes 4/10 * |0.55 - 0.5|.
+    conf, correct = [1.0] * 6 + [0.55] * 4, [1, 1, 1, 0, 0, 0, 1, 1, 0, 0]
+    assert ece(conf, correct, strategy="reference") == pytest.approx(0.02, abs=1e-12)  # the 1.0 rows are skipped
+    assert ece(conf, correct) == pytest.approx(0.02 + 6 / 10 * 0.5, abs=1e-12)  # 0.32: they form the last bin
+    bins = reliability_bins(conf, correct, strategy="reference")
+    assert bins["count"].tolist() == [0] * 5 + [4] + [0] * 4  # sums to 4 of the 10 rows
+    np.testing.assert_allclose(bins["bin_lower"], np.arange(10) / 10)
+    assert ece([1.0] * 6, [0] * 6, strategy="reference") == 0.0  # nothing binned at all
+
+
+def test_reference_binning_puts_some_edges_in_the_bin_below():
+    # linspace(0, 1, 11) holds 0.30000000000000004, 0.6000000000000001, 0.7000000000000001 but exactly 0.2 and 0.5
+    conf, correct = [0.2, 0.3, 0.5, 0.6, 0.65, 0.7], [0, 1, 0, 1, 1, 0]
+    bins = reliability_bins(conf, correct, strategy="reference")
+    assert bins["count"].tolist() == [0, 0, 2, 0, 0, 2, 2, 0, 0, 0]  # {0.2, 0.3}, {0.5, 0.6}, {0.65, 0.7}
+    # each pair has accuracy 0.5: |0.25 - 0.5| + |0.55 - 0.5| + |0.675 - 0.5|, each weighted 2/6
+    assert ece(conf, correct, strategy="reference") == pytest.approx((0.25 + 0.05 + 0.175) * 2 / 6, abs=1e-12)
+    # equal width: {0.2}, {0.3}, {0.5}, {0.6, 0.65}, {0.7} -> (0.2 + 0.7 + 0.5 + 2 * 0.375 + 0.7) / 6
+    assert reliability_bins(conf, correct)["count"].tolist() == [0, 0, 1, 1, 0, 1, 2, 1, 0, 0]
+    assert ece(conf, correct) == pytest.approx(2.85 / 6, abs=1e-12)
+
+
 # ------------------------------------------------------------------------------------------------- brier, auprc
 
 

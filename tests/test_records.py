@@ -1,6 +1,7 @@
 import doctest
 import json
 import math
+import re
 
 import pytest
 from datasets import load_dataset
@@ -150,10 +151,59 @@ def test_save_and_read_errors(tmp_path):
         ("Qwen2.5-7B-Instruct/mmla.jsonl", ("Qwen2.5-7B-Instruct", "mmlu", None)),
         ("Qwen2.5-7B-Instruct/PopQA_test.jsonl", ("Qwen2.5-7B-Instruct", "popqa", "test")),
         ("notes.jsonl", ("notes", None, None)),
+        # the reference code's output layout: <model>/<dataset>/<split>_data/<prompt type>/<file>
+        ("Qwen2.5-7B-Instruct/nq/test_data/long_qa/nq_test_Qwen2.5-7B-Instruct_long_qa_0.0_0.95_50_sample_1.jsonl",
+         ("Qwen2.5-7B-Instruct", "nq", "test")),
+        ("Qwen2.5-7B-Instruct/nq/test_data/long_qa/nq_test_Qwen2.5-7B-Instruct_long_qa_sample_1.jsonl",
+         ("Qwen2.5-7B-Instruct", "nq", "test")),
+        ("res/Llama3-8B-Instruct/complex_web_questions/test_data/long_qa/complex_web_questions_test_Llama3-8B-Instruct"
+         "_long_qa_1.0_0.95_50_sample_20_for_greedy_consistency_res.jsonl",
+         ("Llama3-8B-Instruct", "complexwebquestions", "test")),
+        ("Qwen2.5-14B-Instruct/tq/train_data/long_qa/tq_train_Qwen2.5-14B-Instruct_long_qa_1.0_0.95_50_sample_20"
+         "_long_qa_judge.jsonl", ("Qwen2.5-14B-Instruct", "triviaqa", "train")),
+        ("My-Model/mmlu/test_data/long_mc_qa/mmlu_test_My-Model_long_mc_qa_0.0_0.95_50_sample_1.jsonl",
+         ("My-Model", "mmlu", "test")),
+        # the model folder itself as the root, or a lone file: the model comes from the file name
+        ("hq/test_data/long_qa/hq_test_Qwen2.5-7B-Instruct_long_qa_0.0_0.95_50_sample_1.jsonl",
+         ("Qwen2.5-7B-Instruct", "hotpotqa", "test")),
+        ("pararel_patterns_test_Qwen2.5-7B-Instruct_long_qa_1.0_0.95_50_sample_20.jsonl",
+         ("Qwen2.5-7B-Instruct", "pararel", "test")),
     ],
 )
 def test_parse_record_path(path, expected):
     assert tuple(parse_record_path(path).values()) == expected
+
+
+@pytest.fixture
+def reference_folder(tmp_path):
+    """The paper's reference code's output layout, with HonestyBench-shaped records inside."""
+    root = tmp_path / "res"
+    for model, dataset, split, sampling, n in [("Qwen2.5-7B-Instruct", "nq", "test", "0.0_0.95_50_sample_1", 3),
+                                              ("Qwen2.5-7B-Instruct", "hq", "train", "1.0_0.95_50_sample_20", 2),
+                                              ("Llama3-8B-Instruct", "nq", "test", "0.0_0.95_50_sample_1", 1)]:
+        name = f"{dataset}_{split}_{model}_long_qa_{sampling}.jsonl"
+        write_jsonl(root / model / dataset / f"{split}_data" / "long_qa" / name, [official_record(i) for i in range(n)])
+    return root
+
+
+def test_load_honestybench_reference_layout_filters_by_the_top_folder_model(reference_folder):
+    qwen = load_honestybench(reference_folder, models="Qwen2.5-7B-Instruct", progress=False)
+    assert qwen.num_rows == {"train": 2, "in_domain_test": 3}
+    assert set(qwen["train"]["dataset"]) == {"hotpotqa"} and set(qwen["in_domain_test"]["dataset"]) == {"nq"}
+    assert {m for split in qwen.values() for m in split["model"]} == {"Qwen2.5-7B-Instruct"}
+    assert load_honestybench(reference_folder, progress=False).num_rows == {"train": 2, "in_domain_test": 4}
+
+
+def test_load_honestybench_filter_leaving_nothing_says_what_was_found(reference_folder):
+    found = ("Found models: Llama3-8B-Instruct, Qwen2.5-7B-Instruct; datasets: hotpotqa, nq; "
+             "splits: in_domain_test, train.")
+    with pytest.raises(ValueError, match="No records left") as error:
+        load_honestybench(reference_folder, models="Qwen2.5-14B-Instruct", progress=False)
+    assert found in str(error.value) and "models=['Qwen2.5-14B-Instruct']" in str(error.value)
+    with pytest.raises(ValueError, match=re.escape(found)):
+        load_honestybench(reference_folder, models="Llama3-8B-Instruct", split="train", progress=False)
+    with pytest.raises(ValueError, match=re.escape(found)):
+        load_honestybench(reference_folder, datasets="squad", progress=False)
 
 
 def test_dataset_aliases_and_paper_splits():

@@ -1,6 +1,7 @@
 """`elical-hf judge`: add or redo the correctness and consistency judgements of HonestyBench records.
 
-Correctness: `has_answer`, `exact_match`, `f1` (lexical, against the gold aliases) or `llm` (the paper's judge prompt).
+Correctness: `has_answer` (the paper's reference string match), `has_answer_squad`, `exact_match`, `f1` (lexical,
+against the gold aliases) or `llm` (the paper's judge prompt).
 Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline) or `llm`
 (the paper's semantic-equivalence prompt). LLM judges run `--judge_model` (default: the embedded SmolLM2). Records are
 read from a jsonl/parquet file or a folder of them and written atomically to `--output` (format by extension).
@@ -17,7 +18,9 @@ from elical_hf.embedded import DEFAULT_MODEL
 from .parser import ElicalArgumentParser
 
 
-CORRECTNESS_CHOICES = ("has_answer", "exact_match", "f1", "llm")
+CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
+"""`elical_hf.signals.judges.CORRECTNESS_JUDGES` plus `llm`, spelled out so that `--help` does not import torch (a test
+keeps them equal)."""
 CONSISTENCY_CHOICES = ("lexical", "embedding", "llm")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..bundled import normalize_question
 from ..prompts import VERBAL_CONFIDENCE_PROMPT
-from .judges import _text, lexical_consistency
+from .judges import response_text, lexical_consistency
 from .llm_judge import CompletionFn, call_completion
 
 
@@ -52,7 +52,7 @@ def _greedy_logprobs(records: Sequence[dict], name: str) -> list[list[float] | N
         values = [float(x) for x in logprobs] if logprobs is not None else None
         if values is not None and any(math.isnan(x) for x in values):
             raise ValueError(f"Record {i} has NaN in `greedy_logprobs`.")
-        if not _text(record.get("greedy_response")).strip() or values == []:
+        if not response_text(record.get("greedy_response")).strip() or values == []:
             out.append(None)
             empty += 1
         else:

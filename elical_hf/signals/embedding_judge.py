@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .judges import _text
+from .judges import response_text
 
 
 DEFAULT_THRESHOLD = 0.8
@@ -119,8 +119,8 @@ class EmbeddingJudge:
         """
         if len(greedy) != len(samples):
             raise ValueError(f"greedy has {len(greedy)} answers but samples has {len(samples)} lists.")
-        greedy = [_text(g).strip() for g in greedy]
-        samples = [[_text(s).strip() for s in row] for row in samples]
+        greedy = [response_text(g).strip() for g in greedy]
+        samples = [[response_text(s).strip() for s in row] for row in samples]
         texts = list(dict.fromkeys(t for t in greedy + [s for row in samples for s in row] if t))
         index = {text: i for i, text in enumerate(texts)}
         vectors = None

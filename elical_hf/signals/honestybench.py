@@ -61,6 +61,15 @@ SPLIT_WORDS = {"train": "train", "training": "train"} | {
 IGNORED_FOLDERS = {"data", "datasets", "honestybench", "records", "shards", "jsonl", "output", "outputs", "results"}
 """Folder names that never name a model (generic containers)."""
 
+_REFERENCE_SPLIT_FOLDER = re.compile(r"(train|test|dev)_data", re.IGNORECASE)
+_REFERENCE_FILE = re.compile(
+    r"(?P<dataset>.+?)_(?P<split>train|test|dev)_(?P<model>.+?)_(?P<prompt>[a-z]+(?:_[a-z]+)*_qa)"
+    r"(?:_-?\d+(?:\.\d+)?){0,3}_sample_\d+(?:_.*)?",
+    re.IGNORECASE,
+)
+"""File names of the reference code's outputs: `<dataset>_<split>_<model>_<prompt type>_<temperature>_<top_p>_<top_k>
+_sample_<n>[_<suffix>]`, e.g. `nq_test_Qwen2.5-7B-Instruct_long_qa_1.0_0.95_50_sample_20.jsonl`."""
+
 
 def canonical_dataset(name: str | None) -> str | None:
     """Canonical dataset name of an alias (`"hq"`, `"hotpot_qa"` -> `"hotpotqa"`), or `None` when unknown."""
@@ -90,12 +99,35 @@ def _parse_component(component: str) -> tuple[str | None, str | None, str]:
     return dataset, split, "_".join(rest)
 
 
+def _reference_layout(parts: tuple[str, ...], stem: str) -> dict[str, str | None] | None:
+    """Model, dataset and split of a file in the reference code's output layout, or `None` if it is not one.
+
+    The layout is `<model>/<dataset>/<split>_data/<prompt type>/<file>` (`infer_scripts/run_infer_consistency.sh` of
+    the paper's repository), the file named as in [`_REFERENCE_FILE`]. With the folders, the model is the folder
+    above the dataset's; without them, the file name's.
+    """
+    folders, named = parts[:-1], _REFERENCE_FILE.fullmatch(stem)
+    for i, folder in enumerate(folders):
+        split = _REFERENCE_SPLIT_FOLDER.fullmatch(folder)
+        if split and i >= 1 and canonical_dataset(folders[i - 1]) is not None:
+            model = folders[i - 2] if i >= 2 else named["model"] if named else None
+            return {"model": model, "dataset": canonical_dataset(folders[i - 1]), "split": split[1].lower()}
+    if named is None or canonical_dataset(named["dataset"]) is None:
+        return None
+    return {"model": named["model"], "dataset": canonical_dataset(named["dataset"]), "split": named["split"].lower()}
+
+
 def parse_record_path(relative_path: str) -> dict[str, str | None]:
     """Infer `model`, `dataset` and `split` (the source split word) from a records file's path inside its folder.
 
-    The official HonestyBench layout is not documented; these rules cover `<model>/<dataset>.jsonl`,
-    `<model>/<split>/<dataset>.jsonl`, `<model>/<dataset>/<split>.jsonl`, `<model>/<dataset>_<split>.jsonl`,
-    `<model>_<dataset>.jsonl` and `<dataset>_<split>_<model>.jsonl`:
+    The layout the paper's reference code writes is recognised first: `<model>/<dataset>/<split>_data/<prompt type>/`
+    holding `<dataset>_<split>_<model>_<prompt type>_<temperature>_<top_p>_<top_k>_sample_<n>[_<suffix>].jsonl`, e.g.
+    `nq_test_Qwen2.5-7B-Instruct_long_qa_1.0_0.95_50_sample_20.jsonl` in `Qwen2.5-7B-Instruct/nq/test_data/long_qa/`.
+    The model is the folder above the dataset's (without the folders, the file name's). Those files are the
+    reference's raw inference outputs (greedy answers, samples, judge replies in separate files), not merged
+    HonestyBench records. The official HonestyBench layout is not documented; the other rules cover
+    `<model>/<dataset>.jsonl`, `<model>/<split>/<dataset>.jsonl`, `<model>/<dataset>/<split>.jsonl`,
+    `<model>/<dataset>_<split>.jsonl`, `<model>_<dataset>.jsonl` and `<dataset>_<split>_<model>.jsonl`:
 
     1. The extension is dropped; each folder name and the file name are split into `_`-separated tokens.
     2. The **dataset** is the longest run of tokens that is a known alias ([`DATASET_ALIASES`], compared lowercased
@@ -115,11 +147,17 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     {'model': 'Qwen2.5-7B-Instruct', 'dataset': 'hotpotqa', 'split': 'test'}
     >>> parse_record_path("Llama3-8B-Instruct_web_questions_train.jsonl")
     {'model': 'Llama3-8B-Instruct', 'dataset': 'webquestions', 'split': 'train'}
+    >>> folder = "Qwen2.5-7B-Instruct/hq/test_data/long_qa/"
+    >>> parse_record_path(folder + "hq_test_Qwen2.5-7B-Instruct_long_qa_0.0_0.95_50_sample_1.jsonl")
+    {'model': 'Qwen2.5-7B-Instruct', 'dataset': 'hotpotqa', 'split': 'test'}
 
     ```
     """
     parts = PurePosixPath(relative_path.replace(os.sep, "/")).parts
     stem = re.sub(r"\.(jsonl|parquet|json)(\.gz)?$", "", parts[-1], flags=re.IGNORECASE)
+    reference = _reference_layout(parts, stem)
+    if reference is not None:
+        return reference
     parsed = [_parse_component(stem)] + [_parse_component(p) for p in reversed(parts[:-1])]
     dataset = next((d for d, _, _ in parsed if d is not None), None)
     split = next((s for _, s, _ in parsed if s is not None), None)
@@ -239,11 +277,13 @@ def load_honestybench(
 
     parts: dict[str, list[Dataset]] = {}
     others: set[str] = set()
+    found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
     for file in tqdm(record_files(root), desc="Reading records", unit="file", disable=not progress):
         relative = os.path.relpath(file, base).replace(os.sep, "/")
         hint = dict(path_parser(relative))
         hint_dataset = canonical_dataset(hint.get("dataset"))
         if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
+            _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
             if not _model_matches(hint["model"], wanted_models):
                 continue
             if wanted_datasets is not None and hint_dataset not in wanted_datasets:
@@ -260,6 +300,7 @@ def load_honestybench(
             record["model"] = record.get("model") or hint.get("model")
             record["source_split"] = record.pop("split", None) or hint.get("split")
             part = paper_split(record["dataset"], record["source_split"])
+            _note(found, record["model"], record["dataset"], part)
             if part == "other" and canonical_dataset(record["dataset"]) is None:
                 others.add(record["dataset"])
             if not _model_matches(record["model"], wanted_models):
@@ -276,8 +317,18 @@ def load_honestybench(
     if others:
         logger.warning("Records of unknown dataset(s) %s went to the `other` split.", sorted(others))
     if not parts:
-        raise ValueError(f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}).")
+        present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
+        raise ValueError(
+            f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}). "
+            + (f"Found {present}." if present else "Its files hold no records.")
+        )
     return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+
+
+def _note(found: dict[str, set[str]], model: str | None, dataset: str, part: str) -> None:
+    found["models"].add(model or "(no model named)")
+    found["datasets"].add(dataset)
+    found["splits"].add(part)
 
 
 def _features(rows: list[dict[str, Any]]) -> Features:

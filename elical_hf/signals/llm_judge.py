@@ -5,20 +5,19 @@ in the judge model's chat template (e.g. `HFBackend(model).complete`). It may al
 `max_new_tokens` keywords; they are passed only when its signature has them. Every prompt of every record goes into one
 call (identical prompts once), so the backend can batch for throughput.
 
-Verdict parsing follows the paper's reference code (`deal_judge_new`): a reply is negative when it contains one of
-[`NEGATIVE_PHRASES`] as whole words, positive otherwise. See [`parse_verdict`] for the exact rules and the `strict`
-variant.
+Verdict parsing follows the paper's reference code (`deal_judge_new`): a reply is negative when the reference
+`has_answer` rule finds one of [`NEGATIVE_PHRASES`] in it, positive otherwise. See [`parse_verdict`] for the exact
+rules and the `strict` variant.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-from .judges import _aliases, _text
+from .judges import normalized_aliases, response_text, contains_run, reference_tokens
 
 
 CompletionFn = Callable[[list[str]], list[str]]
@@ -42,39 +41,49 @@ NEGATIVE_PHRASES: tuple[str, ...] = (
     "not contain",
     "no definitive answer",
 )
-"""The reference code's negative phrases (`deal_judge_new`), matched as whole words, case-insensitively."""
+"""The reference code's negative phrases (`deal_judge_new`), found in a reply by the reference `has_answer` rule."""
 
-_NEGATIVE = re.compile(r"\b(?:" + "|".join(p.replace(" ", r"\W+") for p in NEGATIVE_PHRASES) + r")\b", re.IGNORECASE)
-_CERTAIN = re.compile(r"\bcertain\b", re.IGNORECASE)
-_UNCERTAIN = re.compile(r"\buncertain\b", re.IGNORECASE)
-_NEGATED_CERTAIN = re.compile(
-    r"\b(?:not|never|hardly|cannot|\w+n['\u2019]t)\W+(?:\w+\W+){0,2}?certain\b",
-    re.IGNORECASE,
-)
+_NEGATIVE_RUNS = tuple(reference_tokens(phrase) for phrase in NEGATIVE_PHRASES)
+_NEGATORS = frozenset({"not", "never", "hardly", "cannot"})
+
+
+def _is_negative(tokens: list[str]) -> bool:
+    return any(contains_run(tokens, run) for run in _NEGATIVE_RUNS)
+
+
+def _negates_certain(tokens: list[str]) -> bool:
+    """Whether a negation (not / never / hardly / cannot / a *n't* contraction, which tokenizes as `can`, `t`) stands
+    at most two words before a "certain"."""
+    words = [t for t in tokens if any(ch.isalnum() for ch in t)]  # without lone symbols such as a curly apostrophe
+    negations = [j for j, w in enumerate(words) if w in _NEGATORS or (w == "t" and j and words[j - 1].endswith("n"))]
+    return any(0 < i - j <= 3 for i, w in enumerate(words) if w == "certain" for j in negations)
 
 
 def says_certain(text: str | None) -> bool:
     """Whether a reply contains the word "certain" or "uncertain" (the verdict words both judge prompts ask for)."""
-    text = text or ""
-    return bool(_CERTAIN.search(text) or _UNCERTAIN.search(text))
+    tokens = reference_tokens(text or "")
+    return "certain" in tokens or "uncertain" in tokens
 
 
 def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     """Read a judge reply as a verdict: `True` (correct / equivalent), `False`, or `None` (unparseable).
 
-    Default (`strict=False`), the paper's rule as its reference code applies it: the reply is negative when it
-    contains any of [`NEGATIVE_PHRASES`] (sorry, apologize, apologies, uncertain, false, no, unsure, cannot, unknown,
-    "no answer", ...), positive otherwise; a missing reply (`None`) is negative. Matching is case-insensitive on whole
-    words (`\\b` boundaries; any run of non-word characters separates the words of a phrase), like the reference's
-    token-level match. Consequences, kept on purpose to reproduce the paper's labels:
+    Default (`strict=False`), the paper's rule exactly as its reference code applies it: the reply is negative when
+    one of [`NEGATIVE_PHRASES`] (sorry, apologize, apologies, uncertain, false, no, unsure, cannot, unknown,
+    "no answer", ...) occurs in it as a run of whole tokens under the reference `has_answer` rule
+    ([`~elical_hf.signals.judges.reference_tokens`]: NFD, lowercase, ASCII punctuation -- `_` included -- becomes a
+    space, articles removed, DPR tokens), positive otherwise; a missing reply (`None`) is negative. Consequences, kept
+    on purpose to reproduce the paper's labels:
 
     - "no" never matches inside another word: "not", "know", "none", "nothing", "Nobel" are not negative;
+    - punctuation separates words: "no-one", "no_answer", "uncertain_" and "certain_no" are negative;
+    - a combining mark belongs to its word: "no" + U+0303 (a decomposed "nõ") is not "no", so it is positive;
     - "not" itself is not a negative word, so "not certain" and "not equivalent" read as positive;
-    - "uncertain" is negative, "certain" is not (no word boundary inside "uncertain");
+    - "uncertain" is negative, "certain" is not;
     - a reply without any of the words, including an empty one or a chatty sentence, is positive.
 
     `strict=True` only accepts replies that give the verdict the prompts ask for: it returns `None` unless the reply
-    contains "certain" or "uncertain"; "uncertain" is negative, "certain" after a negation ("not certain",
+    has the token "certain" or "uncertain"; "uncertain" is negative, "certain" after a negation ("not certain",
     "can't be certain", "isn't quite certain") is negative, and otherwise the default rule applies.
 
     Example:
@@ -91,15 +100,15 @@ def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     """
     if text is None:
         return None if strict else False
-    text = str(text)
+    tokens = reference_tokens(text)
     if strict:
-        if _UNCERTAIN.search(text):
+        if "uncertain" in tokens:
             return False
-        if not _CERTAIN.search(text):
+        if "certain" not in tokens:
             return None
-        if _NEGATED_CERTAIN.search(text):
+        if _negates_certain(tokens):
             return False
-    return not _NEGATIVE.search(text)
+    return not _is_negative(tokens)
 
 
 def correctness_prompt(question: str, answers: Iterable[str], prediction: str) -> str:
@@ -174,7 +183,7 @@ def _gold(record: dict) -> list[str]:
     if answers is None:
         return []
     answers = [answers] if isinstance(answers, str) else [str(a) for a in answers if a is not None]
-    return answers if _aliases(answers) else []
+    return answers if normalized_aliases(answers) else []
 
 
 def llm_correctness(
@@ -223,8 +232,8 @@ def llm_correctness(
             summary["without_answer"] += 1
             continue
         question = str(record.get("question", ""))
-        responses = [_text(record.get("greedy_response"))]
-        responses += [_text(s) for s in record.get("sampling_response") or []]
+        responses = [response_text(record.get("greedy_response"))]
+        responses += [response_text(s) for s in record.get("sampling_response") or []]
         prompts += [correctness_prompt(question, answers, r) for r in responses]
         spans.append((record, len(responses)))
 
@@ -268,12 +277,12 @@ def llm_consistency(
     prompts: list[str] = []
     spans: list[tuple[dict, int]] = []
     for record in records:
-        samples = [_text(s) for s in record.get("sampling_response") or []]
+        samples = [response_text(s) for s in record.get("sampling_response") or []]
         if not samples:
             record.setdefault("consistency_judgement", None)
             summary["without_samples"] += 1
             continue
-        question, greedy = str(record.get("question", "")), _text(record.get("greedy_response"))
+        question, greedy = str(record.get("question", "")), response_text(record.get("greedy_response"))
         prompts += [consistency_prompt(question, greedy, s) for s in samples]
         spans.append((record, len(samples)))
 

@@ -21,7 +21,7 @@ __all__ = [
     "ece", "prr", "reliability_bins", "risk_coverage_curve",
 ]
 
-_STRATEGIES = ("uniform", "quantile")
+_STRATEGIES = ("uniform", "quantile", "reference")
 
 
 def _check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -104,16 +104,22 @@ def reliability_bins(
     With `strategy="quantile"`, the confidences are stably sorted and split into `n_bins` groups whose sizes differ by
     at most one (larger groups first, as `np.array_split`); equal confidences may straddle two bins.
 
+    `strategy="reference"` reproduces the paper's code (not a correct binning): bin = `np.digitize(confidence,
+    np.linspace(0, 1, n_bins + 1)) - 1`, so rows at exactly 1.0 are in no bin (`count` sums to fewer than the rows)
+    and 0.3 / 0.6 / 0.7 (edges that `linspace` rounds up) fall in the bin below.
+
     Args:
         confidences (`ArrayLike`): Confidences in [0, 1].
         correct (`ArrayLike`): 0/1 correctness labels.
         n_bins (`int`, *optional*, defaults to `10`): Number of bins, >= 1.
-        strategy (`str`, *optional*, defaults to `"uniform"`): `"uniform"` (equal width) or `"quantile"` (equal mass).
+        strategy (`str`, *optional*, defaults to `"uniform"`): `"uniform"` (equal width), `"quantile"` (equal mass)
+            or `"reference"` (the paper's code, see above).
 
     Returns:
         `dict[str, np.ndarray]`: arrays of length `n_bins`: `bin_lower` and `bin_upper` (the bin edges for
-        `"uniform"`; the smallest and largest confidence in the bin for `"quantile"`), `count` (int),
-        `mean_confidence` and `accuracy` (`nan` for empty bins, and both edges are `nan` for empty quantile bins).
+        `"uniform"` and `"reference"`; the smallest and largest confidence in the bin for `"quantile"`), `count`
+        (int), `mean_confidence` and `accuracy` (`nan` for empty bins, and both edges are `nan` for empty quantile
+        bins).
     """
     conf, y = _check_inputs(confidences, correct)
     _check_binning(n_bins, strategy)
@@ -121,6 +127,11 @@ def reliability_bins(
     if strategy == "uniform":
         edges = np.arange(n_bins + 1) / n_bins  # exact i/n, so bin membership matches the documented intervals
         ids = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+        lower, upper = edges[:-1], edges[1:]
+    elif strategy == "reference":
+        edges = np.linspace(0, 1, n_bins + 1)
+        ids = np.digitize(conf, edges) - 1
+        conf, y, ids = conf[ids < n_bins], y[ids < n_bins], ids[ids < n_bins]  # 1.0: the bin the reference skips
         lower, upper = edges[:-1], edges[1:]
     else:
         order = np.argsort(conf, kind="stable")
@@ -150,22 +161,27 @@ def reliability_bins(
 def ece(confidences: ArrayLike, correct: ArrayLike, n_bins: int = 10, strategy: str = "uniform") -> float:
     """Expected calibration error: `sum_b |b|/N * |mean(confidence in b) - accuracy(b)|` over non-empty bins.
 
-    The bins come from [`reliability_bins`] (see there for the exact bin boundaries).
+    The bins come from [`reliability_bins`] (see there for the exact bin boundaries); `N` is the number of rows.
+    `strategy="reference"` reproduces the ECE the paper reports, whose code leaves the rows at 1.0 out of every bin
+    while still counting them in `N` (10 rows, six at 1.0: 0.02 where the correct ECE is 0.32); use it only to compare
+    with the paper's numbers.
 
     Args:
         confidences (`ArrayLike`): Confidences in [0, 1].
         correct (`ArrayLike`): 0/1 correctness labels.
         n_bins (`int`, *optional*, defaults to `10`): Number of bins, >= 1.
-        strategy (`str`, *optional*, defaults to `"uniform"`): `"uniform"` (equal width) or `"quantile"` (equal mass).
+        strategy (`str`, *optional*, defaults to `"uniform"`): `"uniform"` (equal width), `"quantile"` (equal mass)
+            or `"reference"` (the paper's code).
 
     Returns:
         `float`: ECE in [0, 1].
     """
-    bins = reliability_bins(confidences, correct, n_bins=n_bins, strategy=strategy)
+    conf, y = _check_inputs(confidences, correct)
+    bins = reliability_bins(conf, y, n_bins=n_bins, strategy=strategy)
     count = bins["count"]
     full = count > 0
     gaps = np.abs(bins["mean_confidence"][full] - bins["accuracy"][full])
-    return float(np.sum(count[full] / count.sum() * gaps))
+    return float(np.sum(count[full] / conf.size * gaps))
 
 
 def brier(confidences: ArrayLike, correct: ArrayLike) -> float:

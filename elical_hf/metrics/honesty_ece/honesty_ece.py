@@ -20,7 +20,8 @@ confidence, and ECE is the average, weighted by bin size, of |mean confidence - 
 calibrated model that says 0.8 is right 80% of the time and scores 0. It is one of the metrics of "Annotation-Efficient
 Universal Honesty Alignment" (EliCal, arXiv 2510.17509), which uses 10 equal-width bins and reports ECE x 100.
 `predictions` are confidences in [0, 1] and `references` say whether the answer was correct (1) or wrong (0). A
-confidence of exactly 1.0 falls in the last bin (unlike `np.digitize`-based code, which silently drops it).
+confidence of exactly 1.0 falls in the last bin (unlike `np.digitize`-based code, which silently drops it; the
+paper's own code does, and `strategy="reference"` reproduces its numbers for comparison).
 
 The module also returns the Brier score, the mean squared difference between confidence and correctness, which needs
 no binning, plus an optional percentile bootstrap interval of the ECE.
@@ -32,7 +33,10 @@ Args:
     references (`list` of `int`): Correctness labels, 1 if the answer was correct and 0 if it was wrong.
     n_bins (`int`, *optional*, defaults to `10`): Number of confidence bins, >= 1.
     strategy (`str`, *optional*, defaults to `"uniform"`): `"uniform"` for equal-width bins `[i/n_bins, (i+1)/n_bins)`
-        (the last one also holds 1.0), or `"quantile"` for bins holding (nearly) equal numbers of predictions.
+        (the last one also holds 1.0), `"quantile"` for bins holding (nearly) equal numbers of predictions, or
+        `"reference"` to reproduce the numbers of the paper's code, which is not a correct ECE: its `np.digitize`
+        binning leaves predictions at exactly 1.0 out of every bin (still counting them in the total) and puts 0.3,
+        0.6 and 0.7 in the bin below. Use it only to compare with the paper.
     bootstrap (`int`, *optional*, defaults to `0`): Number of bootstrap resamples (rows drawn with replacement) for a
         percentile confidence interval of `ece`; 0 skips it.
     confidence_level (`float`, *optional*, defaults to `0.95`): Coverage of the bootstrap interval, in (0, 1).
@@ -59,6 +63,14 @@ Examples:
     ... )
     >>> round(results["ece"], 4), round(results["ece_ci_low"], 4), round(results["ece_ci_high"], 4)
     (0.0833, 0.0333, 0.4171)
+
+    The paper's binning drops the six predictions at 1.0 (half of them wrong) from the sum:
+
+    >>> predictions, references = [1.0] * 6 + [0.55] * 4, [1, 1, 1, 0, 0, 0, 1, 1, 0, 0]
+    >>> round(honesty_ece.compute(predictions=predictions, references=references)["ece"], 4)
+    0.32
+    >>> round(honesty_ece.compute(predictions=predictions, references=references, strategy="reference")["ece"], 4)
+    0.02
 """
 
 _CITATION = """\
