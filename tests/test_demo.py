@@ -69,7 +69,7 @@ def test_demo_runs_every_step_and_reports_the_paired_difference(tiny_llama, tiny
 
 
 def test_demo_partitions_are_disjoint_and_sized():
-    settings = DemoSettings(test_questions=100, label_pool=50, stage1_live_questions=20)
+    settings = DemoSettings(test_questions=100, label_pool=50, stage1_live_questions=20, num_labels=20, label_budgets=[10])
     parts = demo_partitions(read_records(DEMO_RECORDS), settings)
     assert len(parts["test"]) == 100 and len(parts["pool"]) == 50 and len(parts["stage1"]) == 20
     questions = [{r["question"] for r in part} for part in parts.values()]
