@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
     from elical_hf.bundled import load_bundled_questions
     from elical_hf.prompts import QA_PROMPT
-    from elical_hf.signals import EmbeddingJudge, SamplingSettings, complete_prompts, generate_answers
-    from elical_hf.signals import lexical_consistency
+    from elical_hf.signals import (
+        EmbeddingJudge, HFBackend, SamplingSettings, complete_prompts, generate_answers, lexical_consistency,
+    )
 
     print_machine()
     questions = [row["question"] for row in load_bundled_questions("nq", args.questions)]
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
           f"k={args.num_samples}, at most {args.max_new_tokens} new tokens.\n")
     head = median_seconds(lambda: model.confidence(questions, batch_size=len(questions)), args.repeats)
 
-    base, tokenizer = model.get_base_model(), model.tokenizer
+    backend = HFBackend(DEFAULT_MODEL)  # the causal LM itself samples the baselines' answers
+    base, tokenizer = backend.model, backend.tokenizer
     settings = SamplingSettings(num_samples=args.num_samples, max_new_tokens=args.max_new_tokens,
                                 batch_size=len(questions))
     prompts = [QA_PROMPT.format(question=q) for q in questions]

@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--epochs", type=float, default=1)
     parser.add_argument("--head_epochs", type=int, default=5)
+    parser.add_argument("--pairs", nargs="+", default=["lora", "head"], choices=["lora", "head"],
+                        help="which comparisons to run: LoRA + head (ours vs plain) and/or head only")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -113,22 +115,23 @@ def main(argv: list[str] | None = None) -> None:
     print_machine()
     print(f"SmolLM2-135M-Instruct (precision policy), {args.rows} NQ/HotpotQA questions, batch {args.batch_size}, "
           f"{args.epochs} epoch(s) for LoRA + head, {args.head_epochs} for head only; each run in its own process.\n")
-    results = {}
-    for kind in ("ours", "plain", "head_trainer", "head_cached"):
-        command = [sys.executable, os.path.abspath(__file__), "--worker", kind] + [
-            f"--{k}={v}" for k, v in vars(args).items() if k != "worker"]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        results[kind] = json.loads(done.stdout.strip().splitlines()[-1])
-    ours, plain, trainer, cached = (results[k] for k in ("ours", "plain", "head_trainer", "head_cached"))
-    print_table(
-        ["run", "samples/s", "peak RSS (MiB)", "ratio"],
-        [["ConfidenceTrainer, LoRA + head", round(ours["samples_per_s"], 2), round(ours["peak_rss_mib"]),
-          f"{ours['samples_per_s'] / plain['samples_per_s']:.2f}x plain"],
-         ["PEFT SeqCls + Trainer, LoRA + head", round(plain["samples_per_s"], 2), round(plain["peak_rss_mib"]), "1"],
-         ["ConfidenceTrainer, head only", round(trainer["samples_per_s"], 2), round(trainer["peak_rss_mib"]), "1"],
-         ["calibrate_head (cached features)", round(cached["samples_per_s"], 2), round(cached["peak_rss_mib"]),
-          f"{cached['samples_per_s'] / trainer['samples_per_s']:.1f}x Trainer head only"]],
-    )
+    kinds = {"lora": ("ours", "plain"), "head": ("head_cached", "head_trainer")}  # (ours, its baseline)
+    labels = {"ours": "ConfidenceTrainer, LoRA + head", "plain": "PEFT SeqCls + Trainer, LoRA + head",
+              "head_trainer": f"ConfidenceTrainer, head only ({args.head_epochs} epochs)",
+              "head_cached": f"calibrate_head, cached features ({args.head_epochs} epochs)"}
+    rows = []
+    for pair in args.pairs:
+        results = {}
+        for kind in kinds[pair]:
+            command = [sys.executable, os.path.abspath(__file__), "--worker", kind, f"--rows={args.rows}",
+                       f"--batch_size={args.batch_size}", f"--epochs={args.epochs}", f"--head_epochs={args.head_epochs}"]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            results[kind] = json.loads(done.stdout.strip().splitlines()[-1])
+        ours, baseline = (results[k] for k in kinds[pair])
+        rows.append([labels[kinds[pair][0]], round(ours["samples_per_s"], 2), round(ours["peak_rss_mib"]),
+                     f"{ours['samples_per_s'] / baseline['samples_per_s']:.2f}x the next row"])
+        rows.append([labels[kinds[pair][1]], round(baseline["samples_per_s"], 2), round(baseline["peak_rss_mib"]), "1"])
+    print_table(["run", "samples/s", "peak RSS (MiB)", "ratio"], rows)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration import ConfidenceConfig
+from .prompts import MIN_SHARED_PREFIX, common_prefix_length
 
 
 # model_type -> name of the architecture's `PreTrainedModel` in `transformers`.
@@ -130,6 +131,10 @@ class ForConfidenceMixin:
                 loss = squared_error.mean()
         return ConfidenceModelOutput(loss=loss, confidence=confidence, logits=logits)
 
+    share_prompt_prefix = True
+    """Run the token prefix that every row of a batch shares (the chat template and instruction of the question
+    prompt) once per batch and share its KV cache, in training as in scoring; see [`pooled_hidden_state`]."""
+
     def pooled_hidden_state(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -139,14 +144,27 @@ class ForConfidenceMixin:
         **kwargs: Any,
     ) -> torch.Tensor:
         """Final-layer hidden state of the last real prompt token of each row, shape `(batch_size, hidden_size)`:
-        what the confidence head reads. Arguments as in `forward`."""
+        what the confidence head reads. Arguments as in `forward`.
+
+        When the rows' real tokens start with the same `MIN_SHARED_PREFIX` or more tokens (every question prompt
+        starts with the chat template and the instruction), that prefix runs once for the batch and its KV cache is
+        shared by all rows (gradients flow through it): the same positions and attention as a full forward pass,
+        equal up to floating-point rounding, for about half the tokens of a typical question prompt. Not used with
+        `inputs_embeds`, explicit `position_ids`, extra backbone arguments or gradient checkpointing."""
         reference = input_ids if input_ids is not None else inputs_embeds
         if attention_mask is None:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
+        kwargs.pop("use_cache", None)
+        backbone = getattr(self, self.base_model_prefix)
+        plain = inputs_embeds is not None or position_ids is not None or kwargs or input_ids.shape[0] < 2
+        if self.share_prompt_prefix and not plain and not getattr(backbone, "gradient_checkpointing", False):
+            sequences = [row[mask].tolist() for row, mask in zip(input_ids, attention_mask.bool())]
+            shared = min(common_prefix_length(sequences), min(len(ids) for ids in sequences) - 1)
+            if shared >= MIN_SHARED_PREFIX:
+                return self._pooled_with_shared_prefix(backbone, sequences, shared)
         if position_ids is None:
             position_ids = position_ids_from_attention_mask(attention_mask)
-        kwargs.pop("use_cache", None)
-        backbone_output = getattr(self, self.base_model_prefix)(
+        backbone_output = backbone(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
@@ -157,6 +175,37 @@ class ForConfidenceMixin:
         hidden = backbone_output.last_hidden_state
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_indices(attention_mask).to(hidden.device)]
+
+    def _pooled_with_shared_prefix(self, backbone: Any, sequences: list[list[int]], shared: int) -> torch.Tensor:
+        """The prefix `sequences[0][:shared]` once, its cache repeated for every row, then each row's rest
+        (right-padded; pad slots are masked, so their id does not matter)."""
+        import inspect
+
+        from transformers import DynamicCache
+
+        device, batch = self.device, len(sequences)
+        cache = DynamicCache(config=self.config)
+        cache_kwarg = {"cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values": cache}
+        prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
+        backbone(input_ids=prefix, position_ids=torch.arange(shared, device=device)[None], use_cache=True, **cache_kwarg)
+        cache.batch_repeat_interleave(batch)
+        rest = [ids[shared:] for ids in sequences]
+        length = max(len(ids) for ids in rest)
+        input_ids = torch.zeros((batch, length), dtype=torch.long)
+        mask = torch.zeros((batch, length), dtype=torch.long)
+        for row, ids in enumerate(rest):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            mask[row, : len(ids)] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        hidden = backbone(
+            input_ids=input_ids,
+            attention_mask=torch.cat([mask.new_ones((batch, shared)), mask], dim=-1),
+            position_ids=shared + position_ids_from_attention_mask(mask),
+            use_cache=True,
+            **cache_kwarg,
+        ).last_hidden_state
+        rows = torch.arange(batch, device=hidden.device)
+        return hidden[rows, last_token_indices(mask).to(hidden.device)]
 
     @torch.inference_mode()
     def confidence(
@@ -215,7 +264,7 @@ class ForConfidenceMixin:
         """Render, tokenize and batch `questions`, and apply `fn` to each batch's pooled hidden states (eval mode)."""
         from tqdm.auto import tqdm
 
-        from .data import encode_prompts
+        from .data import encode_prompts, pad_batch
 
         if isinstance(questions, str):
             questions = [questions]
@@ -232,46 +281,11 @@ class ForConfidenceMixin:
         try:
             starts = range(0, len(encoded), batch_size)
             return [
-                fn(self.pooled_from_token_ids(encoded[start : start + batch_size], tokenizer))
+                fn(self.pooled_hidden_state(**pad_batch(encoded[start : start + batch_size], tokenizer, self.device)))
                 for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress)
             ]
         finally:
             self.train(was_training)
-
-    def pooled_from_token_ids(self, sequences: Sequence[Sequence[int]], tokenizer: Any) -> torch.Tensor:
-        """[`pooled_hidden_state`] of a batch of token id lists. The prefix that all of them share (the chat template
-        and instruction of the question prompt, when at least `MIN_SHARED_PREFIX` tokens) runs once for the batch and
-        its KV cache is shared: the same positions and attention as a full forward pass (equal up to floating-point
-        rounding), for about half the tokens of a typical question prompt."""
-        from transformers import DynamicCache
-
-        from .data import pad_batch
-        from .prompts import MIN_SHARED_PREFIX, common_prefix_length
-
-        sequences = [list(ids) for ids in sequences]
-        shared = min(common_prefix_length(sequences), min(len(ids) for ids in sequences) - 1)
-        if len(sequences) < 2 or shared < MIN_SHARED_PREFIX:
-            return self.pooled_hidden_state(**pad_batch(sequences, tokenizer, device=self.device))
-        import inspect
-
-        backbone, device = getattr(self, self.base_model_prefix), self.device
-        cache = DynamicCache(config=self.config)
-        cache_kwarg = {"cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values": cache}
-        prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
-        backbone(input_ids=prefix, position_ids=torch.arange(shared, device=device)[None], use_cache=True, **cache_kwarg)
-        cache.batch_repeat_interleave(len(sequences))
-        rest = pad_batch([ids[shared:] for ids in sequences], tokenizer, device=device)
-        mask = rest["attention_mask"]
-        hidden = backbone(
-            input_ids=rest["input_ids"],
-            attention_mask=torch.cat([mask.new_ones((len(sequences), shared)), mask], dim=-1),
-            position_ids=shared + position_ids_from_attention_mask(mask),
-            use_cache=True,
-            **cache_kwarg,
-        ).last_hidden_state
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        return hidden[rows, last_token_indices(mask).to(hidden.device)]
-
 
 _CLASSES: dict[str, type] = {}
 

@@ -49,29 +49,54 @@ def test_padding_side_does_not_change_confidence(tiny_base):
     torch.testing.assert_close(torch.tensor(left), torch.tensor(alone), atol=1e-5, rtol=0)
 
 
+def long_prefix_model(base: str):
+    system = " ".join(["you are a helpful assistant who answers the question of the user"] * 4)
+    return trained_like(AutoModelForConfidence.from_pretrained(base, confidence_config=ConfidenceConfig(
+        system_prompt=system)))
+
+
 def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypatch):
     from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
 
-    system = " ".join(["you are a helpful assistant who answers the question of the user"] * 4)
-    model = trained_like(AutoModelForConfidence.from_pretrained(tiny_base, confidence_config=ConfidenceConfig(
-        system_prompt=system)))
-    tokenizer = model.tokenizer
+    model = long_prefix_model(tiny_base)
+    inner, tokenizer = model.get_base_model(), model.tokenizer
     encoded = encode_prompts(QUESTIONS, tokenizer, model.confidence_config)
     assert common_prefix_length(encoded) >= MIN_SHARED_PREFIX  # the shared-prefix path is really taken
-    backbone = model.get_base_model().model
-    lengths = []
-    monkeypatch.setattr(backbone, "forward", lambda *a, _f=backbone.forward, **k: lengths.append(
+    backbone = inner.model
+    shapes = []
+    monkeypatch.setattr(backbone, "forward", lambda *a, _f=backbone.forward, **k: shapes.append(
         k["input_ids"].shape) or _f(*a, **k))
     for side in ("left", "right"):
         tokenizer.padding_side = side
-        lengths.clear()
+        shapes.clear()
         shared = model.confidence(QUESTIONS, batch_size=len(QUESTIONS))
-        assert lengths[0] == (1, common_prefix_length(encoded)) and lengths[1][0] == len(QUESTIONS)
-        full = model(**pad_batch(encoded, tokenizer)).confidence  # one plain forward pass over whole prompts
-        torch.testing.assert_close(torch.tensor(shared), full, atol=1e-5, rtol=0)
+        assert shapes[0] == (1, common_prefix_length(encoded)) and shapes[1][0] == len(QUESTIONS)
         features = model.prompt_features(QUESTIONS, batch_size=len(QUESTIONS))
-        torch.testing.assert_close(features, model.get_base_model().pooled_hidden_state(
-            **pad_batch(encoded, tokenizer)), atol=1e-5, rtol=0)
+        inner.share_prompt_prefix = False  # one plain forward pass over whole prompts
+        shapes.clear()
+        full = model(**pad_batch(encoded, tokenizer)).confidence
+        plain_features = inner.pooled_hidden_state(**pad_batch(encoded, tokenizer))
+        assert shapes[0][1] == max(len(ids) for ids in encoded)
+        inner.share_prompt_prefix = True
+        torch.testing.assert_close(torch.tensor(shared), full, atol=1e-5, rtol=0)
+        torch.testing.assert_close(features, plain_features, atol=1e-5, rtol=0)
+
+
+def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
+    model = long_prefix_model(tiny_llama)
+    inner, tokenizer = model.get_base_model(), model.tokenizer
+    model.train()
+    batch = pad_batch(encode_prompts(QUESTIONS, tokenizer, model.confidence_config), tokenizer)
+    labels = torch.linspace(0.1, 0.9, len(QUESTIONS))
+    grads = []
+    for share in (True, False):
+        inner.share_prompt_prefix = share
+        model.zero_grad()
+        model(**batch, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and any("lora_A" in n for n in grads[0])
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_pools_last_real_token_when_pad_equals_eos(tiny_llama):
