@@ -218,6 +218,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         confidence_config.base_model_name_or_path = recorded
         confidence_config.base_model_signature = backbone_signature(model.config)
         confidence_config.base_weights_source = source
+        if confidence_config.max_length is None:  # a new model: its backbone's own context length
+            confidence_config.max_length = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         model.confidence_config = confidence_config
         return model
 

@@ -69,8 +69,10 @@ class ConfidenceConfig:
             attention mask (correct under left or right padding, and when the pad token equals EOS).
         head_activation (`str`, *optional*, defaults to `"sigmoid"`):
             Maps the head's logit to a confidence in [0, 1].
-        max_length (`int`, *optional*, defaults to `512`):
-            Longest prompt in tokens; longer prompts are truncated from the left so the end of the prompt is kept.
+        max_length (`int`, *optional*):
+            Longest prompt in tokens; longer prompts are truncated from the left so the end of the prompt is kept,
+            with a warning that counts them. `None` (the default) means no limit here; a new model built by
+            [`AutoModelForConfidence`] records its backbone's context length (`max_position_embeddings`).
         base_model_name_or_path (`str`, *optional*):
             Hub id of the frozen backbone (never a local cache path when a Hub id is known).
         base_model_signature (`dict`, *optional*):
@@ -89,7 +91,7 @@ class ConfidenceConfig:
     add_generation_prompt: bool = True
     pooling: str = "last_token"
     head_activation: str = "sigmoid"
-    max_length: int = 512
+    max_length: int | None = None
     base_model_name_or_path: str | None = None
     base_model_signature: dict[str, Any] | None = None
     base_weights_source: str | None = None
@@ -103,7 +105,7 @@ class ConfidenceConfig:
             raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
         if self.head_activation not in HEAD_ACTIVATIONS:
             raise ValueError(f"`head_activation` must be one of {HEAD_ACTIVATIONS}, got {self.head_activation!r}.")
-        if self.max_length < 8:
+        if self.max_length is not None and self.max_length < 8:
             raise ValueError(f"`max_length` must be at least 8 tokens, got {self.max_length}.")
         if self.decision_threshold is not None and not 0.0 <= self.decision_threshold <= 1.0:
             raise ValueError(f"`decision_threshold` must lie in [0, 1], got {self.decision_threshold}.")

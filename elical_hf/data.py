@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from .configuration import ConfidenceConfig
 
 QUESTION_COLUMN = "question"
 EVAL_LABEL_COLUMN = "greedy_correct"
+
+logger = logging.getLogger(__name__)
 
 
 def ensure_pad_token(tokenizer: Any) -> Any:
@@ -33,10 +36,21 @@ def ensure_pad_token(tokenizer: Any) -> Any:
 
 
 def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:
-    """Render each question with `config` and tokenize it, keeping the last `config.max_length` tokens."""
+    """Render each question with `config` and tokenize it, keeping the last `config.max_length` tokens (all of them
+    when it is `None`); one warning counts the prompts that were cut."""
     texts = [config.format_prompt(question, tokenizer) for question in questions]
     input_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [ids[-config.max_length :] for ids in input_ids]
+    limit = config.max_length
+    if limit is None:
+        return [list(ids) for ids in input_ids]
+    cut = sum(len(ids) > limit for ids in input_ids)
+    if cut:
+        logger.warning(
+            "%d of %d prompts are longer than max_length=%d tokens and were cut from the left (their start, with the "
+            "instruction, is lost): raise `confidence_config.max_length` or shorten the questions.",
+            cut, len(input_ids), limit,
+        )
+    return [list(ids[-limit:]) for ids in input_ids]
 
 
 def pad_batch(

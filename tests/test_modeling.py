@@ -272,3 +272,21 @@ def test_config_validation():
         ConfidenceConfig(prompt_template="no field here")
     with pytest.raises(ValueError, match="pooling"):
         ConfidenceConfig(pooling="mean")
+
+
+def test_long_prompts_are_cut_with_a_counted_warning_and_new_models_use_the_context_length(tiny_llama, caplog):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    context = model.get_base_model().config.max_position_embeddings
+    assert model.confidence_config.max_length == context  # a new model records its backbone's context length
+    assert ConfidenceConfig().max_length is None  # no limit unless a model sets one
+    config = ConfidenceConfig(max_length=24)
+    long_question = " ".join(["who wrote hamlet"] * 10)
+    with caplog.at_level("WARNING", logger="elical_hf.data"):
+        ids = encode_prompts([long_question, "who"], model.tokenizer, config)
+    assert len(ids[0]) == 24 and len(ids[1]) < 24 and "1 of 2 prompts are longer than max_length=24" in caplog.text
+    full = encode_prompts([long_question], model.tokenizer, ConfidenceConfig())[0]
+    assert ids[0] == full[-24:]  # the end of the prompt (the question's end and the answer header) is kept
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="elical_hf.data"):
+        encode_prompts([long_question], model.tokenizer, ConfidenceConfig())
+    assert not caplog.text
