@@ -13,6 +13,46 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .cards import METRIC_NAMES, get_card_data
+from .training_args import ConfidenceTrainingArguments, Stage
+
+
+def history_entry(args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any]) -> dict[str, Any]:
+    """
+    The `training_history` entry a run records before it trains (so that its checkpoints carry it): stage, target
+    column, number of training rows, what trains and the precision. [`ConfidenceTrainer`] and
+    [`~elical_hf.head_calibration.calibrate_head`] both write it; [`complete_history_entry`] adds the results.
+    """
+    entry: dict[str, Any] = {
+        "stage": args.stage.value,
+        "label_column": args.label_column,
+        "num_examples": num_examples,
+        "lora_trainable": args.trains_lora,
+    }
+    if args.stage == Stage.CALIBRATION:
+        entry["calibration_trainable"] = args.calibration_trainable.value
+    entry["precision"] = precision
+    return entry
+
+
+def complete_history_entry(
+    entry: dict[str, Any],
+    args: TrainingArguments,
+    *,
+    epochs: float,
+    global_steps: int,
+    dev_metrics: dict[str, float] | None = None,
+) -> None:
+    """Add a finished run's results to its `training_history` entry: epochs, optimizer steps, learning rate, effective
+    batch size and the dev metrics of the final model, named as the card reads them (`loss`, `auroc`, ...; see
+    `cards.METRIC_NAMES`)."""
+    entry.update(
+        epochs=round(float(epochs), 4),
+        global_steps=global_steps,
+        learning_rate=args.learning_rate,
+        effective_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+    )
+    if dev_metrics:
+        entry["dev_metrics"] = dict(dev_metrics)
 
 
 def _split_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]]:
@@ -99,16 +139,10 @@ class ConfidenceCardCallback(TrainerCallback):
         history = _inner(model).confidence_config.training_history
         if not history:
             return
-        entry = history[-1]
-        entry.update(
-            epochs=round(float(state.epoch or 0.0), 4),
-            global_steps=state.global_step,
-            learning_rate=args.learning_rate,
-            effective_batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
-        )
         dev = _final_dev_metrics(args, state)
+        complete_history_entry(history[-1], args, epochs=state.epoch or 0.0, global_steps=state.global_step,
+                               dev_metrics=dev)
         if dev:
-            entry["dev_metrics"] = dev
             get_card_data(model).dev_metrics = dev
 
 

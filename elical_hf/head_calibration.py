@@ -2,11 +2,15 @@
 
 When only the confidence head trains (the reference code's stage 2, `calibration_trainable="head"`), the backbone and
 its LoRA weights are frozen, so the head always reads the same feature for a question: the final hidden state of the
-last prompt token. [`calibrate_head`] computes those features once and fits the `Linear` head on them with the same
-objective and optimizer recipe as [`ConfidenceTrainer`] (sigmoid + MSE, AdamW with weight decay on the weight only,
-linear schedule with warm-up, early stopping on a dev split with the best epoch restored). The result is an ordinary
-saved confidence model. Training through the Trainer instead runs the whole backbone forward at every step of every
-epoch; both optimise the same function, though mini-batch order and floating-point details differ.
+last prompt token. [`calibrate_head`] computes those features once and fits the `Linear` head on them. It reads the
+same [`ConfidenceTrainingArguments`] as [`ConfidenceTrainer`] and builds the same recipe from them the way the Trainer
+does: the optimizer of `args.optim` (AdamW, weight decay on the weight only), the scheduler of `args.lr_scheduler_type`
+(linear, `get_linear_schedule_with_warmup`) with `args.get_warmup_steps`, clipping to `max_grad_norm`, one step per
+effective batch, early stopping on dev MSE with the best epoch restored, and the same `training_history` entry. Only
+the defaults of the learning rate, epochs and patience differ ([`HEAD_TRAINING_DEFAULTS`]). Training through the
+Trainer instead runs the whole backbone forward at every step of every epoch; with the same rows in the same order
+(`train_sampling_strategy="sequential"`, or one batch of all rows) both give the same head
+(`tests/test_head_calibration.py` checks it).
 """
 
 from __future__ import annotations
@@ -17,15 +21,55 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+from transformers import EvalPrediction, Trainer, get_scheduler
 
-from .data import as_dataset
+from .callbacks import complete_history_entry, history_entry
+from .cards import get_card_data
+from .data import EVAL_LABEL_COLUMN, as_dataset
+from .precision import precision_report
+from .trainer import confidence_metrics
+from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
 
-__all__ = ["calibrate_head", "confidence_head_module", "fit_head"]
+__all__ = ["HEAD_TRAINING_DEFAULTS", "calibrate_head", "confidence_head_module", "fit_head", "head_training_args"]
 
 logger = logging.getLogger(__name__)
+
+HEAD_TRAINING_DEFAULTS: dict[str, Any] = {
+    "stage": "calibration",
+    "calibration_trainable": "head",
+    "learning_rate": 1e-3,
+    "num_train_epochs": 50,
+    "early_stopping_patience": 4,
+}
+"""Where head-only training on cached features departs from [`ConfidenceTrainingArguments`]' defaults: a learning
+rate that suits a lone linear head (1e-3 rather than 5e-5), 50 epochs whatever the data size, and early stopping
+(patience 4) when a dev split is given. Every other setting is the Trainer's default."""
+
+_ALIASES = {"batch_size": "per_device_train_batch_size", "warmup_ratio": "warmup_steps"}
+
+
+def head_training_args(args: ConfidenceTrainingArguments | None = None, **overrides: Any) -> ConfidenceTrainingArguments:
+    """
+    The training arguments a head-only fit reads: `args` as given, or `ConfidenceTrainingArguments` built from
+    [`HEAD_TRAINING_DEFAULTS`] and `overrides` (any of its fields; `batch_size` and `warmup_ratio` are accepted for
+    `per_device_train_batch_size` and `warmup_steps`).
+    """
+    if args is not None:
+        if overrides:
+            raise ValueError(f"Pass the training settings in `args` or as keywords, not both (got {sorted(overrides)}).")
+        if not isinstance(args, ConfidenceTrainingArguments):
+            raise TypeError(f"`args` must be ConfidenceTrainingArguments, got {type(args).__name__}.")
+        return args
+    for alias, name in _ALIASES.items():
+        if alias in overrides:
+            if name in overrides:
+                raise ValueError(f"Pass `{name}` or its alias `{alias}`, not both.")
+            overrides[name] = overrides.pop(alias)
+    return ConfidenceTrainingArguments(**{**HEAD_TRAINING_DEFAULTS, **overrides})
 
 
 def _inner(model: Any) -> Any:
@@ -54,35 +98,34 @@ def fit_head(
     targets: Sequence[float] | torch.Tensor,
     dev_features: torch.Tensor | None = None,
     dev_targets: Sequence[float] | torch.Tensor | None = None,
-    *,
-    num_train_epochs: int = 50,
-    learning_rate: float = 1e-3,
-    weight_decay: float = 0.1,
-    warmup_ratio: float = 0.1,
-    batch_size: int = 8,
-    early_stopping_patience: int | None = 4,
-    max_grad_norm: float | None = 1.0,
-    seed: int = 42,
+    args: ConfidenceTrainingArguments | None = None,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """
-    Fit `head` (in place) so that `sigmoid(head(features))` approaches `targets` in mean squared error.
+    Fit `head` (in place) so that `sigmoid(head(features))` approaches `targets` in mean squared error, with the
+    recipe [`ConfidenceTrainer`] builds from the same arguments.
 
     Args:
         head (`nn.Linear`): A `Linear(hidden_size, 1)`; its float32 weights are updated in place.
         features (`torch.Tensor` of shape `(n, hidden_size)`): Training features.
         targets (`list[float]` or `torch.Tensor` of shape `(n,)`): Targets in [0, 1].
-        dev_features, dev_targets (*optional*): A dev split; with it the head is evaluated after every epoch, training
-            stops after `early_stopping_patience` epochs without a lower dev MSE, and the best epoch is restored.
-        num_train_epochs, learning_rate, weight_decay, warmup_ratio, batch_size, max_grad_norm, seed:
-            As in [`ConfidenceTrainingArguments`] (the warm-up is a ratio of all steps; decay excludes the bias;
-            gradients are clipped to `max_grad_norm` like the Trainer does, `None` disables). Defaults differ from the
-            Trainer's in two places: `learning_rate` (1e-3 rather than 5e-5, a fitting value for a lone linear head)
-            and `num_train_epochs` (50 whatever the data size, with early stopping when a dev split is given).
+        dev_features, dev_targets (*optional*): A dev split, evaluated after every epoch. With `early_stopping_patience`
+            training stops after that many epochs without a lower dev MSE, and the best epoch is restored.
+        args ([`ConfidenceTrainingArguments`], *optional*): The settings, read as the Trainer reads them: `optim` and
+            its `adam_*` (AdamW; the bias gets no weight decay), `lr_scheduler_type` with `args.get_warmup_steps`
+            (`warmup_steps` below 1 is a ratio of all steps), `max_grad_norm` (0 or `None` disables),
+            `per_device_train_batch_size` × `gradient_accumulation_steps` rows per step, `num_train_epochs` or
+            `max_steps`, `early_stopping_patience`, `train_sampling_strategy` (`"random"`, seeded by `data_seed` or
+            `seed`, or `"sequential"`). Defaults to [`head_training_args`]`(**overrides)`.
+        overrides: Fields of [`ConfidenceTrainingArguments`] (`learning_rate`, `num_train_epochs`, `batch_size`, ...)
+            when `args` is not given.
 
     Returns:
-        `dict`: `epochs` (run), `global_steps`, `best_epoch`, `train_loss` (last epoch's mean) and `eval_loss` (best
-        dev MSE, when a dev split is given).
+        `dict`: `epochs` (run, fractional like the Trainer's `state.epoch`), `global_steps`, `best_epoch`, `train_loss`
+        (last epoch's mean) and, with a dev split, `eval_loss` (the dev MSE of the head that is left).
     """
+    args = head_training_args(args, **overrides)
+    _check_supported(args)
     targets = torch.as_tensor(targets, dtype=torch.float32)
     if features.ndim != 2 or len(features) != len(targets) or len(targets) == 0:
         raise ValueError(f"features {tuple(features.shape)} and targets {tuple(targets.shape)} do not match.")
@@ -96,56 +139,93 @@ def fit_head(
     if has_dev:
         dev_features = dev_features.to(**place)
         dev_y = torch.as_tensor(dev_targets, dtype=torch.float32).to(**place)
-    generator = torch.Generator().manual_seed(seed)  # CPU generator: the row order does not depend on the device
+
+    batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps  # the exact accumulated loss
     steps_per_epoch = math.ceil(len(features) / batch_size)
-    total_steps = steps_per_epoch * num_train_epochs
-    warmup = int(math.ceil(warmup_ratio * total_steps)) if warmup_ratio < 1 else int(warmup_ratio)
-    optimizer = torch.optim.AdamW(
-        [{"params": [head.weight], "weight_decay": weight_decay}, {"params": [head.bias], "weight_decay": 0.0}],
-        lr=learning_rate,
+    total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, head)
+    parameters = dict(head.named_parameters())  # the Trainer's decay rule, for a Linear: the weight, not the bias
+    groups = [
+        {"params": [p for name, p in parameters.items() if name != "bias"], "weight_decay": args.weight_decay},
+        {"params": [p for name, p in parameters.items() if name == "bias"], "weight_decay": 0.0},
+    ]
+    optimizer = optimizer_cls(groups, **optimizer_kwargs)
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer=optimizer,
+        num_warmup_steps=args.get_warmup_steps(total_steps),
+        num_training_steps=total_steps,
+        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: step / max(1, warmup) if step < warmup else max(0.0, (total_steps - step) / max(1, total_steps - warmup)),
-    )
+    sequential = getattr(args, "train_sampling_strategy", "random") == "sequential"
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    generator = torch.Generator().manual_seed(seed)  # CPU generator: the row order does not depend on the device
+    clip = args.max_grad_norm is not None and args.max_grad_norm > 0
+    patience = args.early_stopping_patience if has_dev else None
+    restore_best = has_dev and args.load_best_model_at_end
+
     best: dict[str, Any] = {"loss": math.inf, "epoch": 0, "state": None}
-    history = {"epochs": 0, "global_steps": 0, "train_loss": math.nan}
+    epoch, step, train_loss, dev_loss = 0, 0, math.nan, math.nan
     flags = [p.requires_grad for p in head.parameters()]  # a model loaded for inference has a frozen head
     head.requires_grad_(True)
+    head.zero_grad(set_to_none=True)
     try:
         with torch.enable_grad():
-            for epoch in range(1, num_train_epochs + 1):
-                order = torch.randperm(len(features), generator=generator).to(features.device)
+            while step < total_steps:
+                epoch += 1
+                order = torch.arange(len(features)) if sequential else torch.randperm(len(features), generator=generator)
+                order = order.to(features.device)
                 losses = []
                 for start in range(0, len(order), batch_size):
+                    if step == total_steps:
+                        break
                     rows = order[start : start + batch_size]
                     loss = _mse(head, features[rows], targets[rows])
-                    optimizer.zero_grad()
                     loss.backward()
-                    if max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(head.parameters(), max_grad_norm)
+                    if clip:
+                        torch.nn.utils.clip_grad_norm_(head.parameters(), args.max_grad_norm)
                     optimizer.step()
                     scheduler.step()
+                    optimizer.zero_grad()
                     losses.append(loss.item())
-                history.update(epochs=epoch, global_steps=history["global_steps"] + len(losses))
-                history["train_loss"] = sum(losses) / len(losses)
+                    step += 1
+                train_loss = sum(losses) / len(losses)
                 if not has_dev:
                     continue
                 with torch.no_grad():
                     dev_loss = _mse(head, dev_features, dev_y).item()
                 if dev_loss < best["loss"]:
                     best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
-                elif early_stopping_patience is not None and epoch - best["epoch"] >= early_stopping_patience:
+                elif patience is not None and epoch - best["epoch"] >= patience:  # EarlyStoppingCallback's rule
                     break
     finally:
         for parameter, flag in zip(head.parameters(), flags):
             parameter.requires_grad_(flag)
-    if has_dev and best["state"] is not None:
+    summary: dict[str, Any] = {
+        "epochs": step / steps_per_epoch,
+        "global_steps": step,
+        "best_epoch": epoch,
+        "train_loss": train_loss,
+    }
+    if restore_best and best["state"] is not None:
         head.load_state_dict(best["state"])
-        history.update(best_epoch=best["epoch"], eval_loss=best["loss"])
-    else:
-        history["best_epoch"] = history["epochs"]
-    return history
+        summary.update(best_epoch=best["epoch"], eval_loss=best["loss"])
+    elif has_dev:
+        summary["eval_loss"] = dev_loss
+    return summary
+
+
+def _check_supported(args: ConfidenceTrainingArguments) -> None:
+    """Refuse the settings whose Trainer behaviour a fit on cached features does not reproduce."""
+    if args.lr_scheduler_type == "reduce_lr_on_plateau":
+        raise ValueError("fit_head steps the scheduler every step; `reduce_lr_on_plateau` is not supported.")
+    strategy = getattr(args, "train_sampling_strategy", "random")
+    if strategy not in ("random", "sequential"):
+        raise ValueError(f"fit_head samples rows at random or in order; `train_sampling_strategy={strategy!r}` "
+                         "is not supported.")
+    if args.load_best_model_at_end and args.metric_for_best_model not in (None, "loss", "eval_loss"):
+        raise ValueError(f"fit_head keeps the epoch of lowest dev MSE; `metric_for_best_model="
+                         f"{args.metric_for_best_model!r}` is not supported.")
 
 
 def calibrate_head(
@@ -153,42 +233,58 @@ def calibrate_head(
     train_data: Any,
     output_dir: str | os.PathLike | None = None,
     *,
-    label_column: str = "correctness",
-    question_column: str = "question",
+    args: ConfidenceTrainingArguments | None = None,
+    label_column: str | None = None,
+    question_column: str | None = None,
     dev_fraction: float = 0.1,
-    seed: int = 42,
+    seed: int | None = None,
     features: Mapping[str, torch.Tensor] | None = None,
     feature_batch_size: int = 32,
     **fit_kwargs: Any,
 ) -> dict[str, Any]:
     """
-    Calibrate only the head of a confidence model on labelled questions, from cached prompt features.
+    Calibrate only the head of a confidence model on labelled questions, from cached prompt features: what
+    [`ConfidenceTrainer`] does with `stage="calibration", calibration_trainable="head"`, without a backbone forward
+    per step.
 
     Args:
         model ([`PeftModelForConfidence`]): E.g. a stage-1 model (`AutoModelForConfidence.from_pretrained(path)`) for
             EliCal, or a fresh one for a head-only Cal-Only. Only its head changes.
         train_data: Rows (list of dicts, dict of columns or `datasets.Dataset`) with `question_column` and
-            `label_column` (a target in [0, 1]).
+            `label_column` (a target in [0, 1]); a binary `greedy_correct` column adds AUROC / ECE / Brier /
+            alignment to the dev metrics, as in the Trainer.
         output_dir (`str`, *optional*): Where to save the calibrated model; `None` only updates `model`.
+        args ([`ConfidenceTrainingArguments`], *optional*): The training settings (see [`fit_head`]); they must say
+            `stage="calibration"` and `calibration_trainable="head"`. Defaults to [`head_training_args`] of
+            `label_column`, `question_column`, `seed` and `fit_kwargs`, which cannot be combined with `args`.
         label_column (`str`, *optional*, defaults to `"correctness"`): The target column.
+        question_column (`str`, *optional*, defaults to `"question"`): The question column.
         dev_fraction (`float`, *optional*, defaults to 0.1): Share of questions held out (by question, seeded, as in
             [`~elical_hf.recipe.train_stage`]) for early stopping.
+        seed (`int`, *optional*, defaults to 42): Seeds the dev split and the row order.
         features (`dict[str, torch.Tensor]`, *optional*): Precomputed [`prompt_features`] of this model keyed by
             question text (e.g. to share them between label budgets); missing questions are computed.
         feature_batch_size (`int`, *optional*, defaults to 32): Questions per forward pass when computing features.
-        fit_kwargs: Passed to [`fit_head`] (`num_train_epochs`, `learning_rate`, `batch_size` (the training batch),
-            `max_grad_norm`, ...).
+        fit_kwargs: Fields of [`ConfidenceTrainingArguments`] (`num_train_epochs`, `learning_rate`, `batch_size` (the
+            training batch), `max_grad_norm`, ...).
 
     Returns:
-        `dict`: the training summary of [`fit_head`], also appended to the model's `training_history`.
+        `dict`: the training summary of [`fit_head`]. The model's `training_history` gets the entry the Trainer
+        would record (plus `"method": "cached-features"`), with the dev metrics named as the card reads them.
     """
     from .recipe import split_dev
 
+    named = {"label_column": label_column, "question_column": question_column, "seed": seed}
+    args = head_training_args(args, **{k: v for k, v in named.items() if v is not None}, **fit_kwargs)
+    if args.stage != Stage.CALIBRATION or args.calibration_trainable != CalibrationTrainable.HEAD:
+        raise ValueError("calibrate_head trains the head alone: `args` must have stage='calibration' and "
+                         f"calibration_trainable='head', got {args.stage.value!r} and {args.calibration_trainable.value!r}.")
+    label_column, question_column = args.label_column, args.question_column
     dataset = as_dataset(train_data, "calibration")
     for column in (question_column, label_column):
         if column not in dataset.column_names:
             raise ValueError(f"Calibration data needs a {column!r} column; found {dataset.column_names}.")
-    train, dev = split_dev(dataset, dev_fraction, seed, "calibration")
+    train, dev = split_dev(dataset, dev_fraction, args.seed, "calibration")
     cache = dict(features or {})
     questions = list(train[question_column]) + (list(dev[question_column]) if dev is not None else [])
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
@@ -199,31 +295,32 @@ def calibrate_head(
         return torch.stack([cache[q] for q in rows[question_column]])
 
     head = confidence_head_module(model)
-    summary = fit_head(
-        head,
-        stack(train),
-        train[label_column],
-        stack(dev) if dev is not None else None,
-        dev[label_column] if dev is not None else None,
-        seed=seed,
-        **fit_kwargs,
-    )
-    entry = {
-        "stage": "calibration",
-        "label_column": label_column,
-        "num_examples": len(train),
-        "lora_trainable": False,
-        "calibration_trainable": "head",
-        "method": "cached-features",
-        "epochs": summary["epochs"],
-        "global_steps": summary["global_steps"],
-        "learning_rate": fit_kwargs.get("learning_rate", 1e-3),
-        "effective_batch_size": fit_kwargs.get("batch_size", 8),
-    }
-    if "eval_loss" in summary:
-        entry["dev_metrics"] = {"eval_loss": summary["eval_loss"]}
-    _inner(model).confidence_config.training_history.append(entry)
+    inner = _inner(model)
+    precision = precision_report(inner.get_input_embeddings().weight.dtype, head.weight.device)
+    entry = {**history_entry(args, len(train), precision), "method": "cached-features"}
+    dev_features = stack(dev) if dev is not None else None
+    summary = fit_head(head, stack(train), train[label_column], dev_features,
+                       dev[label_column] if dev is not None else None, args=args)
+    dev_metrics = _dev_metrics(head, dev_features, dev, label_column, summary) if dev is not None else {}
+    complete_history_entry(entry, args, epochs=summary["epochs"], global_steps=summary["global_steps"],
+                           dev_metrics=dev_metrics)
+    inner.confidence_config.training_history.append(entry)
+    get_card_data(model).dev_metrics = dev_metrics
     if output_dir is not None:
         model.save_pretrained(os.fspath(output_dir))
     logger.info("Head calibrated on %d labels: %s", len(train), summary)
     return summary
+
+
+def _dev_metrics(
+    head: nn.Linear, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
+) -> dict[str, float]:
+    """The Trainer's dev metrics of the final head (`loss`, and with `greedy_correct` labels the quality metrics)."""
+    metrics = {"loss": float(summary["eval_loss"])}
+    if EVAL_LABEL_COLUMN in dev.column_names:
+        with torch.no_grad():
+            confidences = torch.sigmoid(head(dev_features.to(head.weight)).squeeze(-1)).cpu().numpy()
+        correct = np.array([np.nan if v is None else v for v in dev[EVAL_LABEL_COLUMN]], dtype=np.float64)
+        labels = np.asarray(dev[label_column], dtype=np.float64)
+        metrics.update(confidence_metrics(EvalPrediction(predictions=confidences, label_ids=(labels, correct))))
+    return metrics

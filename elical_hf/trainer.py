@@ -15,7 +15,7 @@ from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import HubStrategy
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
-from .callbacks import ConfidenceCardCallback
+from .callbacks import ConfidenceCardCallback, history_entry
 from .configuration import atomic_write_text
 from .data import (
     EVAL_LABEL_COLUMN,
@@ -156,8 +156,7 @@ class ConfidenceTrainer(Trainer):
 
     def _apply_stage(self) -> None:
         """Make exactly the stage's parts trainable (the backbone always stays frozen)."""
-        train_lora = self.args.stage == Stage.ELICITATION or self.args.calibration_trainable == CalibrationTrainable.ALL
-        self.accelerator.unwrap_model(self.model).set_trainable(lora=train_lora, head=True)
+        self.accelerator.unwrap_model(self.model).set_trainable(lora=self.args.trains_lora, head=True)
 
     def _prepare_dataset(
         self, data: Any, name: str, model: Any, tokenizer: Any, args: ConfidenceTrainingArguments
@@ -257,19 +256,12 @@ class ConfidenceTrainer(Trainer):
                     commit_message=f"Training in progress, {unit}")
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        entry: dict[str, Any] = {
-            "stage": self.args.stage.value,
-            "label_column": self.args.label_column,
-            "num_examples": len(self.train_dataset) if self.train_dataset is not None else 0,
-            "lora_trainable": self.args.stage == Stage.ELICITATION
-            or self.args.calibration_trainable == CalibrationTrainable.ALL,
-        }
-        if self.args.stage == Stage.CALIBRATION:
-            entry["calibration_trainable"] = self.args.calibration_trainable.value
         backbone_dtype = self.accelerator.unwrap_model(self.model).get_input_embeddings().weight.dtype
         mixed = "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else None
-        entry["precision"] = precision_report(backbone_dtype, self.args.device, mixed_precision=mixed)
-        # Recorded before training so that checkpoints carry it too.
+        precision = precision_report(backbone_dtype, self.args.device, mixed_precision=mixed)
+        num_examples = len(self.train_dataset) if self.train_dataset is not None else 0
+        entry = history_entry(self.args, num_examples, precision)
+        # Recorded before training so that checkpoints carry it too; `ConfidenceCardCallback` adds the results.
         self.accelerator.unwrap_model(self.model).confidence_config.training_history.append(entry)
         return super().train(*args, **kwargs)
 

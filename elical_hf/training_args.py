@@ -58,6 +58,10 @@ class ConfidenceTrainingArguments(TrainingArguments):
 
     `weight_decay=0.1`, `warmup_steps=0.1` (a ratio), `remove_unused_columns=False`, `logging_steps=10` — the
     paper's recipe where it is known (its learning rate is the default 5e-5 with a linear schedule).
+
+    Head-only calibration on cached features ([`~elical_hf.head_calibration.fit_head`]) reads these same arguments
+    (optimizer, schedule, warm-up, clipping, batch, epochs, early stopping, seed) with its own defaults for the
+    learning rate, epochs and patience (`head_calibration.HEAD_TRAINING_DEFAULTS`).
     """
 
     stage: Stage | str = field(
@@ -83,6 +87,12 @@ class ConfidenceTrainingArguments(TrainingArguments):
         default=False, metadata={"help": "Kept False: the trainer prepares its own columns."}
     )
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps (a value below 1 is a ratio)."})
+
+    @property
+    def trains_lora(self) -> bool:
+        """Whether this run trains the LoRA weights (elicitation, or calibration with `calibration_trainable="all"`);
+        the head always trains and the backbone never does."""
+        return self.stage == Stage.ELICITATION or self.calibration_trainable == CalibrationTrainable.ALL
 
     def __post_init__(self) -> None:
         self.stage = Stage(self.stage)

@@ -8,8 +8,14 @@ import os
 import pytest
 import torch
 
-from elical_hf import AutoModelForConfidence
-from elical_hf.head_calibration import calibrate_head, confidence_head_module, fit_head
+from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
+from elical_hf.head_calibration import (
+    HEAD_TRAINING_DEFAULTS,
+    calibrate_head,
+    confidence_head_module,
+    fit_head,
+    head_training_args,
+)
 
 
 QUESTIONS = [f"who wrote book number {i} of the series" for i in range(24)]
@@ -92,3 +98,151 @@ def test_calibrate_head_of_a_model_loaded_for_inference(tiny_llama, tmp_path):
     calibrate_head(model, _rows(), num_train_epochs=3, learning_rate=0.05)
     assert not torch.equal(head.weight, before)
     assert not head.weight.requires_grad  # left as it was
+
+
+def test_head_training_args_read_one_set_of_defaults():
+    args = head_training_args(batch_size=4, warmup_ratio=0.2)
+    assert isinstance(args, ConfidenceTrainingArguments)
+    assert args.per_device_train_batch_size == 4 and args.warmup_steps == 0.2
+    assert args.learning_rate == HEAD_TRAINING_DEFAULTS["learning_rate"]
+    assert args.early_stopping_patience == HEAD_TRAINING_DEFAULTS["early_stopping_patience"] and args.load_best_model_at_end
+    trainer_defaults = ConfidenceTrainingArguments(output_dir="unused")
+    for name in ("weight_decay", "max_grad_norm", "optim", "lr_scheduler_type", "seed", "adam_beta2"):
+        assert getattr(args, name) == getattr(trainer_defaults, name), name
+    with pytest.raises(ValueError, match="not both"):
+        head_training_args(args, learning_rate=0.1)
+    with pytest.raises(ValueError, match="alias"):
+        head_training_args(batch_size=4, per_device_train_batch_size=8)
+    with pytest.raises(ValueError, match="calibration_trainable='head'"):
+        calibrate_head(None, _rows(), args=ConfidenceTrainingArguments(output_dir="unused", stage="calibration",
+                                                                         calibration_trainable="all"))
+
+
+def test_fit_head_warms_up_with_the_transformers_schedule(monkeypatch):
+    # 10 rows, batch 5, 4 epochs: 8 steps, warm-up ceil(0.25 * 8) = 2 as `TrainingArguments.get_warmup_steps` says
+    seen = []
+    original = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    features, targets = torch.randn(10, 3, generator=torch.Generator().manual_seed(0)), torch.rand(10)
+    summary = fit_head(torch.nn.Linear(3, 1), features, targets, batch_size=5, num_train_epochs=4, learning_rate=0.1,
+                       warmup_ratio=0.25)
+    monkeypatch.undo()
+    assert summary["global_steps"] == 8 and summary["epochs"] == 4
+    assert seen == pytest.approx([0.0, 0.05, 0.1, 0.1 * 5 / 6, 0.1 * 4 / 6, 0.1 * 3 / 6, 0.1 * 2 / 6, 0.1 / 6])
+
+
+@pytest.fixture
+def stage1_folder(tiny_llama, tmp_path) -> str:
+    """A confidence model as after stage 1: nonzero LoRA weights (so that the features depend on them) and an
+    elicitation entry in its history (which `calibration_trainable="head"` requires)."""
+    torch.manual_seed(0)
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator))
+    model.confidence_config.training_history.append({"stage": "elicitation"})
+    model.save_pretrained(tmp_path / "stage1")
+    return str(tmp_path / "stage1")
+
+
+def _head_args(tmp_path, **overrides) -> ConfidenceTrainingArguments:
+    settings = dict(
+        output_dir=str(tmp_path / "trainer"),
+        stage="calibration",
+        calibration_trainable="head",
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        learning_rate=0.05,
+        warmup_steps=0.2,  # a ratio: ceil(0.2 * 9 steps) = 2 warm-up steps
+        max_grad_norm=0.05,  # small enough to clip most steps
+        train_sampling_strategy="sequential",  # both paths see the same rows in the same batches
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_steps=1,
+        seed=0,
+    )
+    settings.update(overrides)
+    return ConfidenceTrainingArguments(**settings)
+
+
+def _head_state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in confidence_head_module(model).state_dict().items()}
+
+
+# Both paths read the same frozen features, computed in different batches (the Trainer's collator pads each training
+# batch, `prompt_features` pads its own), then run the same optimizer kernels on the same batches. On the CPU the two
+# heads come out bit for bit equal; 1e-6 leaves room for float32 round-off where other kernels see other padded
+# shapes, and is well below the smallest recipe change tried: decaying the bias too moves the head by 3e-5, dropping
+# the warm-up or the clipping by more than 1e-2.
+HEAD_TOLERANCE = 1e-6
+
+
+def test_cached_features_and_the_trainer_give_the_same_head(stage1_folder, tmp_path):
+    rows = _rows(12)
+    args = _head_args(tmp_path)
+    by_trainer = AutoModelForConfidence.from_pretrained(stage1_folder, is_trainable=True)
+    start = _head_state(by_trainer)
+    lora_before = {n: p.detach().clone() for n, p in by_trainer.named_parameters() if "lora_" in n}
+    trainer = ConfidenceTrainer(by_trainer, args=args, train_dataset=rows)
+    trainer.train()
+    for name, parameter in by_trainer.named_parameters():
+        if "lora_" in name:
+            assert torch.equal(parameter, lora_before[name]), name  # LoRA stayed frozen
+
+    cached = AutoModelForConfidence.from_pretrained(stage1_folder)
+    assert all(torch.equal(start[k], v) for k, v in _head_state(cached).items())
+    summary = calibrate_head(cached, rows, dev_fraction=0.0, args=args)
+
+    trained, fitted = _head_state(by_trainer), _head_state(cached)
+    assert not torch.allclose(trained["weight"], start["weight"], atol=1e-3)  # the head moved well beyond the tolerance
+    for key in trained:
+        torch.testing.assert_close(fitted[key], trained[key], atol=HEAD_TOLERANCE, rtol=0)
+    assert summary["global_steps"] == trainer.state.global_step == 9
+
+    trainer_entry = by_trainer.confidence_config.training_history[-1]
+    cached_entry = cached.confidence_config.training_history[-1]
+    assert set(cached_entry) - {"method"} == set(trainer_entry)
+    for key in ("stage", "label_column", "num_examples", "lora_trainable", "calibration_trainable", "epochs",
+                "global_steps", "learning_rate", "effective_batch_size", "precision"):
+        assert cached_entry[key] == trainer_entry[key], key
+
+
+def test_cached_features_and_the_trainer_stop_early_at_the_same_epoch(stage1_folder, tmp_path):
+    rows = _rows(12)
+    # the dev targets are the opposite of the training ones: the dev MSE rises as the head fits, so training stops
+    # after `early_stopping_patience` epochs and the first epoch's head is restored
+    dev = [{**row, "correctness": 1.0 - row["correctness"]} for row in rows]
+    args = _head_args(tmp_path, num_train_epochs=8, early_stopping_patience=2, learning_rate=0.1)
+    by_trainer = AutoModelForConfidence.from_pretrained(stage1_folder, is_trainable=True)
+    trainer = ConfidenceTrainer(by_trainer, args=args, train_dataset=rows, eval_dataset=dev)
+    trainer.train()
+
+    cached = AutoModelForConfidence.from_pretrained(stage1_folder)
+    features = cached.prompt_features([row["question"] for row in rows])
+    head = confidence_head_module(cached)
+    summary = fit_head(head, features, [r["correctness"] for r in rows], features, [r["correctness"] for r in dev],
+                       args=args)
+    assert summary["best_epoch"] < summary["epochs"] < 8  # it did stop early and went back to an earlier epoch
+    assert summary["global_steps"] == trainer.state.global_step
+    for key, value in _head_state(by_trainer).items():
+        torch.testing.assert_close(head.state_dict()[key], value, atol=HEAD_TOLERANCE, rtol=0)
+    trainer_dev = by_trainer.confidence_config.training_history[-1]["dev_metrics"]["loss"]
+    assert summary["eval_loss"] == pytest.approx(trainer_dev, abs=HEAD_TOLERANCE)
+
+
+def test_calibrate_head_records_dev_metrics_the_card_shows(tiny_llama, tmp_path):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    rows = [{**row, "greedy_correct": int(row["correctness"])} for row in _rows()]
+    calibrate_head(model, rows, tmp_path / "cal", num_train_epochs=3, learning_rate=0.05)
+    dev = model.confidence_config.training_history[-1]["dev_metrics"]
+    assert {"loss", "ece", "brier"} <= set(dev)
+    readme = (tmp_path / "cal" / "README.md").read_text(encoding="utf-8")
+    assert f"MSE {dev['loss']:.4f}" in readme
