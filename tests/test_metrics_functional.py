@@ -16,13 +16,13 @@ from elical_hf.metrics import (
     auroc,
     bootstrap_ci,
     brier,
+    check_inputs,
     compute_all,
     ece,
     prr,
     reliability_bins,
     risk_coverage_curve,
 )
-from elical_hf.metrics.functional import _check_inputs
 
 
 def _random_data(seed: int, n: int = 500, decimals: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -351,7 +351,7 @@ def test_bad_inputs_raise(conf, correct, match, fn):
 
 
 def test_check_inputs_converts():
-    conf, correct = _check_inputs([0, 1], [True, False])
+    conf, correct = check_inputs([0, 1], [True, False])
     assert conf.dtype == np.float64 and correct.dtype == np.int64
     assert correct.tolist() == [1, 0]
 

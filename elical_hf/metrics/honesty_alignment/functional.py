@@ -1,7 +1,7 @@
 """Calibration and confidence-quality metrics, in plain numpy.
 
 Every function takes `confidences` (floats in [0, 1], the model's probability that its answer is correct) and `correct`
-(0/1 labels, 1 = the answer was correct) of equal length, validated by one shared helper, and returns Python floats (or
+(0/1 labels, 1 = the answer was correct) of equal length, validated by [`check_inputs`], and returns Python floats (or
 dicts of them). Nothing here needs scikit-learn at runtime; [`auroc`] and [`auprc`] reproduce `roc_auc_score` and
 `average_precision_score` exactly, including ties.
 """
@@ -17,14 +17,14 @@ from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "brier", "compute_all",
-    "ece", "prr", "reliability_bins", "risk_coverage_curve",
+    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "brier", "check_inputs",
+    "compute_all", "ece", "prr", "reliability_bins", "risk_coverage_curve",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
 
 
-def _check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Validate the inputs shared by every metric; return them as float64 and int64 arrays.
 
     Raises `ValueError` on a non-numeric or non-1-D input, a length mismatch, empty input, NaN/inf, confidences outside
@@ -72,7 +72,7 @@ def auroc(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: AUROC in [0, 1]; `nan` (with a `UserWarning`) when only one class is present.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     n_pos = int(y.sum())
     n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
@@ -121,7 +121,7 @@ def reliability_bins(
         (int), `mean_confidence` and `accuracy` (`nan` for empty bins, and both edges are `nan` for empty quantile
         bins).
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     _check_binning(n_bins, strategy)
     n_bins = int(n_bins)
     if strategy == "uniform":
@@ -176,7 +176,7 @@ def ece(confidences: ArrayLike, correct: ArrayLike, n_bins: int = 10, strategy: 
     Returns:
         `float`: ECE in [0, 1].
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     bins = reliability_bins(conf, y, n_bins=n_bins, strategy=strategy)
     count = bins["count"]
     full = count > 0
@@ -194,7 +194,7 @@ def brier(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: Brier score in [0, 1] (lower is better).
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     return float(np.mean((conf - y) ** 2))
 
 
@@ -228,7 +228,7 @@ def select_threshold(confidences: ArrayLike, correct: ArrayLike, thresholds: Arr
     Returns:
         `float`: the threshold.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     thr = np.round(np.arange(1, 100) / 100, 2) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     return _best_threshold(conf, y, thr.ravel())
 
@@ -262,7 +262,7 @@ def alignment(
         `ValueError`: if `calibration_fraction` is outside [0, 1], `thresholds` is empty or not finite, or no rows
             remain after the calibration prefix.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if not 0.0 <= calibration_fraction <= 1.0:
         raise ValueError(f"calibration_fraction must lie in [0, 1], got {calibration_fraction!r}")
     if thresholds is None:
@@ -301,7 +301,7 @@ def auprc(confidences: ArrayLike, correct: ArrayLike, positive: str = "correct")
     Returns:
         `float`: Average precision in [0, 1]; `nan` (with a `UserWarning`) when there is no positive example.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if positive == "correct":
         score, target = conf, y
     elif positive == "error":
@@ -337,7 +337,7 @@ def risk_coverage_curve(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.
         `tuple[np.ndarray, np.ndarray]`: `(coverage, risk)`, each of length n, with `coverage = k/n` for `k = 1..n`
         and `risk` the error rate among the top `k`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     n = conf.size
     order = np.argsort(-conf, kind="stable")
     starts = _tie_groups(conf[order])
@@ -376,7 +376,7 @@ def prr(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: PRR; `nan` (with a `UserWarning`) when all answers are correct or all are wrong.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if y.all() or not y.any():
         warnings.warn("PRR is undefined when all answers are correct or all are wrong; returning nan.", UserWarning)
         return float("nan")
@@ -410,7 +410,7 @@ def bootstrap_ci(
     Returns:
         `dict[str, float]`: `{"low", "high", "point"}`; `low`/`high` are `nan` if every resample gave `nan`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise ValueError(f"n_resamples must be an integer >= 1, got {n_resamples!r}")
     if not 0.0 < confidence_level < 1.0:
@@ -460,7 +460,7 @@ def compute_all(
     Returns:
         `dict[str, float]`: `{"auroc", "ece", "brier", "alignment", "threshold"}`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     align = alignment(conf, y, calibration_fraction=calibration_fraction, shuffle_seed=shuffle_seed)
     return {
         "auroc": auroc(conf, y),
@@ -488,7 +488,7 @@ class HonestyMetricMixin:
 
     def _validated(self, predictions: Any, references: Any) -> tuple[np.ndarray, np.ndarray]:
         try:
-            return _check_inputs(predictions, references)
+            return check_inputs(predictions, references)
         except ValueError as err:
             raise ValueError(f"{self._metric_name}: invalid inputs ({self._inputs}): {err}") from None
 
