@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
-from .metrics import alignment, auroc, ece, select_threshold
+from .metrics import alignment, auroc, bootstrap_indices, bootstrap_samples, ece, percentile_interval, select_threshold
 
 
 METRIC_NAMES = ("auroc", "ece", "alignment")
@@ -26,6 +25,8 @@ BASELINE_NAMES = {
 }
 """The paper's names of the training-free baselines."""
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
+CALIBRATION_FRACTION = 0.2
+"""Share of each dataset's rows (its first rows, in file order) that chooses the alignment threshold."""
 
 
 def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
@@ -33,52 +34,46 @@ def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
     return 100 * auroc(confidences, correct) if 0 < correct.sum() < len(correct) else math.nan
 
 
+def _ece(confidences: np.ndarray, correct: np.ndarray) -> float:
+    """ECE (10 uniform bins) x100."""
+    return 100 * ece(confidences, correct)
+
+
 def _alignment(confidences: np.ndarray, correct: np.ndarray) -> float:
     """Alignment (already x100); NaN with fewer than 2 rows."""
-    return alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
+    if len(correct) < 2:
+        return math.nan
+    return alignment(confidences, correct, calibration_fraction=CALIBRATION_FRACTION)["alignment"]
+
+
+_METRIC_FNS = {"auroc": _auroc, "ece": _ece, "alignment": _alignment}
 
 
 def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
     out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
-    out["auroc"] = _auroc(confidences, correct)
-    out["ece"] = 100 * ece(confidences, correct)
-    out["alignment"] = _alignment(confidences, correct)
+    out.update({metric: fn(confidences, correct) for metric, fn in _METRIC_FNS.items()})
     return out
 
 
 def _bootstrap_draws(size: int, bootstrap: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Row indices of `bootstrap` resamples of one dataset: `rows` draws from all rows; `alignment` draws the threshold
-    prefix (the first 20%, see [`alignment`]) and the scored rest separately, so that no resampled row is both used
-    to choose the threshold and scored, as in the point estimate."""
-    prefix = int(0.2 * size)
-    split = np.concatenate(
-        [rng.integers(0, max(prefix, 1), size=(bootstrap, prefix)), rng.integers(prefix, size, size=(bootstrap, size - prefix))],
-        axis=1,
-    )
-    return {"rows": rng.integers(0, size, size=(bootstrap, size)), "alignment": split}
+    """Row indices of `bootstrap` resamples of one dataset for each metric, by the rule of
+    [`~elical_hf.metrics.bootstrap_indices`]: alignment resamples its threshold rows and its scored rows separately,
+    AUROC and ECE share one resampling of all rows."""
+    split = bootstrap_indices(size, bootstrap, rng, calibration_fraction=CALIBRATION_FRACTION)
+    rows = bootstrap_indices(size, bootstrap, rng)
+    return {"alignment": split, "auroc": rows, "ece": rows}
 
 
 def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each metric on every bootstrap resample of [`_bootstrap_draws`]."""
-    samples = {metric: np.empty(len(draws["rows"])) for metric in METRIC_NAMES}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i, (rows, ordered) in enumerate(zip(draws["rows"], draws["alignment"])):
-            samples["auroc"][i] = _auroc(confidences[rows], correct[rows])
-            samples["ece"][i] = 100 * ece(confidences[rows], correct[rows])
-            samples["alignment"][i] = _alignment(confidences[ordered], correct[ordered])
-    return samples
+    return {metric: bootstrap_samples(fn, confidences, correct, draws[metric]) for metric, fn in _METRIC_FNS.items()}
 
 
 def _intervals(cell: dict[str, Any], samples: dict[str, np.ndarray], level: float = 0.95) -> None:
     """Add `<metric>_ci` = [low, high] percentile intervals to `cell` (NaN when every resample is NaN)."""
-    alpha = 100 * (1 - level) / 2
     for metric, values in samples.items():
-        values = values[~np.isnan(values)]
-        cell[f"{metric}_ci"] = (
-            [float(v) for v in np.percentile(values, [alpha, 100 - alpha])] if values.size else [math.nan, math.nan]
-        )
+        cell[f"{metric}_ci"] = list(percentile_interval(values, level))
 
 
 def evaluate_table(
@@ -100,8 +95,9 @@ def evaluate_table(
         confidences (`dict[str, list[float]]`): Method name -> one confidence per record.
         bootstrap (`int`, *optional*, defaults to 0): Bootstrap resamples for 95% percentile intervals of every
             metric (`auroc_ci`, `ece_ci`, `alignment_ci`). Rows are resampled within each dataset, the same resamples
-            for every method (paired), and an average's interval comes from the weighted averages of the resampled
-            per-dataset metrics.
+            for every method (paired), alignment's threshold rows apart from its scored rows (the rule of
+            [`~elical_hf.metrics.bootstrap_ci`], so the `honesty_alignment` module gives the same interval), and an
+            average's interval comes from the weighted averages of the resampled per-dataset metrics.
         seed (`int`, *optional*, defaults to 0): Bootstrap seed.
 
     Returns:

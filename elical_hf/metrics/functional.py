@@ -17,8 +17,9 @@ from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "brier", "check_inputs",
-    "compute_all", "ece", "prr", "reliability_bins", "risk_coverage_curve",
+    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "bootstrap_indices",
+    "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval", "prr",
+    "reliability_bins", "risk_coverage_curve",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
@@ -385,6 +386,71 @@ def prr(confidences: ArrayLike, correct: ArrayLike) -> float:
     return float((random_aurc - aurc(conf, y)) / (random_aurc - oracle_aurc))
 
 
+def bootstrap_indices(
+    n: int, n_resamples: int, rng: np.random.Generator, calibration_fraction: float | None = None
+) -> np.ndarray:
+    """Row indices of `n_resamples` bootstrap resamples of `n` rows (drawn with replacement): the one resampling rule
+    of this library, used by [`bootstrap_ci`] and by `elical_hf.evaluation`.
+
+    With `calibration_fraction`, for a metric that chooses something on the first `k = int(calibration_fraction * n)`
+    rows and scores the rest, as [`alignment`] does, the two parts are resampled separately: positions `:k` draw from
+    rows `0..k-1` and positions `k:` from rows `k..n-1`, so that no resampled row is both used to choose the threshold
+    and scored, as in the point estimate.
+
+    Args:
+        n (`int`): Number of rows, >= 1.
+        n_resamples (`int`): Number of resamples.
+        rng (`np.random.Generator`): Source of the draws.
+        calibration_fraction (`float`, *optional*, defaults to `None`): Fraction of leading rows resampled apart from
+            the rest; `None` resamples all rows together.
+
+    Returns:
+        `np.ndarray`: int64 array of shape `(n_resamples, n)`.
+    """
+    k = 0 if calibration_fraction is None else int(calibration_fraction * n)
+    if not 0 <= k < n:
+        raise ValueError(
+            f"calibration_fraction must leave at least one of the {n} rows to score, got {calibration_fraction!r}"
+        )
+    if k == 0:
+        return rng.integers(0, n, size=(n_resamples, n))
+    prefix = rng.integers(0, k, size=(n_resamples, k))
+    return np.concatenate([prefix, rng.integers(k, n, size=(n_resamples, n - k))], axis=1)
+
+
+def bootstrap_samples(
+    metric_fn: Callable[[np.ndarray, np.ndarray], float],
+    confidences: ArrayLike,
+    correct: ArrayLike,
+    indices: np.ndarray,
+) -> np.ndarray:
+    """`metric_fn(confidences[rows], correct[rows])` for each row of `indices` (see [`bootstrap_indices`]), with the
+    metric's warnings silenced (a resample may hold one class); `nan` where the metric is undefined.
+
+    Returns:
+        `np.ndarray`: float64 array with one value per resample.
+    """
+    conf, y = check_inputs(confidences, correct)
+    stats = np.empty(len(indices))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, rows in enumerate(indices):
+            stats[i] = metric_fn(conf[rows], y[rows])
+    return stats
+
+
+def percentile_interval(samples: ArrayLike, confidence_level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval `(low, high)` of bootstrap samples covering `confidence_level`, ignoring `nan` samples;
+    `(nan, nan)` when every sample is `nan`."""
+    values = np.asarray(samples, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    alpha = 100 * (1 - confidence_level) / 2
+    low, high = np.percentile(values, [alpha, 100 - alpha])
+    return float(low), float(high)
+
+
 def bootstrap_ci(
     metric_fn: Callable[[np.ndarray, np.ndarray], float],
     confidences: ArrayLike,
@@ -392,11 +458,13 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
     seed: int | None = 0,
+    calibration_fraction: float | None = None,
 ) -> dict[str, float]:
-    """Percentile bootstrap confidence interval of a metric, resampling rows with replacement.
+    """Percentile bootstrap confidence interval of a metric, resampling rows with replacement ([`bootstrap_indices`]).
 
     Resamples on which the metric is `nan` (e.g. a single class for [`auroc`]) are skipped, and their warnings are
-    silenced.
+    silenced. For [`alignment`], pass its `calibration_fraction`: the threshold rows and the scored rows are then
+    resampled separately, the rule `elical-hf evaluate` uses too (same data and seed, same interval).
 
     Args:
         metric_fn (`Callable[[np.ndarray, np.ndarray], float]`): Metric called as `metric_fn(confidences, correct)`,
@@ -406,6 +474,9 @@ def bootstrap_ci(
         n_resamples (`int`, *optional*, defaults to `1000`): Number of bootstrap resamples, >= 1.
         confidence_level (`float`, *optional*, defaults to `0.95`): Coverage of the interval, in (0, 1).
         seed (`int`, *optional*, defaults to `0`): Seed of `np.random.default_rng`; `None` is not reproducible.
+        calibration_fraction (`float`, *optional*, defaults to `None`): For a metric that chooses a threshold on the
+            first `int(calibration_fraction * n)` rows and scores the rest, as [`alignment`] does: resample the two
+            parts separately. `None` resamples all rows together.
 
     Returns:
         `dict[str, float]`: `{"low", "high", "point"}`; `low`/`high` are `nan` if every resample gave `nan`.
@@ -416,19 +487,9 @@ def bootstrap_ci(
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
     point = float(metric_fn(conf, y))
-    rng = np.random.default_rng(seed)
-    stats = np.empty(int(n_resamples))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i in range(int(n_resamples)):
-            idx = rng.integers(0, conf.size, size=conf.size)
-            stats[i] = metric_fn(conf[idx], y[idx])
-    stats = stats[~np.isnan(stats)]
-    if stats.size == 0:
-        return {"low": float("nan"), "high": float("nan"), "point": point}
-    alpha = (1.0 - confidence_level) / 2
-    low, high = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
-    return {"low": float(low), "high": float(high), "point": point}
+    indices = bootstrap_indices(conf.size, int(n_resamples), np.random.default_rng(seed), calibration_fraction)
+    low, high = percentile_interval(bootstrap_samples(metric_fn, conf, y, indices), confidence_level)
+    return {"low": low, "high": high, "point": point}
 
 
 METRICS: dict[str, Callable[..., float]] = {
