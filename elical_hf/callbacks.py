@@ -12,7 +12,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .cards import METRIC_NAMES, get_card_data
+from .cards import get_card_data
+from .metrics import METRIC_NAMES
 
 
 def _split_metrics(metrics: dict[str, float]) -> dict[str, dict[str, float]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from .metrics import METRIC_NAMES
 
 
 MODEL_CARD_TEMPLATE = "confidence_model_card.md"
@@ -38,7 +39,6 @@ PIPELINE_TAG = "text-classification"  # the Hub's fixed task list has no confide
 MODEL_TAGS = ["elical-hf", "confidence-estimation", "honesty", "calibration", "peft", "lora"]
 TASK_TYPE = "text-classification"
 TASK_NAME = "Confidence estimation (honesty)"
-METRIC_NAMES = {"auroc": "AUROC", "ece": "ECE", "alignment": "Alignment", "brier": "Brier score", "loss": "MSE"}
 _STAGE_TEXT = {
     "elicitation": "Elicitation: regress self-consistency (share of sampled answers equivalent to the greedy one)",
     "calibration": "Calibration: regress correctness (share of sampled answers judged correct)",

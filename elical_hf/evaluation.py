@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
-from .metrics import alignment, auroc, bootstrap_indices, bootstrap_samples, ece, percentile_interval, select_threshold
+from .metrics import (
+    METRIC_NAMES, alignment, auroc, bootstrap_indices, bootstrap_samples, ece, percentile_interval, select_threshold,
+)
 
 
-METRIC_NAMES = ("auroc", "ece", "alignment")
 BASELINE_NAMES = {
     "prob": "Prob", "n_prob": "N-Prob", "consis_lex": "Consis-Lex", "consis_sem": "Consis-Sem",
     "verbal0": "Verbal-0", "verbal10": "Verbal-10",
@@ -46,13 +47,21 @@ def _alignment(confidences: np.ndarray, correct: np.ndarray) -> float:
     return alignment(confidences, correct, calibration_fraction=CALIBRATION_FRACTION)["alignment"]
 
 
-_METRIC_FNS = {"auroc": _auroc, "ece": _ece, "alignment": _alignment}
+TABLE_METRICS = {"auroc": _auroc, "ece": _ece, "alignment": _alignment}
+"""The metrics of the paper's tables, in column order: name (a key of [`~elical_hf.metrics.METRIC_NAMES`]) ->
+function of `(confidences, correct)` on the table's x100 scale."""
+_LOWER_IS_BETTER = {"ece"}
+
+
+def _header(metric: str) -> str:
+    """`AUROC ↑`, `ECE ↓`: the metric's display name and the direction that is better."""
+    return f"{METRIC_NAMES[metric]} {'↓' if metric in _LOWER_IS_BETTER else '↑'}"
 
 
 def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
     out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
-    out.update({metric: fn(confidences, correct) for metric, fn in _METRIC_FNS.items()})
+    out.update({metric: fn(confidences, correct) for metric, fn in TABLE_METRICS.items()})
     return out
 
 
@@ -67,7 +76,7 @@ def _bootstrap_draws(size: int, bootstrap: int, rng: np.random.Generator) -> dic
 
 def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each metric on every bootstrap resample of [`_bootstrap_draws`]."""
-    return {metric: bootstrap_samples(fn, confidences, correct, draws[metric]) for metric, fn in _METRIC_FNS.items()}
+    return {metric: bootstrap_samples(fn, confidences, correct, draws[metric]) for metric, fn in TABLE_METRICS.items()}
 
 
 def _intervals(cell: dict[str, Any], samples: dict[str, np.ndarray], level: float = 0.95) -> None:
@@ -145,8 +154,8 @@ def paired_differences(
         row_b, samples_b = _evaluate_method(b, confidences[b], correct_array, masks, split_of, draws)
         out = {}
         for column in row_a:
-            cell = {metric: row_a[column][metric] - row_b[column][metric] for metric in METRIC_NAMES}
-            _intervals(cell, {m: samples_a[column][m] - samples_b[column][m] for m in METRIC_NAMES})
+            cell = {metric: row_a[column][metric] - row_b[column][metric] for metric in TABLE_METRICS}
+            _intervals(cell, {m: samples_a[column][m] - samples_b[column][m] for m in TABLE_METRICS})
             out[column] = cell
         results[f"{a} − {b}"] = out
     return results
@@ -186,18 +195,18 @@ def paired_difference_over_draws(
     for a, b in zip(a_draws, b_draws):
         row_a, samples_a = _evaluate_method("a", a, correct_array, masks, split_of, draws)
         row_b, samples_b = _evaluate_method("b", b, correct_array, masks, split_of, draws)
-        rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in METRIC_NAMES} for c in row_a})
-        samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in METRIC_NAMES} for c in row_a})
+        rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in TABLE_METRICS} for c in row_a})
+        samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in TABLE_METRICS} for c in row_a})
     pick = np.random.default_rng(seed + 1).integers(0, len(rows), size=bootstrap)  # one draw per resample
     out: dict[str, dict[str, Any]] = {}
     for column in rows[0]:
         cell: dict[str, Any] = {}
-        for metric in METRIC_NAMES:
+        for metric in TABLE_METRICS:
             per_draw = [row[column][metric] for row in rows]
             cell[metric] = float(np.nanmean(per_draw)) if not all(math.isnan(v) for v in per_draw) else math.nan
             cell[f"{metric}_per_draw"] = per_draw
-        stacked = {m: np.stack([s[column][m] for s in samples]) for m in METRIC_NAMES}  # draws x resamples
-        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in METRIC_NAMES})
+        stacked = {m: np.stack([s[column][m] for s in samples]) for m in TABLE_METRICS}  # draws x resamples
+        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in TABLE_METRICS})
         out[column] = cell
     return out
 
@@ -248,7 +257,7 @@ def _evaluate_method(
 def _weighted_average(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Average of per-dataset metrics weighted by test-set size (datasets where a metric is NaN are left out)."""
     out: dict[str, Any] = {"n": sum(cell["n"] for cell in cells)}
-    for key in ("accuracy", *METRIC_NAMES):
+    for key in ("accuracy", *TABLE_METRICS):
         pairs = [(cell[key], cell["n"]) for cell in cells if not math.isnan(cell[key])]
         weight = sum(w for _, w in pairs)
         out[key] = sum(v * w for v, w in pairs) / weight if weight else math.nan
@@ -259,7 +268,7 @@ def _weighted_samples(cells: list[dict[str, Any]], samples: list[dict[str, np.nd
     """Per-resample weighted averages of per-dataset resampled metrics (NaN resamples of a dataset left out)."""
     out = {}
     weights = np.asarray([cell["n"] for cell in cells], dtype=np.float64)[:, None]
-    for metric in METRIC_NAMES:
+    for metric in TABLE_METRICS:
         stacked = np.stack([sample[metric] for sample in samples])  # datasets x resamples
         valid = ~np.isnan(stacked)
         total = (weights * valid).sum(axis=0)
@@ -284,9 +293,8 @@ def averages_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -
     """One Markdown table of the in-domain and OOD averages of AUROC, ECE and alignment (rows: methods), with
     bootstrap intervals in brackets when the table has them."""
     averages = [label for label in SPLIT_AVERAGES.values() if label in next(iter(table.values()))]
-    columns = [(avg, metric) for avg in averages for metric in METRIC_NAMES]
-    arrows = {"auroc": "AUROC ↑", "ece": "ECE ↓", "alignment": "Align ↑"}
-    lines = ["| method | " + " | ".join(f"{avg.removesuffix(' avg')} {arrows[m]}" for avg, m in columns) + " |"]
+    columns = [(avg, metric) for avg in averages for metric in TABLE_METRICS]
+    lines = ["| method | " + " | ".join(f"{avg.removesuffix(' avg')} {_header(m)}" for avg, m in columns) + " |"]
     lines.append("|---|" + "---:|" * len(columns))
     for method, row in table.items():
         lines.append(f"| {method} | " + " | ".join(_cell(row[avg], m) for avg, m in columns) + " |")
@@ -331,8 +339,8 @@ def write_report(
     sections = [f"# {title}\n", notes] if notes else [f"# {title}\n"]
     if set(SPLIT_AVERAGES.values()) & set(next(iter(table.values()))):
         sections.append(f"## In-domain and OOD averages (x100)\n\n{averages_to_markdown(table)}\n")
-    for metric, label in (("auroc", "AUROC ↑"), ("ece", "ECE ↓"), ("alignment", "Alignment ↑")):
-        sections.append(f"## {label} (x100)\n\n{table_to_markdown(table, metric)}\n")
+    for metric in TABLE_METRICS:
+        sections.append(f"## {_header(metric)} (x100)\n\n{table_to_markdown(table, metric)}\n")
     if correct is not None and confidences is not None:
         paths["reliability"] = reliability_diagram(
             {name: np.asarray(v) for name, v in confidences.items()},

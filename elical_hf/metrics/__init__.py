@@ -2,6 +2,7 @@
 
 from .functional import (
     METRICS,
+    METRIC_NAMES,
     alignment,
     select_threshold,
     auprc,
@@ -23,6 +24,7 @@ from .functional import (
 
 __all__ = [
     "METRICS",
+    "METRIC_NAMES",
     "alignment",
     "select_threshold",
     "auprc",

@@ -17,9 +17,9 @@ from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "bootstrap_indices",
-    "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval", "prr",
-    "reliability_bins", "risk_coverage_curve",
+    "METRICS", "METRIC_NAMES", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci",
+    "bootstrap_indices", "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval",
+    "prr", "reliability_bins", "risk_coverage_curve",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
@@ -496,6 +496,13 @@ METRICS: dict[str, Callable[..., float]] = {
     "auroc": auroc, "ece": ece, "brier": brier, "auprc": auprc, "aurc": aurc, "prr": prr
 }
 """Name -> metric function, for every metric that maps `(confidences, correct)` to one float."""
+
+METRIC_NAMES: dict[str, str] = {
+    "auroc": "AUROC", "ece": "ECE", "alignment": "Alignment", "brier": "Brier score", "loss": "MSE"
+}
+"""Display names of the metrics that model cards and evaluation reports show, in their column order: those of
+[`compute_all`] (whose `threshold` is a setting, not a metric) and `loss`, the trainer's mean squared error between
+confidence and target."""
 
 
 def compute_all(
