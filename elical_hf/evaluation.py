@@ -20,11 +20,6 @@ from .metrics import (
 )
 
 
-BASELINE_NAMES = {
-    "prob": "Prob", "n_prob": "N-Prob", "consis_lex": "Consis-Lex", "consis_sem": "Consis-Sem",
-    "verbal0": "Verbal-0", "verbal10": "Verbal-10",
-}
-"""The paper's names of the training-free baselines."""
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
 CALIBRATION_FRACTION = 0.2
 """Share of each dataset's rows (its first rows, in file order) that chooses the alignment threshold."""
