@@ -88,3 +88,16 @@ def test_card_data_round_trip(tmp_path, tiny_llama):
     assert restored.evaluations[0].dataset_id == "Shiyunee/HonestyBench" and restored.license == "apache-2.0"
     with pytest.raises(ValueError, match="No numeric metric"):
         data.add_evaluation("nq", {"auroc": "high"})
+
+
+def test_eval_results_are_the_model_index_with_display_names():
+    data = ConfidenceModelCardData()
+    data.add_evaluation("nq", {"auroc": 0.81, "loss": 0.2, "prr": 0.5}, "in_domain_test",
+                        dataset_id="Shiyunee/HonestyBench")
+    results = data.eval_results()
+    assert [(r.dataset_type, r.dataset_name, r.dataset_split) for r in results] == [
+        ("Shiyunee/HonestyBench", "nq", "in_domain_test")
+    ] * 3
+    assert [(r.metric_type, r.metric_name, r.metric_value) for r in results] == [
+        ("auroc", "AUROC", 0.81), ("loss", "MSE", 0.2), ("prr", "prr", 0.5)
+    ]
