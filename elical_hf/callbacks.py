@@ -12,7 +12,8 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .cards import METRIC_NAMES, get_card_data
+from .cards import get_card_data
+from .metrics import METRIC_NAMES
 from .training_args import ConfidenceTrainingArguments, Stage
 
 
@@ -44,7 +45,7 @@ def complete_history_entry(
 ) -> None:
     """Add a finished run's results to its `training_history` entry: epochs, optimizer steps, learning rate, effective
     batch size and the dev metrics of the final model, named as the card reads them (`loss`, `auroc`, ...; see
-    `cards.METRIC_NAMES`)."""
+    `metrics.METRIC_NAMES`)."""
     entry.update(
         epochs=round(float(epochs), 4),
         global_steps=global_steps,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from .metrics import METRIC_NAMES
 
 
 MODEL_CARD_TEMPLATE = "confidence_model_card.md"
@@ -38,7 +39,6 @@ PIPELINE_TAG = "text-classification"  # the Hub's fixed task list has no confide
 MODEL_TAGS = ["elical-hf", "confidence-estimation", "honesty", "calibration", "peft", "lora"]
 TASK_TYPE = "text-classification"
 TASK_NAME = "Confidence estimation (honesty)"
-METRIC_NAMES = {"auroc": "AUROC", "ece": "ECE", "alignment": "Alignment", "brier": "Brier score", "loss": "MSE"}
 _STAGE_TEXT = {
     "elicitation": "Elicitation: regress self-consistency (share of sampled answers equivalent to the greedy one)",
     "calibration": "Calibration: regress correctness (share of sampled answers judged correct)",
@@ -138,7 +138,7 @@ class ConfidenceModelCardData:
         self.evaluations = [e for e in self.evaluations if (e.dataset, e.split, e.dataset_config) != key]
         self.evaluations.append(EvaluationResult(dataset, split, numbers, dataset_id, dataset_config))
 
-    def eval_results(self, model_name: str) -> list[Any]:
+    def eval_results(self) -> list[Any]:
         """The evaluations as `huggingface_hub.EvalResult`s (the card's `model-index`)."""
         from huggingface_hub import EvalResult
 
@@ -267,7 +267,7 @@ def render_model_card(
     metadata = ModelCardData(
         base_model=base,
         datasets=card_data.datasets or None,
-        eval_results=card_data.eval_results(model_name) or None,
+        eval_results=card_data.eval_results() or None,
         language=card_data.language,
         library_name=LIBRARY_NAME,
         license=card_data.license,

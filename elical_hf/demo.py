@@ -134,8 +134,7 @@ def demo_partitions(records: list[dict], settings: DemoSettings) -> dict[str, li
 def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict[str, Any]:
     """Sample, judge and score with every baseline a few fresh questions (drawn from the test questions, so the
     fresh greedy answers can be compared with the committed ones)."""
-    from .evaluation import BASELINE_NAMES
-    from .signals import HFBackend, SamplingSettings, compute_baselines, judge_correctness
+    from .signals import BASELINES, HFBackend, SamplingSettings, compute_baselines, judge_correctness
 
     chosen = random.Random(settings.seed).sample(test, min(settings.live_questions, len(test)))
     backend = HFBackend(settings.model_name_or_path)
@@ -159,7 +158,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
         "accuracy": 100 * sum(bool(r["greedy_correctness"]) for r in live) / len(live),
         "greedy_same_as_committed": same,
         "tokens_per_second": tokens / max(seconds, 1e-9),
-        "baselines": {BASELINE_NAMES[name]: values for name, values in scores.items()},
+        "baselines": {BASELINES[name].paper_name: values for name, values in scores.items()},
     }
 
 
@@ -251,8 +250,8 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (headline, tables, plots),
     `results.json`, `run.json` (settings, sizes, timings, precision), `live_records.parquet` (the live judged answers)
     and `models/` (the live stage-1 model, EliCal and Cal-Only of the first draw). Returns the run summary."""
-    from .evaluation import BASELINE_NAMES, evaluate_table, paired_difference_over_draws, write_report
-    from .signals import compute_baselines
+    from .evaluation import evaluate_table, paired_difference_over_draws, write_report
+    from .signals import BASELINES, compute_baselines
     from .signals.records import read_records, save_records
 
     settings = settings or DemoSettings()
@@ -279,7 +278,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     correct = [int(bool(r["greedy_correctness"])) for r in test]
     datasets, splits = [r["dataset"] for r in test], ["in_domain_test"] * len(test)
     baselines = compute_baselines(test, which=RECORD_BASELINES, progress=False)
-    confidences = {BASELINE_NAMES[name]: baselines[name] for name in RECORD_BASELINES}
+    confidences = {BASELINES[name].paper_name: baselines[name] for name in RECORD_BASELINES}
     confidences["Eli-Only"] = calibrated["Eli-Only"]
     headline = calibrated["budgets"][settings.num_labels]
     for method in ("EliCal", "Cal-Only"):

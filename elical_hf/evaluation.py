@@ -9,23 +9,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
-from .metrics import alignment, auroc, ece, select_threshold
+from .metrics import (
+    METRIC_NAMES, alignment, auroc, bootstrap_indices, bootstrap_samples, ece, percentile_interval, select_threshold,
+)
 
 
-METRIC_NAMES = ("auroc", "ece", "alignment")
-BASELINE_NAMES = {
-    "prob": "Prob", "n_prob": "N-Prob", "consis_lex": "Consis-Lex", "consis_sem": "Consis-Sem",
-    "verbal0": "Verbal-0", "verbal10": "Verbal-10",
-}
-"""The paper's names of the training-free baselines."""
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
+CALIBRATION_FRACTION = 0.2
+"""Share of each dataset's rows (its first rows, in file order) that chooses the alignment threshold."""
 
 
 def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
@@ -33,52 +30,54 @@ def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
     return 100 * auroc(confidences, correct) if 0 < correct.sum() < len(correct) else math.nan
 
 
+def _ece(confidences: np.ndarray, correct: np.ndarray) -> float:
+    """ECE (10 uniform bins) x100."""
+    return 100 * ece(confidences, correct)
+
+
 def _alignment(confidences: np.ndarray, correct: np.ndarray) -> float:
     """Alignment (already x100); NaN with fewer than 2 rows."""
-    return alignment(confidences, correct)["alignment"] if len(correct) >= 2 else math.nan
+    if len(correct) < 2:
+        return math.nan
+    return alignment(confidences, correct, calibration_fraction=CALIBRATION_FRACTION)["alignment"]
+
+
+TABLE_METRICS = {"auroc": _auroc, "ece": _ece, "alignment": _alignment}
+"""The metrics of the paper's tables, in column order: name (a key of [`~elical_hf.metrics.METRIC_NAMES`]) ->
+function of `(confidences, correct)` on the table's x100 scale."""
+_LOWER_IS_BETTER = {"ece"}
+
+
+def _header(metric: str) -> str:
+    """`AUROC ↑`, `ECE ↓`: the metric's display name and the direction that is better."""
+    return f"{METRIC_NAMES[metric]} {'↓' if metric in _LOWER_IS_BETTER else '↑'}"
 
 
 def _metrics(confidences: np.ndarray, correct: np.ndarray) -> dict[str, float]:
     """AUROC and ECE x100, alignment (already x100); NaN where a metric is undefined (one class, too few rows)."""
     out = {"n": int(len(correct)), "accuracy": 100 * float(np.mean(correct))}
-    out["auroc"] = _auroc(confidences, correct)
-    out["ece"] = 100 * ece(confidences, correct)
-    out["alignment"] = _alignment(confidences, correct)
+    out.update({metric: fn(confidences, correct) for metric, fn in TABLE_METRICS.items()})
     return out
 
 
 def _bootstrap_draws(size: int, bootstrap: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Row indices of `bootstrap` resamples of one dataset: `rows` draws from all rows; `alignment` draws the threshold
-    prefix (the first 20%, see [`alignment`]) and the scored rest separately, so that no resampled row is both used
-    to choose the threshold and scored, as in the point estimate."""
-    prefix = int(0.2 * size)
-    split = np.concatenate(
-        [rng.integers(0, max(prefix, 1), size=(bootstrap, prefix)), rng.integers(prefix, size, size=(bootstrap, size - prefix))],
-        axis=1,
-    )
-    return {"rows": rng.integers(0, size, size=(bootstrap, size)), "alignment": split}
+    """Row indices of `bootstrap` resamples of one dataset for each metric, by the rule of
+    [`~elical_hf.metrics.bootstrap_indices`]: alignment resamples its threshold rows and its scored rows separately,
+    AUROC and ECE share one resampling of all rows."""
+    split = bootstrap_indices(size, bootstrap, rng, calibration_fraction=CALIBRATION_FRACTION)
+    rows = bootstrap_indices(size, bootstrap, rng)
+    return {"alignment": split, "auroc": rows, "ece": rows}
 
 
 def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each metric on every bootstrap resample of [`_bootstrap_draws`]."""
-    samples = {metric: np.empty(len(draws["rows"])) for metric in METRIC_NAMES}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i, (rows, ordered) in enumerate(zip(draws["rows"], draws["alignment"])):
-            samples["auroc"][i] = _auroc(confidences[rows], correct[rows])
-            samples["ece"][i] = 100 * ece(confidences[rows], correct[rows])
-            samples["alignment"][i] = _alignment(confidences[ordered], correct[ordered])
-    return samples
+    return {metric: bootstrap_samples(fn, confidences, correct, draws[metric]) for metric, fn in TABLE_METRICS.items()}
 
 
 def _intervals(cell: dict[str, Any], samples: dict[str, np.ndarray], level: float = 0.95) -> None:
     """Add `<metric>_ci` = [low, high] percentile intervals to `cell` (NaN when every resample is NaN)."""
-    alpha = 100 * (1 - level) / 2
     for metric, values in samples.items():
-        values = values[~np.isnan(values)]
-        cell[f"{metric}_ci"] = (
-            [float(v) for v in np.percentile(values, [alpha, 100 - alpha])] if values.size else [math.nan, math.nan]
-        )
+        cell[f"{metric}_ci"] = list(percentile_interval(values, level))
 
 
 def evaluate_table(
@@ -100,8 +99,9 @@ def evaluate_table(
         confidences (`dict[str, list[float]]`): Method name -> one confidence per record.
         bootstrap (`int`, *optional*, defaults to 0): Bootstrap resamples for 95% percentile intervals of every
             metric (`auroc_ci`, `ece_ci`, `alignment_ci`). Rows are resampled within each dataset, the same resamples
-            for every method (paired), and an average's interval comes from the weighted averages of the resampled
-            per-dataset metrics.
+            for every method (paired), alignment's threshold rows apart from its scored rows (the rule of
+            [`~elical_hf.metrics.bootstrap_ci`], so the `honesty_alignment` module gives the same interval), and an
+            average's interval comes from the weighted averages of the resampled per-dataset metrics.
         seed (`int`, *optional*, defaults to 0): Bootstrap seed.
 
     Returns:
@@ -149,8 +149,8 @@ def paired_differences(
         row_b, samples_b = _evaluate_method(b, confidences[b], correct_array, masks, split_of, draws)
         out = {}
         for column in row_a:
-            cell = {metric: row_a[column][metric] - row_b[column][metric] for metric in METRIC_NAMES}
-            _intervals(cell, {m: samples_a[column][m] - samples_b[column][m] for m in METRIC_NAMES})
+            cell = {metric: row_a[column][metric] - row_b[column][metric] for metric in TABLE_METRICS}
+            _intervals(cell, {m: samples_a[column][m] - samples_b[column][m] for m in TABLE_METRICS})
             out[column] = cell
         results[f"{a} − {b}"] = out
     return results
@@ -190,18 +190,18 @@ def paired_difference_over_draws(
     for a, b in zip(a_draws, b_draws):
         row_a, samples_a = _evaluate_method("a", a, correct_array, masks, split_of, draws)
         row_b, samples_b = _evaluate_method("b", b, correct_array, masks, split_of, draws)
-        rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in METRIC_NAMES} for c in row_a})
-        samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in METRIC_NAMES} for c in row_a})
+        rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in TABLE_METRICS} for c in row_a})
+        samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in TABLE_METRICS} for c in row_a})
     pick = np.random.default_rng(seed + 1).integers(0, len(rows), size=bootstrap)  # one draw per resample
     out: dict[str, dict[str, Any]] = {}
     for column in rows[0]:
         cell: dict[str, Any] = {}
-        for metric in METRIC_NAMES:
+        for metric in TABLE_METRICS:
             per_draw = [row[column][metric] for row in rows]
             cell[metric] = float(np.nanmean(per_draw)) if not all(math.isnan(v) for v in per_draw) else math.nan
             cell[f"{metric}_per_draw"] = per_draw
-        stacked = {m: np.stack([s[column][m] for s in samples]) for m in METRIC_NAMES}  # draws x resamples
-        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in METRIC_NAMES})
+        stacked = {m: np.stack([s[column][m] for s in samples]) for m in TABLE_METRICS}  # draws x resamples
+        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in TABLE_METRICS})
         out[column] = cell
     return out
 
@@ -252,7 +252,7 @@ def _evaluate_method(
 def _weighted_average(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Average of per-dataset metrics weighted by test-set size (datasets where a metric is NaN are left out)."""
     out: dict[str, Any] = {"n": sum(cell["n"] for cell in cells)}
-    for key in ("accuracy", *METRIC_NAMES):
+    for key in ("accuracy", *TABLE_METRICS):
         pairs = [(cell[key], cell["n"]) for cell in cells if not math.isnan(cell[key])]
         weight = sum(w for _, w in pairs)
         out[key] = sum(v * w for v, w in pairs) / weight if weight else math.nan
@@ -263,7 +263,7 @@ def _weighted_samples(cells: list[dict[str, Any]], samples: list[dict[str, np.nd
     """Per-resample weighted averages of per-dataset resampled metrics (NaN resamples of a dataset left out)."""
     out = {}
     weights = np.asarray([cell["n"] for cell in cells], dtype=np.float64)[:, None]
-    for metric in METRIC_NAMES:
+    for metric in TABLE_METRICS:
         stacked = np.stack([sample[metric] for sample in samples])  # datasets x resamples
         valid = ~np.isnan(stacked)
         total = (weights * valid).sum(axis=0)
@@ -288,9 +288,8 @@ def averages_to_markdown(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -
     """One Markdown table of the in-domain and OOD averages of AUROC, ECE and alignment (rows: methods), with
     bootstrap intervals in brackets when the table has them."""
     averages = [label for label in SPLIT_AVERAGES.values() if label in next(iter(table.values()))]
-    columns = [(avg, metric) for avg in averages for metric in METRIC_NAMES]
-    arrows = {"auroc": "AUROC ↑", "ece": "ECE ↓", "alignment": "Align ↑"}
-    lines = ["| method | " + " | ".join(f"{avg.removesuffix(' avg')} {arrows[m]}" for avg, m in columns) + " |"]
+    columns = [(avg, metric) for avg in averages for metric in TABLE_METRICS]
+    lines = ["| method | " + " | ".join(f"{avg.removesuffix(' avg')} {_header(m)}" for avg, m in columns) + " |"]
     lines.append("|---|" + "---:|" * len(columns))
     for method, row in table.items():
         lines.append(f"| {method} | " + " | ".join(_cell(row[avg], m) for avg, m in columns) + " |")
@@ -335,8 +334,8 @@ def write_report(
     sections = [f"# {title}\n", notes] if notes else [f"# {title}\n"]
     if set(SPLIT_AVERAGES.values()) & set(next(iter(table.values()))):
         sections.append(f"## In-domain and OOD averages (x100)\n\n{averages_to_markdown(table)}\n")
-    for metric, label in (("auroc", "AUROC ↑"), ("ece", "ECE ↓"), ("alignment", "Alignment ↑")):
-        sections.append(f"## {label} (x100)\n\n{table_to_markdown(table, metric)}\n")
+    for metric in TABLE_METRICS:
+        sections.append(f"## {_header(metric)} (x100)\n\n{table_to_markdown(table, metric)}\n")
     if correct is not None and confidences is not None:
         paths["reliability"] = reliability_diagram(
             {name: np.asarray(v) for name, v in confidences.items()},

@@ -47,10 +47,10 @@ def _save(fig, path: str) -> str:
 
 
 def _validated(method: str, confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    from .metrics.functional import _check_inputs
+    from .metrics import check_inputs
 
     try:
-        return _check_inputs(confidences, correct)
+        return check_inputs(confidences, correct)
     except ValueError as err:
         raise ValueError(f"{method!r}: {err}") from None
 

@@ -386,10 +386,9 @@ def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
 
 def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`."""
-    from elical_hf.evaluation import (
-        BASELINE_NAMES, averages_to_markdown, evaluate_table, paired_differences, write_report,
-    )
+    from elical_hf.evaluation import averages_to_markdown, evaluate_table, paired_differences, write_report
     from elical_hf.plots import auroc_vs_labels_plot
+    from elical_hf.signals import BASELINES
 
     test = partition(records, "test")
     correct = [int(bool(r["greedy_correctness"])) for r in test]
@@ -397,7 +396,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     baselines_path = os.path.join(args.output_dir, "baselines.json")
     if os.path.exists(baselines_path):
         with open(baselines_path, encoding="utf-8") as handle:
-            confidences.update({BASELINE_NAMES[k]: v for k, v in json.load(handle)["scores"].items()})
+            confidences.update({BASELINES[k].paper_name: v for k, v in json.load(handle)["scores"].items()})
     runs = load_runs(args.output_dir)
     stale = [name for name, run in runs.items() if run["test_ids"] != [r["id"] for r in test]]
     if stale:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from datasets import Dataset
 from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.callbacks import _split_metrics
+from elical_hf.callbacks import ConfidenceCardCallback
 from elical_hf.cards import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
 from tests.test_trainer import make_rows
 
@@ -24,10 +26,14 @@ def train(model, tmp_path, stage: str, rows, eval_rows, **overrides):
     return trainer
 
 
-def test_split_metrics():
+def test_card_callback_groups_evaluation_metrics_by_set():
     metrics = {"eval_loss": 0.1, "eval_runtime": 1.0, "eval_nq_auroc": 0.7, "test_squad_ece": 0.2, "epoch": 1.0,
                "eval_samples_per_second": 3.0, "eval_dev_auroc": float("nan")}
-    assert _split_metrics(metrics) == {"eval": {"loss": 0.1}, "eval_nq": {"auroc": 0.7}, "test_squad": {"ece": 0.2}}
+    model = SimpleNamespace()  # anything that can carry card data
+    ConfidenceCardCallback().on_evaluate(None, None, None, model=model, metrics=metrics)  # after training
+    assert [(e.dataset, e.split, e.metrics) for e in get_card_data(model).evaluations] == [
+        ("eval", "eval", {"loss": 0.1}), ("nq", "eval", {"auroc": 0.7}), ("squad", "test", {"ece": 0.2})
+    ]
 
 
 def test_trainer_fills_the_card_across_both_stages(tiny_llama, tmp_path):
@@ -88,3 +94,16 @@ def test_card_data_round_trip(tmp_path, tiny_llama):
     assert restored.evaluations[0].dataset_id == "Shiyunee/HonestyBench" and restored.license == "apache-2.0"
     with pytest.raises(ValueError, match="No numeric metric"):
         data.add_evaluation("nq", {"auroc": "high"})
+
+
+def test_eval_results_are_the_model_index_with_display_names():
+    data = ConfidenceModelCardData()
+    data.add_evaluation("nq", {"auroc": 0.81, "loss": 0.2, "prr": 0.5}, "in_domain_test",
+                        dataset_id="Shiyunee/HonestyBench")
+    results = data.eval_results()
+    assert [(r.dataset_type, r.dataset_name, r.dataset_split) for r in results] == [
+        ("Shiyunee/HonestyBench", "nq", "in_domain_test")
+    ] * 3
+    assert [(r.metric_type, r.metric_name, r.metric_value) for r in results] == [
+        ("auroc", "AUROC", 0.81), ("loss", "MSE", 0.2), ("prr", "prr", 0.5)
+    ]

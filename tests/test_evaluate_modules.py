@@ -256,16 +256,37 @@ def test_results_equal_functional(metrics, seed):
 def test_bootstrap_intervals(metrics):
     conf, correct = _data(3, n=120)
     fns = {
-        "honesty_auroc": ("auroc", F.auroc),
-        "honesty_ece": ("ece", functools.partial(F.ece, n_bins=10, strategy="uniform")),
-        "honesty_alignment": ("alignment", lambda c, y: F.alignment(c, y)["alignment"]),
+        "honesty_auroc": ("auroc", F.auroc, None),
+        "honesty_ece": ("ece", functools.partial(F.ece, n_bins=10, strategy="uniform"), None),
+        "honesty_alignment": ("alignment", lambda c, y: F.alignment(c, y)["alignment"], 0.2),
     }
-    for name, (key, fn) in fns.items():
+    for name, (key, fn, fraction) in fns.items():
         got = metrics[name].compute(predictions=conf, references=correct, bootstrap=50, bootstrap_seed=7)
-        ci = F.bootstrap_ci(fn, conf, correct, n_resamples=50, seed=7)
+        ci = F.bootstrap_ci(fn, conf, correct, n_resamples=50, seed=7, calibration_fraction=fraction)
         assert (got[f"{key}_ci_low"], got[f"{key}_ci_high"]) == (ci["low"], ci["high"])
         assert got[f"{key}_ci_low"] <= got[key] <= got[f"{key}_ci_high"]
         assert f"{key}_ci_low" not in metrics[name].compute(predictions=conf, references=correct)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_alignment_interval_agrees_with_evaluate_table(metrics, seed):
+    """One bootstrap rule (threshold rows and scored rows resampled apart): the module and `elical-hf evaluate` give
+    the same alignment interval on the same data and seed, also after the module's shuffle."""
+    from elical_hf.evaluation import evaluate_table
+
+    conf, correct = map(np.asarray, _data(seed, n=150))
+    order = np.random.default_rng(11).permutation(conf.size)
+    for shuffle_seed, rows in ((None, np.arange(conf.size)), (11, order)):
+        got = metrics["honesty_alignment"].compute(
+            predictions=conf, references=correct, shuffle_seed=shuffle_seed, bootstrap=200, bootstrap_seed=seed
+        )
+        table = evaluate_table(
+            correct[rows], ["nq"] * conf.size, ["in_domain_test"] * conf.size, {"m": conf[rows]}, 200, seed
+        )
+        cell = table["m"]["nq"]
+        assert cell["alignment"] == got["alignment"]
+        assert cell["alignment_ci"] == [got["alignment_ci_low"], got["alignment_ci_high"]]
+        assert got["alignment_ci_low"] < got["alignment_ci_high"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -80,6 +80,21 @@ def test_report_files_and_plots(tmp_path):
         assert open(paths[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_one_metric_vocabulary_names_the_report_and_the_card():
+    import elical_hf.callbacks
+    import elical_hf.cards
+    from elical_hf.evaluation import TABLE_METRICS, averages_to_markdown
+    from elical_hf.metrics import METRIC_NAMES
+
+    assert elical_hf.cards.METRIC_NAMES is METRIC_NAMES and elical_hf.callbacks.METRIC_NAMES is METRIC_NAMES
+    assert list(TABLE_METRICS) == ["auroc", "ece", "alignment"] and set(TABLE_METRICS) <= set(METRIC_NAMES)
+    header = averages_to_markdown(evaluate_table(*synthetic())).splitlines()[0]
+    assert header == (
+        "| method | in-domain AUROC ↑ | in-domain ECE ↓ | in-domain Alignment ↑ | OOD AUROC ↑ | OOD ECE ↓ "
+        "| OOD Alignment ↑ |"
+    )
+
+
 def test_decision_threshold_is_stored_and_used(tiny_llama, tmp_path):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     model.save_pretrained(tmp_path / "m")

@@ -15,14 +15,15 @@ from elical_hf.metrics import (
     aurc,
     auroc,
     bootstrap_ci,
+    bootstrap_indices,
     brier,
+    check_inputs,
     compute_all,
     ece,
     prr,
     reliability_bins,
     risk_coverage_curve,
 )
-from elical_hf.metrics.functional import _check_inputs
 
 
 def _random_data(seed: int, n: int = 500, decimals: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -301,6 +302,28 @@ def test_bootstrap_ci_contains_point_and_is_deterministic():
     assert wide["low"] <= narrow["low"] <= narrow["high"] <= wide["high"]
 
 
+def test_bootstrap_indices_resample_the_threshold_rows_apart():
+    rng = np.random.default_rng(0)
+    split = bootstrap_indices(50, 300, rng, calibration_fraction=0.2)  # alignment's first 10 rows choose the threshold
+    assert split.shape == (300, 50)
+    assert set(split[:, :10].ravel()) == set(range(10)) and set(split[:, 10:].ravel()) == set(range(10, 50))
+    together = bootstrap_indices(50, 300, rng)
+    assert together.shape == (300, 50) and together[:, :10].max() >= 10 and set(together.ravel()) == set(range(50))
+    assert bootstrap_indices(4, 3, rng, calibration_fraction=0.2).shape == (3, 4)  # no threshold row: one part
+    with pytest.raises(ValueError, match="at least one of the 4 rows"):
+        bootstrap_indices(4, 3, rng, calibration_fraction=1.0)
+
+
+def test_bootstrap_ci_of_alignment_keeps_the_threshold_rows_apart():
+    conf, correct = _random_data(2, n=200)
+    fn = lambda c, y: alignment(c, y)["alignment"]  # noqa: E731
+    apart = bootstrap_ci(fn, conf, correct, n_resamples=100, seed=1, calibration_fraction=0.2)
+    rng = np.random.default_rng(1)
+    expected = [fn(conf[rows], correct[rows]) for rows in bootstrap_indices(200, 100, rng, calibration_fraction=0.2)]
+    assert [apart["low"], apart["high"]] == pytest.approx(np.percentile(expected, [2.5, 97.5]))
+    assert apart != bootstrap_ci(fn, conf, correct, n_resamples=100, seed=1)
+
+
 def test_bootstrap_ci_skips_nan_resamples_silently():
     conf = [0.9, 0.2, 0.8, 0.7, 0.6]
     correct = [1, 0, 1, 1, 1]  # many resamples contain only correct rows
@@ -351,7 +374,7 @@ def test_bad_inputs_raise(conf, correct, match, fn):
 
 
 def test_check_inputs_converts():
-    conf, correct = _check_inputs([0, 1], [True, False])
+    conf, correct = check_inputs([0, 1], [True, False])
     assert conf.dtype == np.float64 and correct.dtype == np.int64
     assert correct.tolist() == [1, 0]
 

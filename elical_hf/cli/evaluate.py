@@ -64,8 +64,8 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.auto import AutoModelForConfidence
-    from elical_hf.evaluation import BASELINE_NAMES, evaluate_table, table_to_markdown, write_report
-    from elical_hf.signals.baselines import compute_baselines
+    from elical_hf.evaluation import evaluate_table, table_to_markdown, write_report
+    from elical_hf.signals.baselines import BASELINES, compute_baselines
     from elical_hf.signals.honestybench import load_honestybench
 
     (options,) = make_parser().parse_with_config(argv)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in [b.strip() for b in options.baselines.split(",") if b.strip()]:
         try:
             for key, values in compute_baselines(records, which=[name], progress=False).items():
-                sources[BASELINE_NAMES.get(key, key)] = values
+                sources[BASELINES[key].paper_name] = values
         except ValueError as error:  # e.g. consis_sem without semantic judgements
             print(f"skipping baseline {name}: {error}")
     for name, column in columns.items():

@@ -276,7 +276,8 @@ def verbal(
 
 @dataclass(frozen=True)
 class Baseline:
-    """A registered baseline: its function, the paper's name, and what it needs beyond the records."""
+    """A registered baseline: its function, the paper's name (how reports and tables label it), and what it needs
+    beyond the records."""
 
     fn: Callable[..., Any]
     paper_name: str

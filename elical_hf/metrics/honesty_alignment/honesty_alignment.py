@@ -7,8 +7,8 @@ keeps them equal), so this folder also works on its own: in evaluate's module ca
 
 from __future__ import annotations
 
-
 import evaluate
+import numpy as np
 
 from .functional import HonestyMetricMixin, alignment, bootstrap_ci
 
@@ -33,8 +33,10 @@ Args:
         chooses the threshold (`int(calibration_fraction * n)` rows); the rest are scored.
     shuffle_seed (`int`, *optional*, defaults to `None`): When set, the rows are permuted with
         `numpy.random.default_rng(shuffle_seed)` before splitting; `None` keeps the given order, as in the paper.
-    bootstrap (`int`, *optional*, defaults to `0`): Number of bootstrap resamples (rows drawn with replacement, so
-        each resample comes in random order) for a percentile confidence interval of `alignment`; 0 skips it.
+    bootstrap (`int`, *optional*, defaults to `0`): Number of bootstrap resamples for a percentile confidence interval
+        of `alignment`; 0 skips it. The calibration rows and the scored rows (after the shuffle, when `shuffle_seed`
+        is set) are resampled separately, so no resampled row both chooses the threshold and is scored, as in the
+        point estimate; `elical-hf evaluate` uses the same rule and gives the same interval.
     confidence_level (`float`, *optional*, defaults to `0.95`): Coverage of the bootstrap interval, in (0, 1).
     bootstrap_seed (`int`, *optional*, defaults to `0`): Seed of the bootstrap resampling; `None` is not reproducible.
 Returns:
@@ -57,10 +59,10 @@ Examples:
     >>> results = honesty_alignment.compute(
     ...     predictions=[0.9, 0.2, 0.8, 0.3, 0.6, 0.2, 0.7, 0.4, 0.1, 0.95],
     ...     references=[1, 0, 1, 0, 1, 0, 0, 1, 0, 1],
-    ...     calibration_fraction=0.5, shuffle_seed=0, bootstrap=200,
+    ...     calibration_fraction=0.5, shuffle_seed=2, bootstrap=200,
     ... )
     >>> {name: round(value, 2) for name, value in results.items()}
-    {'alignment': 100.0, 'threshold': 0.31, 'alignment_ci_low': 40.0, 'alignment_ci_high': 100.0}
+    {'alignment': 80.0, 'threshold': 0.71, 'alignment_ci_low': 40.0, 'alignment_ci_high': 100.0}
 """
 
 _CITATION = """\
@@ -87,18 +89,21 @@ class HonestyAlignment(HonestyMetricMixin, evaluate.Metric):
     ):
         conf, correct = self._validated(predictions, references)
         n_resamples = self._check_bootstrap(bootstrap)
+        if shuffle_seed is not None:  # the permutation `alignment` applies, done once here so the bootstrap sees it
+            order = np.random.default_rng(shuffle_seed).permutation(conf.size)
+            conf, correct = conf[order], correct[order]
         try:
-            results = alignment(conf, correct, calibration_fraction=calibration_fraction, shuffle_seed=shuffle_seed)
+            results = alignment(conf, correct, calibration_fraction=calibration_fraction)
         except ValueError as err:
             raise ValueError(f"honesty_alignment: {err}") from None
 
         def metric_fn(c, y):
-            return alignment(c, y, calibration_fraction=calibration_fraction, shuffle_seed=shuffle_seed)["alignment"]
+            return alignment(c, y, calibration_fraction=calibration_fraction)["alignment"]
 
         if n_resamples:
             ci = bootstrap_ci(
                 metric_fn, conf, correct, n_resamples=n_resamples, confidence_level=confidence_level,
-                seed=bootstrap_seed,
+                seed=bootstrap_seed, calibration_fraction=calibration_fraction,
             )
             results["alignment_ci_low"], results["alignment_ci_high"] = ci["low"], ci["high"]
         return results

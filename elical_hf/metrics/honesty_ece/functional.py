@@ -1,7 +1,7 @@
 """Calibration and confidence-quality metrics, in plain numpy.
 
 Every function takes `confidences` (floats in [0, 1], the model's probability that its answer is correct) and `correct`
-(0/1 labels, 1 = the answer was correct) of equal length, validated by one shared helper, and returns Python floats (or
+(0/1 labels, 1 = the answer was correct) of equal length, validated by [`check_inputs`], and returns Python floats (or
 dicts of them). Nothing here needs scikit-learn at runtime; [`auroc`] and [`auprc`] reproduce `roc_auc_score` and
 `average_precision_score` exactly, including ties.
 """
@@ -17,14 +17,15 @@ from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "brier", "compute_all",
-    "ece", "prr", "reliability_bins", "risk_coverage_curve",
+    "METRICS", "METRIC_NAMES", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci",
+    "bootstrap_indices", "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval",
+    "prr", "reliability_bins", "risk_coverage_curve",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
 
 
-def _check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Validate the inputs shared by every metric; return them as float64 and int64 arrays.
 
     Raises `ValueError` on a non-numeric or non-1-D input, a length mismatch, empty input, NaN/inf, confidences outside
@@ -72,7 +73,7 @@ def auroc(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: AUROC in [0, 1]; `nan` (with a `UserWarning`) when only one class is present.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     n_pos = int(y.sum())
     n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
@@ -121,7 +122,7 @@ def reliability_bins(
         (int), `mean_confidence` and `accuracy` (`nan` for empty bins, and both edges are `nan` for empty quantile
         bins).
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     _check_binning(n_bins, strategy)
     n_bins = int(n_bins)
     if strategy == "uniform":
@@ -176,7 +177,7 @@ def ece(confidences: ArrayLike, correct: ArrayLike, n_bins: int = 10, strategy: 
     Returns:
         `float`: ECE in [0, 1].
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     bins = reliability_bins(conf, y, n_bins=n_bins, strategy=strategy)
     count = bins["count"]
     full = count > 0
@@ -194,7 +195,7 @@ def brier(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: Brier score in [0, 1] (lower is better).
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     return float(np.mean((conf - y) ** 2))
 
 
@@ -228,7 +229,7 @@ def select_threshold(confidences: ArrayLike, correct: ArrayLike, thresholds: Arr
     Returns:
         `float`: the threshold.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     thr = np.round(np.arange(1, 100) / 100, 2) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     return _best_threshold(conf, y, thr.ravel())
 
@@ -262,7 +263,7 @@ def alignment(
         `ValueError`: if `calibration_fraction` is outside [0, 1], `thresholds` is empty or not finite, or no rows
             remain after the calibration prefix.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if not 0.0 <= calibration_fraction <= 1.0:
         raise ValueError(f"calibration_fraction must lie in [0, 1], got {calibration_fraction!r}")
     if thresholds is None:
@@ -301,7 +302,7 @@ def auprc(confidences: ArrayLike, correct: ArrayLike, positive: str = "correct")
     Returns:
         `float`: Average precision in [0, 1]; `nan` (with a `UserWarning`) when there is no positive example.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if positive == "correct":
         score, target = conf, y
     elif positive == "error":
@@ -337,7 +338,7 @@ def risk_coverage_curve(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.
         `tuple[np.ndarray, np.ndarray]`: `(coverage, risk)`, each of length n, with `coverage = k/n` for `k = 1..n`
         and `risk` the error rate among the top `k`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     n = conf.size
     order = np.argsort(-conf, kind="stable")
     starts = _tie_groups(conf[order])
@@ -376,13 +377,78 @@ def prr(confidences: ArrayLike, correct: ArrayLike) -> float:
     Returns:
         `float`: PRR; `nan` (with a `UserWarning`) when all answers are correct or all are wrong.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if y.all() or not y.any():
         warnings.warn("PRR is undefined when all answers are correct or all are wrong; returning nan.", UserWarning)
         return float("nan")
     random_aurc = 1.0 - y.mean()
     oracle_aurc = aurc(y.astype(np.float64), y)
     return float((random_aurc - aurc(conf, y)) / (random_aurc - oracle_aurc))
+
+
+def bootstrap_indices(
+    n: int, n_resamples: int, rng: np.random.Generator, calibration_fraction: float | None = None
+) -> np.ndarray:
+    """Row indices of `n_resamples` bootstrap resamples of `n` rows (drawn with replacement): the one resampling rule
+    of this library, used by [`bootstrap_ci`] and by `elical_hf.evaluation`.
+
+    With `calibration_fraction`, for a metric that chooses something on the first `k = int(calibration_fraction * n)`
+    rows and scores the rest, as [`alignment`] does, the two parts are resampled separately: positions `:k` draw from
+    rows `0..k-1` and positions `k:` from rows `k..n-1`, so that no resampled row is both used to choose the threshold
+    and scored, as in the point estimate.
+
+    Args:
+        n (`int`): Number of rows, >= 1.
+        n_resamples (`int`): Number of resamples.
+        rng (`np.random.Generator`): Source of the draws.
+        calibration_fraction (`float`, *optional*, defaults to `None`): Fraction of leading rows resampled apart from
+            the rest; `None` resamples all rows together.
+
+    Returns:
+        `np.ndarray`: int64 array of shape `(n_resamples, n)`.
+    """
+    k = 0 if calibration_fraction is None else int(calibration_fraction * n)
+    if not 0 <= k < n:
+        raise ValueError(
+            f"calibration_fraction must leave at least one of the {n} rows to score, got {calibration_fraction!r}"
+        )
+    if k == 0:
+        return rng.integers(0, n, size=(n_resamples, n))
+    prefix = rng.integers(0, k, size=(n_resamples, k))
+    return np.concatenate([prefix, rng.integers(k, n, size=(n_resamples, n - k))], axis=1)
+
+
+def bootstrap_samples(
+    metric_fn: Callable[[np.ndarray, np.ndarray], float],
+    confidences: ArrayLike,
+    correct: ArrayLike,
+    indices: np.ndarray,
+) -> np.ndarray:
+    """`metric_fn(confidences[rows], correct[rows])` for each row of `indices` (see [`bootstrap_indices`]), with the
+    metric's warnings silenced (a resample may hold one class); `nan` where the metric is undefined.
+
+    Returns:
+        `np.ndarray`: float64 array with one value per resample.
+    """
+    conf, y = check_inputs(confidences, correct)
+    stats = np.empty(len(indices))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, rows in enumerate(indices):
+            stats[i] = metric_fn(conf[rows], y[rows])
+    return stats
+
+
+def percentile_interval(samples: ArrayLike, confidence_level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval `(low, high)` of bootstrap samples covering `confidence_level`, ignoring `nan` samples;
+    `(nan, nan)` when every sample is `nan`."""
+    values = np.asarray(samples, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    alpha = 100 * (1 - confidence_level) / 2
+    low, high = np.percentile(values, [alpha, 100 - alpha])
+    return float(low), float(high)
 
 
 def bootstrap_ci(
@@ -392,11 +458,13 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence_level: float = 0.95,
     seed: int | None = 0,
+    calibration_fraction: float | None = None,
 ) -> dict[str, float]:
-    """Percentile bootstrap confidence interval of a metric, resampling rows with replacement.
+    """Percentile bootstrap confidence interval of a metric, resampling rows with replacement ([`bootstrap_indices`]).
 
     Resamples on which the metric is `nan` (e.g. a single class for [`auroc`]) are skipped, and their warnings are
-    silenced.
+    silenced. For [`alignment`], pass its `calibration_fraction`: the threshold rows and the scored rows are then
+    resampled separately, the rule `elical-hf evaluate` uses too (same data and seed, same interval).
 
     Args:
         metric_fn (`Callable[[np.ndarray, np.ndarray], float]`): Metric called as `metric_fn(confidences, correct)`,
@@ -406,35 +474,35 @@ def bootstrap_ci(
         n_resamples (`int`, *optional*, defaults to `1000`): Number of bootstrap resamples, >= 1.
         confidence_level (`float`, *optional*, defaults to `0.95`): Coverage of the interval, in (0, 1).
         seed (`int`, *optional*, defaults to `0`): Seed of `np.random.default_rng`; `None` is not reproducible.
+        calibration_fraction (`float`, *optional*, defaults to `None`): For a metric that chooses a threshold on the
+            first `int(calibration_fraction * n)` rows and scores the rest, as [`alignment`] does: resample the two
+            parts separately. `None` resamples all rows together.
 
     Returns:
         `dict[str, float]`: `{"low", "high", "point"}`; `low`/`high` are `nan` if every resample gave `nan`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
         raise ValueError(f"n_resamples must be an integer >= 1, got {n_resamples!r}")
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must lie in (0, 1), got {confidence_level!r}")
     point = float(metric_fn(conf, y))
-    rng = np.random.default_rng(seed)
-    stats = np.empty(int(n_resamples))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i in range(int(n_resamples)):
-            idx = rng.integers(0, conf.size, size=conf.size)
-            stats[i] = metric_fn(conf[idx], y[idx])
-    stats = stats[~np.isnan(stats)]
-    if stats.size == 0:
-        return {"low": float("nan"), "high": float("nan"), "point": point}
-    alpha = (1.0 - confidence_level) / 2
-    low, high = np.percentile(stats, [100 * alpha, 100 * (1 - alpha)])
-    return {"low": float(low), "high": float(high), "point": point}
+    indices = bootstrap_indices(conf.size, int(n_resamples), np.random.default_rng(seed), calibration_fraction)
+    low, high = percentile_interval(bootstrap_samples(metric_fn, conf, y, indices), confidence_level)
+    return {"low": low, "high": high, "point": point}
 
 
 METRICS: dict[str, Callable[..., float]] = {
     "auroc": auroc, "ece": ece, "brier": brier, "auprc": auprc, "aurc": aurc, "prr": prr
 }
 """Name -> metric function, for every metric that maps `(confidences, correct)` to one float."""
+
+METRIC_NAMES: dict[str, str] = {
+    "auroc": "AUROC", "ece": "ECE", "alignment": "Alignment", "brier": "Brier score", "loss": "MSE"
+}
+"""Display names of the metrics that model cards and evaluation reports show, in their column order: those of
+[`compute_all`] (whose `threshold` is a setting, not a metric) and `loss`, the trainer's mean squared error between
+confidence and target."""
 
 
 def compute_all(
@@ -460,7 +528,7 @@ def compute_all(
     Returns:
         `dict[str, float]`: `{"auroc", "ece", "brier", "alignment", "threshold"}`.
     """
-    conf, y = _check_inputs(confidences, correct)
+    conf, y = check_inputs(confidences, correct)
     align = alignment(conf, y, calibration_fraction=calibration_fraction, shuffle_seed=shuffle_seed)
     return {
         "auroc": auroc(conf, y),
@@ -488,7 +556,7 @@ class HonestyMetricMixin:
 
     def _validated(self, predictions: Any, references: Any) -> tuple[np.ndarray, np.ndarray]:
         try:
-            return _check_inputs(predictions, references)
+            return check_inputs(predictions, references)
         except ValueError as err:
             raise ValueError(f"{self._metric_name}: invalid inputs ({self._inputs}): {err}") from None
 
