@@ -17,8 +17,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +213,7 @@ def convert_official(
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoTokenizer
 
+    from .atomic import atomic_folder
     from .auto import HEAD_MODULE
     from .cards import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature
@@ -282,19 +281,12 @@ def convert_official(
         )
         logger.info("Reproducing the reference tokenization: %s added around each prompt.", added)
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.tmp-"))
-    try:
+    with atomic_folder(dst) as staging:  # named like `dst`: the card names the model after its folder
         save_file(state, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
         lora.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
         card_data = ConfidenceModelCardData(tags=["converted"], source=source)
         render_model_card(confidence, card_data, staging).save(staging / "README.md")
         confidence.save_pretrained(staging)  # last: marks the folder complete
-        if dst.exists():
-            dst.rmdir()
-        os.replace(staging, dst)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.info("Converted %s (%s + %s) into %s.", src, adapter.name, head_file.name, dst)
     return str(dst)

@@ -35,12 +35,11 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
 from typing import Any
 
+from elical_hf.atomic import atomic_folder, atomic_write_text
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
-from elical_hf.configuration import atomic_write_text
 from elical_hf.embedded import DEFAULT_MODEL
 
 
@@ -191,11 +190,8 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     lexical_consistency(records)
     EmbeddingJudge().judge_records(records)
     logger.info("judged %d records: %s", len(records), summary)
-    folder, partial = os.path.join(args.output_dir, "honestybench"), os.path.join(args.output_dir, ".honestybench-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    write_honestybench(records, partial, pretty_name="HonestyBench (CPU scale)")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(partial, folder)
+    with atomic_folder(os.path.join(args.output_dir, "honestybench")) as folder:
+        write_honestybench(records, folder, pretty_name="HonestyBench (CPU scale)")
     save_records(records, path)  # last: its presence means the judging step is complete
     return records
 
