@@ -74,17 +74,14 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
         `tuple[str, str] | None`: the Hub id and where the folder's weights come from (`"hub"` or
         `"gguf:<package>/<file> (dequantized)"`), or `None` for any other folder.
     """
-    from .embedded import _COMPLETE_MARKER, EMBEDDED_MODELS
+    from .embedded import EMBEDDED_MODELS, embedded_copy_of
 
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
         return None
-    marker = folder / _COMPLETE_MARKER
-    if marker.is_file():
-        origin = marker.read_text(encoding="utf-8").strip()
-        for hub_id, embedded in EMBEDDED_MODELS.items():
-            if origin == f"{embedded.package}/{embedded.gguf_file}":
-                return hub_id, f"gguf:{origin} (dequantized)"
+    embedded = embedded_copy_of(folder)
+    if embedded is not None:
+        return embedded, EMBEDDED_MODELS[embedded].weights_source
     repo = folder.parent.parent.name
     if folder.parent.name == "snapshots" and repo.startswith("models--"):
         hub_id = repo[len("models--") :].replace("--", "/")
