@@ -18,20 +18,19 @@ from typing import Any
 from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
+from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
 from .records import RECORD_FEATURES, TRAINING_FEATURES, read_records, record_features, training_columns
 
 
 __all__ = [
-    "DATASET_ALIASES", "HONESTYBENCH_REPO", "IN_DOMAIN_DATASETS", "OOD_DATASETS", "PAPER_SPLITS", "canonical_dataset",
-    "load_honestybench", "paper_split", "parse_record_path",
+    "DATASET_ALIASES", "HONESTYBENCH_REPO", "PAPER_SPLITS", "canonical_dataset", "load_honestybench", "paper_split",
+    "parse_record_path",
 ]
 
 logger = logging.getLogger(__name__)
 
 HONESTYBENCH_REPO = "Shiyunee/HonestyBench"
 
-IN_DOMAIN_DATASETS = ("nq", "triviaqa", "hotpotqa", "2wikimultihopqa", "pararel")
-OOD_DATASETS = ("squad", "webquestions", "complexwebquestions", "musique", "popqa")
 PAPER_SPLITS = ("train", "in_domain_test", "ood_test", "mmlu", "other")
 
 DATASET_ALIASES: dict[str, str] = {
