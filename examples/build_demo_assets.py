@@ -96,10 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_questions", type=int, default=1600, help="Stage-1 questions (of the 4,800).")
     args = parser.parse_args(argv)
 
-    from elical_hf.signals.honestybench import record_files
-    from elical_hf.signals.records import read_records
+    from elical_hf.signals.records import load_records
 
-    records = [record for file in record_files(args.records) for record in read_records(file)]
+    records = load_records(args.records)
     settings = DemoSettings()
     os.makedirs(DEMO_ASSETS, exist_ok=True)
     if args.only in (None, "records"):

@@ -159,17 +159,15 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
 
 def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
-    from elical_hf.hub import write_honestybench
     from elical_hf.signals import EmbeddingJudge, TIMING_FIELDS, judge_correctness, lexical_consistency
-    from elical_hf.signals.records import read_records, save_records
+    from elical_hf.signals.honestybench import write_honestybench
+    from elical_hf.signals.records import load_records, read_records, save_records
 
     path = os.path.join(args.output_dir, "records.parquet")
     if os.path.exists(path):
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
-        from elical_hf.signals.honestybench import record_files
-
-        records = [record for file in record_files(args.records) for record in read_records(file)]
+        records = load_records(args.records)
         for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
             record["split"] = record.get("split") or record.get("source_split")
         save_records(records, path)

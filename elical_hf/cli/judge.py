@@ -71,7 +71,7 @@ def record_format(path: str) -> str:
 
 def load_records(path: str) -> list[dict]:
     """Normalized records from a .jsonl/.parquet file or every such file below a folder (e.g. `sample` shards)."""
-    from elical_hf.signals.honestybench import record_files
+    from elical_hf.signals.records import record_files
     from elical_hf.signals.records import read_records
 
     if not os.path.exists(path):
