@@ -159,8 +159,9 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
 
 def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
-    from elical_hf.signals import EmbeddingJudge, TIMING_FIELDS, judge_correctness, lexical_consistency
+    from elical_hf.signals import TIMING_FIELDS
     from elical_hf.signals.honestybench import write_honestybench
+    from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records, read_records, save_records
 
     path = os.path.join(args.output_dir, "records.parquet")
@@ -184,9 +185,7 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         record["partition"] = record.pop("split")
         test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN else "ood_test"
         record["split"] = test_split if record["partition"] == "test" else "train"
-    summary = judge_correctness(records)
-    lexical_consistency(records)
-    EmbeddingJudge().judge_records(records)
+    summary = apply_judges(records, correctness="has_answer", consistency="embedding", lexical_scores=True)
     logger.info("judged %d records: %s", len(records), summary)
     with atomic_folder(os.path.join(args.output_dir, "honestybench")) as folder:
         write_honestybench(records, folder, pretty_name="HonestyBench (CPU scale)")
