@@ -211,13 +211,13 @@ def convert_official(
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     from .atomic import atomic_folder
     from .auto import HEAD_MODULE
     from .cards import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature
-    from .data import ensure_pad_token
+    from .data import load_tokenizer
     from .embedded import hub_offline, resolve_model_path
     from .hub import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
@@ -266,8 +266,7 @@ def convert_official(
     if unknown:
         raise ValueError(f"Internal key mismatch while converting: {unknown[:3]}.")
 
-    tokenizer_source = adapter if (adapter / "tokenizer_config.json").is_file() else base_path
-    tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(tokenizer_source))
+    tokenizer = load_tokenizer(adapter, fallback=base_path)  # the release's own tokenizer, else the base model's
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
     confidence.base_model_signature = backbone_signature(config)
