@@ -10,10 +10,11 @@ from .data import ConfidenceDataCollator
 from .convert import convert_official
 from .embedded import DEFAULT_MODEL
 from .head_calibration import calibrate_head
-from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model, write_honestybench
+from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
 from .modeling import ConfidenceModelOutput, ForConfidenceMixin
 from .pipeline import ConfidenceEstimationPipeline, register_pipeline
 from .recipe import train_elical
+from .signals.honestybench import write_honestybench
 from .trainer import ConfidenceTrainer, confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftConfig, PeftModel
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from .cards import ConfidenceModelCardData, write_model_card
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
-from .data import ensure_pad_token
+from .data import load_tokenizer
 from .embedded import hub_offline, resolve_model_path
 from .hub import hub_id_of_local_copy, is_hub_id
 from .precision import resolve_dtype
@@ -213,8 +213,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         model = super().from_pretrained(path, config=config, **kwargs)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path
-        tokenizer = AutoTokenizer.from_pretrained(path, **hub_kwargs)
-        model.tokenizer = ensure_pad_token(tokenizer)
+        model.tokenizer = load_tokenizer(path, **hub_kwargs)
         confidence_config.base_model_name_or_path = recorded
         confidence_config.base_model_signature = backbone_signature(model.config)
         confidence_config.base_weights_source = source
@@ -248,8 +247,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         # What the adapter was trained with wins; only the provenance of this load's weights is new.
         saved_config.base_weights_source = loading_config.base_weights_source
         model.confidence_config = saved_config
-        if os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
-            model.tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(folder))
+        model.tokenizer = load_tokenizer(folder, fallback=model.tokenizer)  # the adapter's own, else the base's
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
 

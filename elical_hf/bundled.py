@@ -1,4 +1,5 @@
-"""Real open-domain QA questions bundled with the package (see ``resources/qa/README.md``)."""
+"""The paper's QA datasets (in-domain and out-of-domain), and the real questions of them bundled with the package
+(see ``resources/qa/README.md``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,22 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 __all__ = [
-    "BUNDLED_DATASETS", "IN_DOMAIN", "OUT_OF_DOMAIN", "bundled_file_sha256", "bundled_manifest",
-    "load_bundled_questions", "normalize_question", "split_questions",
+    "BUNDLED_DATASETS", "IN_DOMAIN", "IN_DOMAIN_DATASETS", "OOD_DATASETS", "OUT_OF_DOMAIN", "bundled_file_sha256",
+    "bundled_manifest", "load_bundled_questions", "normalize_question", "split_questions",
 ]
 
-IN_DOMAIN: tuple[str, ...] = ("nq", "hotpotqa", "2wikimultihopqa", "pararel")
-OUT_OF_DOMAIN: tuple[str, ...] = ("squad", "webquestions", "popqa")
+IN_DOMAIN_DATASETS: tuple[str, ...] = ("nq", "triviaqa", "hotpotqa", "2wikimultihopqa", "pararel")
+"""The paper's in-domain datasets: their train questions train EliCal, their test questions are the in-domain test."""
+OOD_DATASETS: tuple[str, ...] = ("squad", "webquestions", "complexwebquestions", "musique", "popqa")
+"""The paper's out-of-domain datasets: test questions only."""
 
 if TYPE_CHECKING:
     BUNDLED_DATASETS: dict[str, dict]
     """Dataset name -> manifest entry; the same (cached) dict as `bundled_manifest()`, loaded on first access."""
+    IN_DOMAIN: tuple[str, ...]
+    """The bundled in-domain datasets: those of `IN_DOMAIN_DATASETS` with a bundled subset, in that order."""
+    OUT_OF_DOMAIN: tuple[str, ...]
+    """The bundled out-of-domain datasets: those of `OOD_DATASETS` with a bundled subset, in that order."""
 
 
 def _qa_dir():
@@ -41,9 +48,12 @@ def bundled_manifest() -> dict[str, dict]:
 
 
 def __getattr__(attr: str) -> Any:
-    # `BUNDLED_DATASETS` is resolved lazily (PEP 562) so importing this module reads no file.
+    # Resolved lazily (PEP 562) so importing this module reads no file.
     if attr == "BUNDLED_DATASETS":
         return bundled_manifest()
+    if attr in ("IN_DOMAIN", "OUT_OF_DOMAIN"):
+        paper = IN_DOMAIN_DATASETS if attr == "IN_DOMAIN" else OOD_DATASETS
+        return tuple(name for name in paper if name in bundled_manifest())
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 

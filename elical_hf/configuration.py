@@ -8,33 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .atomic import atomic_write_text
 from .prompts import QA_PROMPT, render_prompt
 
 
 CONFIDENCE_CONFIG_NAME = "confidence_config.json"
 POOLING_MODES = ("last_token",)
 HEAD_ACTIVATIONS = ("sigmoid",)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` so that readers see either the old file or the complete new one, never a part."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def backbone_signature(config: Any) -> dict[str, Any]:

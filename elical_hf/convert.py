@@ -17,8 +17,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -213,12 +211,13 @@ def convert_official(
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
+    from .atomic import atomic_folder
     from .auto import HEAD_MODULE
     from .cards import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature
-    from .data import ensure_pad_token
+    from .data import load_tokenizer
     from .embedded import hub_offline, resolve_model_path
     from .hub import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
@@ -267,8 +266,7 @@ def convert_official(
     if unknown:
         raise ValueError(f"Internal key mismatch while converting: {unknown[:3]}.")
 
-    tokenizer_source = adapter if (adapter / "tokenizer_config.json").is_file() else base_path
-    tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(tokenizer_source))
+    tokenizer = load_tokenizer(adapter, fallback=base_path)  # the release's own tokenizer, else the base model's
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
     confidence.base_model_signature = backbone_signature(config)
@@ -282,19 +280,12 @@ def convert_official(
         )
         logger.info("Reproducing the reference tokenization: %s added around each prompt.", added)
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.tmp-"))
-    try:
+    with atomic_folder(dst) as staging:  # named like `dst`: the card names the model after its folder
         save_file(state, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
         lora.save_pretrained(str(staging))
         tokenizer.save_pretrained(str(staging))
         card_data = ConfidenceModelCardData(tags=["converted"], source=source)
         render_model_card(confidence, card_data, staging).save(staging / "README.md")
         confidence.save_pretrained(staging)  # last: marks the folder complete
-        if dst.exists():
-            dst.rmdir()
-        os.replace(staging, dst)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.info("Converted %s (%s + %s) into %s.", src, adapter.name, head_file.name, dst)
     return str(dst)

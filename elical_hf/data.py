@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from datasets import Dataset
 from .configuration import ConfidenceConfig
 
 
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 QUESTION_COLUMN = "question"
 EVAL_LABEL_COLUMN = "greedy_correct"
 
@@ -33,6 +35,22 @@ def ensure_pad_token(tokenizer: Any) -> Any:
         else:
             tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
     return tokenizer
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, fallback: Any = None, **kwargs: Any) -> Any:
+    """The tokenizer of `name_or_path` (a Hub id or folder), with a pad token ([`ensure_pad_token`]).
+
+    With `fallback`, `name_or_path` is a saved folder that may hold no tokenizer (no `tokenizer_config.json`: an
+    adapter saved without one); the tokenizer then comes from `fallback`, a Hub id or folder (the base model), or a
+    tokenizer already loaded. `kwargs` go to `AutoTokenizer.from_pretrained`.
+    """
+    if fallback is not None and not os.path.isfile(os.path.join(name_or_path, TOKENIZER_CONFIG_NAME)):
+        if not isinstance(fallback, (str, os.PathLike)):
+            return ensure_pad_token(fallback)
+        name_or_path = fallback
+    from transformers import AutoTokenizer
+
+    return ensure_pad_token(AutoTokenizer.from_pretrained(name_or_path, **kwargs))
 
 
 def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:

@@ -94,21 +94,10 @@ class DemoSettings:
 def judge_consistency(records: list[dict], judge: str) -> str:
     """Fill `consistency_judgement` with the embedding judge (or ROUGE-L for `"lexical"`) and `consistency_lexical`
     (Consis-Lex); returns the judge used."""
-    from .signals import EmbeddingJudge, lexical_consistency, lexical_judgement
-    from .signals.embedding_judge import default_model_path
+    from .signals.judging import apply_judges, resolve_consistency_judge
 
-    if judge == "auto":
-        try:
-            default_model_path()
-            judge = "embedding"
-        except OSError as error:
-            logger.warning("%s Falling back to the lexical consistency judge.", error)
-            judge = "lexical"
-    if judge == "embedding":
-        lexical_consistency(records)
-        EmbeddingJudge().judge_records(records)
-    else:
-        lexical_judgement(records)
+    judge = resolve_consistency_judge(judge)
+    apply_judges(records, consistency=judge, lexical_scores=True)
     return judge
 
 

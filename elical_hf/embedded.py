@@ -12,17 +12,18 @@ import functools
 import importlib.util
 import logging
 import os
-import shutil
 import socket
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .atomic import atomic_folder
 
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-_COMPLETE_MARKER = ".elical_complete"
+COMPLETE_MARKER = ".elical_complete"
+"""The file that marks a complete dequantized copy ([`convert_embedded`]); it holds [`EmbeddedModel.origin`]."""
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model"]
 
 
@@ -33,6 +34,16 @@ class EmbeddedModel:
     package: str
     gguf_file: str
     install_hint: str
+
+    @property
+    def origin(self) -> str:
+        """`<package>/<gguf file>`: where the offline weights come from (the text of a copy's [`COMPLETE_MARKER`])."""
+        return f"{self.package}/{self.gguf_file}"
+
+    @property
+    def weights_source(self) -> str:
+        """How [`~elical_hf.ConfidenceConfig.base_weights_source`] names these weights once dequantized."""
+        return f"gguf:{self.origin} (dequantized)"
 
     def gguf_folder(self) -> str:
         spec = importlib.util.find_spec(self.package)  # never import it: it may need optional dependencies
@@ -98,14 +109,23 @@ def resolve_model_path(name_or_path: str, revision: str | None = None) -> tuple[
         return path, "hub"
     except (OSError, ValueError) as error:  # offline, unreachable, or not in the cache
         logger.info("Hub copy of %s unavailable (%s); using the embedded GGUF.", name_or_path, error)
-    return str(convert_embedded(name_or_path)), f"gguf:{embedded.package}/{embedded.gguf_file} (dequantized)"
+    return str(convert_embedded(name_or_path)), embedded.weights_source
+
+
+def embedded_copy_of(folder: str | os.PathLike) -> str | None:
+    """The Hub id of the embedded model whose dequantized copy ([`convert_embedded`]) `folder` is, else `None`."""
+    marker = Path(folder) / COMPLETE_MARKER
+    if not marker.is_file():
+        return None
+    origin = marker.read_text(encoding="utf-8").strip()
+    return next((hub_id for hub_id, embedded in EMBEDDED_MODELS.items() if embedded.origin == origin), None)
 
 
 def convert_embedded(name: str) -> Path:
     """Dequantize the embedded GGUF of `name` into a safetensors folder once; return that folder."""
     embedded = EMBEDDED_MODELS[name]
     target = cache_root() / "models" / (name.replace("/", "--") + "--" + Path(embedded.gguf_file).stem)
-    if (target / _COMPLETE_MARKER).exists():
+    if (target / COMPLETE_MARKER).exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
@@ -115,16 +135,9 @@ def convert_embedded(name: str) -> Path:
         folder, gguf_file=embedded.gguf_file, quantization_config=GgufConfig(dequantize=True)
     )
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=embedded.gguf_file)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
-    try:
+    with atomic_folder(target) as staging:  # replaces an earlier, interrupted conversion
         model.config.name_or_path = name
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        (staging / _COMPLETE_MARKER).write_text(f"{embedded.package}/{embedded.gguf_file}\n")
-        if target.exists():  # an earlier, interrupted conversion
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        (staging / COMPLETE_MARKER).write_text(f"{embedded.origin}\n")
     return target

@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +74,14 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
         `tuple[str, str] | None`: the Hub id and where the folder's weights come from (`"hub"` or
         `"gguf:<package>/<file> (dequantized)"`), or `None` for any other folder.
     """
-    from .embedded import _COMPLETE_MARKER, EMBEDDED_MODELS
+    from .embedded import EMBEDDED_MODELS, embedded_copy_of
 
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
         return None
-    marker = folder / _COMPLETE_MARKER
-    if marker.is_file():
-        origin = marker.read_text(encoding="utf-8").strip()
-        for hub_id, embedded in EMBEDDED_MODELS.items():
-            if origin == f"{embedded.package}/{embedded.gguf_file}":
-                return hub_id, f"gguf:{origin} (dequantized)"
+    embedded = embedded_copy_of(folder)
+    if embedded is not None:
+        return embedded, EMBEDDED_MODELS[embedded].weights_source
     repo = folder.parent.parent.name
     if folder.parent.name == "snapshots" and repo.startswith("models--"):
         hub_id = repo[len("models--") :].replace("--", "/")
@@ -268,109 +265,6 @@ def push_model(model: Any, repo_id: str, **kwargs: Any) -> Any:
 # -- HonestyBench -----------------------------------------------------------------------------------------------------
 
 
-def _collect_records(
-    source: Any, path_parser: Callable[[str], Mapping[str, str | None]] | None
-) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
-    """Group normalized records by (model, dataset, paper split)."""
-    from .signals.honestybench import canonical_dataset, paper_split, parse_record_path
-    from .signals.records import normalize_record, read_records
-
-    parser = path_parser or parse_record_path
-    batches: list[tuple[str, dict[str, Any], Iterable[Mapping[str, Any]]]] = []
-    if isinstance(source, Mapping):  # {"<model>/<dataset>/<split>" or (model, dataset, split): records or a file}
-        for key, value in source.items():
-            model, dataset, split = key if isinstance(key, tuple) else str(key).split("/")
-            records = read_records(value) if isinstance(value, (str, os.PathLike)) else value
-            batches.append((str(key), {"model": model, "dataset": dataset, "split": split}, records))
-    elif isinstance(source, (str, os.PathLike)) or (
-        isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))
-    ):
-        for root in [source] if isinstance(source, (str, os.PathLike)) else source:
-            root = os.fspath(root)
-            files = [root] if os.path.isfile(root) else sorted(
-                str(p) for p in Path(root).rglob("*")
-                if p.suffix in (".jsonl", ".parquet") and not any(c.startswith(".") for c in p.relative_to(root).parts)
-            )
-            if not files:
-                raise ValueError(f"No .jsonl or .parquet records files under {root}.")
-            base = root if os.path.isdir(root) else os.path.dirname(root)
-            for file in files:
-                relative = os.path.relpath(file, base).replace(os.sep, "/")
-                batches.append((relative, dict(parser(relative)), read_records(file)))
-    else:
-        batches.append(("records", {}, source))
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for origin, hint, records in batches:
-        for record in records:
-            row = normalize_record(record)
-            model = row.get("model") or hint.get("model")
-            raw = row.get("dataset") or hint.get("dataset")
-            if not model or not raw:
-                raise ValueError(
-                    f"{origin}: a record has no `model` or `dataset` (and its path names none); add the fields or "
-                    "pass {'<model>/<dataset>/<split>': records}."
-                )
-            row["model"], row["dataset"] = str(model), canonical_dataset(raw) or str(raw)
-            row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
-            key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
-            groups.setdefault(key, []).append(row)
-    if not groups:
-        raise ValueError("No records to write.")
-    return groups
-
-
-def write_honestybench(
-    source: Any,
-    folder: str | os.PathLike,
-    *,
-    path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
-    pretty_name: str = "HonestyBench",
-) -> list[dict[str, Any]]:
-    r"""
-    Write HonestyBench records as a Hub dataset repository: `data/<model>/<dataset>/<split>.parquet` plus a dataset
-    card whose `configs` make `datasets.load_dataset(folder_or_repo, "<model>--<dataset>")` (or `"<model>"` for all
-    of a model's datasets) load them with the splits `train` / `in_domain_test` / `ood_test`.
-
-    Args:
-        source: Records files or folders (model, dataset and split read from each record's fields, else from the
-            path, see [`~elical_hf.signals.honestybench.parse_record_path`]); or a list of records with `model` and
-            `dataset` fields; or a mapping `{"<model>/<dataset>/<split>": records or a file}`.
-        folder (`str`): Where to write; must not exist or be empty.
-        path_parser (`Callable`, *optional*): Maps a file's relative path to `{"model", "dataset", "split"}`.
-        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): Title of the card.
-
-    Returns:
-        `list[dict]`: one entry per file: `model`, `dataset`, `split`, `path`, `num_examples`, `num_bytes`.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from datasets import Features, Value
-
-    from .cards import render_honestybench_card
-    from .signals.records import record_features
-
-    folder = Path(folder)
-    if folder.exists() and any(folder.iterdir()):
-        raise ValueError(f"{folder} is not empty; write the dataset repository into a new folder.")
-    groups = _collect_records(source, path_parser)
-    rows = [row for group in groups.values() for row in group]
-    features = Features({**record_features(rows), "model": Value("string"), "dataset": Value("string"),
-                         "source_split": Value("string")})
-    parts = []
-    for (model, dataset, split), records in sorted(groups.items()):
-        relative = f"data/{model.replace('/', '--')}/{dataset}/{split}.parquet"
-        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
-        table = pa.Table.from_pylist(records, schema=features.arrow_schema)
-        pq.write_table(table, folder / relative)
-        parts.append({"model": model.replace("/", "--"), "dataset": dataset, "split": split, "path": relative,
-                      "num_examples": len(records), "num_bytes": table.nbytes})
-    judges = {kind: sorted({str(r[f"{kind}_judge"]) for r in rows if r.get(f"{kind}_judge")})
-              for kind in ("correctness", "consistency")}
-    samples = sorted({len(r["sampling_response"]) for r in rows if r.get("sampling_response") is not None})
-    render_honestybench_card(parts, features, judges, samples, pretty_name).save(folder / "README.md")
-    return parts
-
-
 def push_honestybench(
     source: Any,
     repo_id: str,
@@ -382,11 +276,14 @@ def push_honestybench(
     path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
     pretty_name: str = "HonestyBench",
 ) -> Any:
-    """[`write_honestybench`] into a temporary folder, then publish it as the dataset repo `repo_id` in one commit.
+    """[`~elical_hf.signals.honestybench.write_honestybench`] into a temporary folder, then publish it as the dataset
+    repo `repo_id` in one commit.
 
     Returns:
         `huggingface_hub.CommitInfo`, once the commit succeeded. Raises [`HubPublishError`] when the upload fails.
     """
+    from .signals.honestybench import write_honestybench
+
     validate_hub_repo_id(repo_id)
     with tempfile.TemporaryDirectory(prefix="elical-hf-dataset-") as tmp:
         parts = write_honestybench(source, tmp, path_parser=path_parser, pretty_name=pretty_name)

@@ -18,9 +18,7 @@ import argparse
 import json
 import os
 import random
-import shutil
 import sys
-import tempfile
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,6 +47,7 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
     from transformers import set_seed
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
+    from elical_hf.atomic import atomic_folder
     from elical_hf.recipe import train_stage
     from elical_hf.signals import training_columns
 
@@ -58,9 +57,8 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
     settings = {"per_device_train_batch_size": 16, "learning_rate": 1e-3, "num_train_epochs": 1,
                 "logging_steps": 20, "report_to": "none", "disable_tqdm": False}
     set_seed(seed)
-    parent = tempfile.mkdtemp(prefix=".stage1-", dir=os.path.dirname(os.path.abspath(output_dir)))
-    staging = os.path.join(parent, os.path.basename(output_dir))  # the card is named after the folder
-    try:
+    with atomic_folder(output_dir) as folder:  # named like `output_dir`: the card is named after the folder
+        staging = str(folder)
         train_stage(AutoModelForConfidence.from_pretrained(DEFAULT_MODEL), rows, staging, "elicitation",
                     dev_fraction=0.0, seed=seed, training_args=settings)
         weights = os.path.join(staging, "adapter_model.safetensors")
@@ -72,10 +70,6 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
                                                         "training_args.json"):
                 os.remove(os.path.join(staging, name))
         write_provenance(staging, len(rows), seed)
-        shutil.rmtree(output_dir, ignore_errors=True)
-        os.replace(staging, output_dir)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 def write_provenance(folder: str, num_questions: int, seed: int) -> None:
@@ -102,10 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train_questions", type=int, default=1600, help="Stage-1 questions (of the 4,800).")
     args = parser.parse_args(argv)
 
-    from elical_hf.signals.honestybench import record_files
-    from elical_hf.signals.records import read_records
+    from elical_hf.signals.records import load_records
 
-    records = [record for file in record_files(args.records) for record in read_records(file)]
+    records = load_records(args.records)
     settings = DemoSettings()
     os.makedirs(DEMO_ASSETS, exist_ok=True)
     if args.only in (None, "records"):

@@ -19,6 +19,7 @@ import os
 import time
 from collections import Counter
 
+from elical_hf.atomic import atomic_write_text
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions
 from elical_hf.embedded import DEFAULT_MODEL
 from elical_hf.signals.judges import normalize_answer
@@ -78,9 +79,7 @@ def load_cache(path: str, key: dict):
 
 
 def save_cache(path: str, key: dict, value) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump({"key": key, "value": value}, handle)
-    os.replace(path + ".tmp", path)
+    atomic_write_text(path, json.dumps({"key": key, "value": value}))
 
 
 def main(argv: list[str] | None = None) -> dict:

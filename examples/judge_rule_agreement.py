@@ -17,9 +17,8 @@ import json
 import os
 from typing import Any
 
-from elical_hf.signals.honestybench import record_files
 from elical_hf.signals.judges import judge_correctness
-from elical_hf.signals.records import read_records
+from elical_hf.signals.records import load_records
 
 
 RECORDS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results",
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--records", default=RECORDS, help="A records file or folder (default: the committed records).")
     parser.add_argument("--examples", type=int, default=3, help="Disagreements shown per direction.")
     args = parser.parse_args(argv)
-    records = [record for file in record_files(args.records) for record in read_records(file)]
+    records = load_records(args.records)
     result = count_disagreements(records, examples=args.examples)
     print(markdown(result))
     print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -35,12 +35,11 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
 from typing import Any
 
+from elical_hf.atomic import atomic_folder, atomic_write_text
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
-from elical_hf.configuration import atomic_write_text
 from elical_hf.embedded import DEFAULT_MODEL
 
 
@@ -160,17 +159,16 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
 
 def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
-    from elical_hf.hub import write_honestybench
-    from elical_hf.signals import EmbeddingJudge, TIMING_FIELDS, judge_correctness, lexical_consistency
-    from elical_hf.signals.records import read_records, save_records
+    from elical_hf.signals import TIMING_FIELDS
+    from elical_hf.signals.honestybench import write_honestybench
+    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.records import load_records, read_records, save_records
 
     path = os.path.join(args.output_dir, "records.parquet")
     if os.path.exists(path):
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
-        from elical_hf.signals.honestybench import record_files
-
-        records = [record for file in record_files(args.records) for record in read_records(file)]
+        records = load_records(args.records)
         for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
             record["split"] = record.get("split") or record.get("source_split")
         save_records(records, path)
@@ -187,15 +185,10 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         record["partition"] = record.pop("split")
         test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN else "ood_test"
         record["split"] = test_split if record["partition"] == "test" else "train"
-    summary = judge_correctness(records)
-    lexical_consistency(records)
-    EmbeddingJudge().judge_records(records)
+    summary = apply_judges(records, correctness="has_answer", consistency="embedding", lexical_scores=True)
     logger.info("judged %d records: %s", len(records), summary)
-    folder, partial = os.path.join(args.output_dir, "honestybench"), os.path.join(args.output_dir, ".honestybench-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    write_honestybench(records, partial, pretty_name="HonestyBench (CPU scale)")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(partial, folder)
+    with atomic_folder(os.path.join(args.output_dir, "honestybench")) as folder:
+        write_honestybench(records, folder, pretty_name="HonestyBench (CPU scale)")
     save_records(records, path)  # last: its presence means the judging step is complete
     return records
 

@@ -128,3 +128,9 @@ def test_split_single_part_and_empty_rows():
     rows = load_bundled_questions("webquestions", limit=20)
     assert split_questions(rows, {"all": 1.0}) == {"all": rows}
     assert split_questions([], FRACTIONS) == {"train": [], "dev": [], "test": []}
+
+
+def test_bundled_roles_come_from_the_paper_lists():
+    # the order is the paper's: reproduce_paper's partitions (and cached runs) depend on it
+    assert IN_DOMAIN == ("nq", "hotpotqa", "2wikimultihopqa", "pararel")
+    assert OUT_OF_DOMAIN == ("squad", "webquestions", "popqa")

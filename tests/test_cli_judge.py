@@ -46,10 +46,12 @@ def test_commands_are_registered(capsys):
     assert "judge" in out and "baselines" in out
 
 
-def test_correctness_choices_are_the_lexical_judges_plus_llm():
+def test_judge_choices_are_the_judges_of_apply_judges():
     from elical_hf.signals.judges import CORRECTNESS_JUDGES
+    from elical_hf.signals.judging import CONSISTENCY_METHODS, CORRECTNESS_METHODS
 
-    assert judge_cli.CORRECTNESS_CHOICES == (*CORRECTNESS_JUDGES, "llm")
+    assert judge_cli.CORRECTNESS_CHOICES == CORRECTNESS_METHODS == (*CORRECTNESS_JUDGES, "llm")
+    assert judge_cli.CONSISTENCY_CHOICES == CONSISTENCY_METHODS
 
 
 @pytest.mark.parametrize("method, expected", [("has_answer", True), ("has_answer_squad", False)])
@@ -179,8 +181,7 @@ def test_baselines_refuses_bad_options(tmp_path):
 
 
 def test_records_are_found_below_a_folder_like_sample_output(tmp_path):
-    from elical_hf.cli.judge import load_records
-    from elical_hf.signals.records import save_records
+    from elical_hf.signals.records import load_records, save_records
 
     row = {"question": "who wrote hamlet", "answer": ["shakespeare"], "greedy_response": "shakespeare",
            "sampling_response": ["shakespeare"]}

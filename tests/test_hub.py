@@ -29,7 +29,7 @@ def embedded_tiny(tmp_path, monkeypatch, tiny_llama):
     entry = embedded.EmbeddedModel(package="tiny_gguf", gguf_file="tiny.Q4_1.gguf", install_hint="pip install x")
     copy = tmp_path / "elical-cache" / "models" / "tiny--embedded--tiny.Q4_1"
     shutil.copytree(tiny_llama, copy)
-    (copy / embedded._COMPLETE_MARKER).write_text("tiny_gguf/tiny.Q4_1.gguf\n")
+    (copy / embedded.COMPLETE_MARKER).write_text("tiny_gguf/tiny.Q4_1.gguf\n")
     monkeypatch.setitem(embedded.EMBEDDED_MODELS, "tiny/embedded", entry)
     monkeypatch.setattr(embedded, "convert_embedded", lambda name: copy)
     return copy

@@ -2,6 +2,7 @@ import doctest
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from datasets import load_dataset
@@ -293,3 +294,22 @@ def test_docstring_examples():
 def test_nan_free_training_columns(official_folder):
     bench = load_honestybench(official_folder, progress=False)
     assert not any(math.isnan(v) for v in bench["train"]["consistency"])
+
+
+def test_load_records_reads_a_file_or_every_records_file_below_a_folder(tmp_path):
+    from elical_hf.signals.records import load_records, record_files, record_format
+
+    save_records([{"question": "top"}], tmp_path / "run" / "b.jsonl")
+    save_records([{"question": "deep"}], tmp_path / "run" / "a" / "x.parquet")
+    save_records([{"question": "hidden"}], tmp_path / "run" / ".cache" / "y.parquet")
+    (tmp_path / "run" / "notes.txt").write_text("not records")
+    # a folder's own files first, then its sub-folders (sorted); hidden files and folders are skipped
+    found = [Path(p).relative_to(tmp_path / "run").as_posix() for p in record_files(tmp_path / "run")]
+    assert found == ["b.jsonl", "a/x.parquet"]
+    assert [r["question"] for r in load_records(tmp_path / "run")] == ["top", "deep"]
+    assert [r["question"] for r in load_records(tmp_path / "run" / "b.jsonl")] == ["top"]
+    assert record_format("x/Y.PARQUET") == "parquet" and record_format("y.jsonl") == "jsonl"
+    with pytest.raises(ValueError, match="must end in .jsonl or .parquet"):
+        load_records(tmp_path / "run" / "notes.txt")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_records(tmp_path / "missing")

@@ -8,13 +8,12 @@ from `--train_records` (never from the scored records). When every record has a 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from elical_hf.embedded import DEFAULT_MODEL
 
-from .judge import load_completion, load_records, record_format
 from .parser import ElicalArgumentParser
+from .records_command import run_records_command
 
 
 @dataclass
@@ -37,6 +36,7 @@ class BaselinesArguments:
 
     def __post_init__(self):
         from elical_hf.signals.baselines import BASELINES, SCORE_PARSERS
+        from elical_hf.signals.records import record_format
 
         self.names = [name.strip() for name in self.which.split(",") if name.strip()]
         unknown = [name for name in self.names if name not in BASELINES]
@@ -53,29 +53,29 @@ def make_parser() -> ElicalArgumentParser:
     return ElicalArgumentParser(BaselinesArguments, prog="elical-hf baselines", description=__doc__)
 
 
-def main(argv: list[str] | None = None, complete=None) -> int:
+def compute(options: BaselinesArguments, records: list[dict], complete=None) -> dict:
+    """Add the `confidence_<name>` columns `options` asks for to `records`; their mean and (with both labels) AUROC."""
     from elical_hf.metrics.functional import auroc
+    from elical_hf.signals.backends import HFBackend
     from elical_hf.signals.baselines import BASELINES, compute_baselines
-    from elical_hf.signals.records import save_records
+    from elical_hf.signals.records import load_records
 
-    (options,) = make_parser().parse_with_config(argv)
-    records = load_records(options.records)
-    if not records:
-        raise ValueError(f"No records in {options.records!r}.")
     train = load_records(options.train_records) if options.train_records else None
     if complete is None and any(BASELINES[name].needs_model for name in options.names):
-        complete = load_completion(options.model)
+        complete = HFBackend(options.model).complete
     verbal_summaries: dict = {}
     results = compute_baselines(
         records, complete=complete, train_records=train, which=options.names, seed=options.seed,
         parser=options.parser, batch_size=options.batch_size, summary=verbal_summaries,
     )
-    save_records(records, options.output)
     labels = [r.get("greedy_correctness") for r in records]
-    report = {"records": len(records), "output": options.output, "mean": {}, "auroc": {}, "verbal": verbal_summaries}
+    report = {"mean": {}, "auroc": {}, "verbal": verbal_summaries}
     for name, scores in results.items():
         report["mean"][name] = sum(scores) / len(scores)
         if all(label is not None for label in labels) and len(set(map(bool, labels))) == 2:
             report["auroc"][name] = 100 * auroc(scores, [int(bool(label)) for label in labels])
-    print(json.dumps(report, indent=2))
-    return 0
+    return report
+
+
+def main(argv: list[str] | None = None, complete=None) -> int:
+    return run_records_command(make_parser(), argv, lambda options, records: compute(options, records, complete))

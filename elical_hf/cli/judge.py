@@ -9,19 +9,18 @@ read from a jsonl/parquet file or a folder of them and written atomically to `--
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 
 from elical_hf.embedded import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
+from .records_command import run_records_command
 
 
 CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
-"""`elical_hf.signals.judges.CORRECTNESS_JUDGES` plus `llm`, spelled out so that `--help` does not import torch (a test
-keeps them equal)."""
 CONSISTENCY_CHOICES = ("lexical", "embedding", "llm")
+"""`elical_hf.signals.judging.CORRECTNESS_METHODS` and `CONSISTENCY_METHODS`, spelled out so that `--help` does not
+import torch (a test keeps them equal)."""
 
 
 @dataclass
@@ -50,6 +49,8 @@ class JudgeArguments:
     max_new_tokens: int = field(default=16, metadata={"help": "Longest LLM judge reply in tokens."})
 
     def __post_init__(self):
+        from elical_hf.signals.records import record_format
+
         if self.correctness is None and self.consistency is None:
             raise ValueError("Nothing to do: pass --correctness and/or --consistency.")
         if self.correctness is not None and self.correctness not in CORRECTNESS_CHOICES:
@@ -59,74 +60,21 @@ class JudgeArguments:
         record_format(self.output)
 
 
-def record_format(path: str) -> str:
-    """`"jsonl"` or `"parquet"` from a file name; `ValueError` for anything else."""
-    lower = str(path).lower()
-    if lower.endswith(".jsonl"):
-        return "jsonl"
-    if lower.endswith(".parquet"):
-        return "parquet"
-    raise ValueError(f"Records files must end in .jsonl or .parquet, got {path!r}.")
-
-
-def load_records(path: str) -> list[dict]:
-    """Normalized records from a .jsonl/.parquet file or every such file below a folder (e.g. `sample` shards)."""
-    from elical_hf.signals.honestybench import record_files
-    from elical_hf.signals.records import read_records
-
-    if not os.path.exists(path):
-        raise ValueError(f"Records file {path!r} does not exist.")
-    if not os.path.isdir(path):
-        record_format(path)
-    return [record for name in record_files(path) for record in read_records(name)]
-
-
-def load_completion(model_name_or_path: str):
-    """The greedy completion function of a Hugging Face causal LM (Hub id or folder): `HFBackend(...).complete`."""
-    from elical_hf.signals.backends import HFBackend
-
-    return HFBackend(model_name_or_path).complete
-
-
 def make_parser() -> ElicalArgumentParser:
     return ElicalArgumentParser(JudgeArguments, prog="elical-hf judge", description=__doc__)
 
 
-def run_judges(records: list[dict], options: JudgeArguments, complete=None) -> dict[str, dict]:
-    """Apply the judges `options` asks for to `records` in place; returns one summary per judge."""
-    from elical_hf.signals import judge_correctness, lexical_judgement
-    from elical_hf.signals.llm_judge import llm_consistency, llm_correctness
+def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[str, dict]:
+    """The judges `options` names, applied to `records` in place ([`~elical_hf.signals.judging.apply_judges`])."""
+    from elical_hf.signals.judging import apply_judges
 
-    summaries: dict[str, dict] = {}
-    llm = dict(batch_size=options.batch_size, strict=options.strict, max_new_tokens=options.max_new_tokens)
-    needs_llm = "llm" in (options.correctness, options.consistency)
-    if needs_llm and complete is None:
-        complete = load_completion(options.judge_model)
-    if options.correctness == "llm":
-        summaries["correctness"] = llm_correctness(records, complete, judge_model=options.judge_model, **llm)
-    elif options.correctness is not None:
-        summaries["correctness"] = judge_correctness(records, options.correctness, options.f1_threshold)
-    if options.consistency == "llm":
-        summaries["consistency"] = llm_consistency(records, complete, judge_model=options.judge_model, **llm)
-    elif options.consistency == "embedding":
-        from elical_hf.signals.embedding_judge import DEFAULT_THRESHOLD, EmbeddingJudge
-
-        threshold = DEFAULT_THRESHOLD if options.embedding_threshold is None else options.embedding_threshold
-        judge = EmbeddingJudge(options.embedding_model, threshold=threshold)
-        summaries["consistency"] = judge.judge_records(records)
-    elif options.consistency == "lexical":
-        summaries["consistency"] = lexical_judgement(records, options.lexical_threshold)
-    return summaries
+    return apply_judges(
+        records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
+        strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,
+        embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,
+        batch_size=options.batch_size, max_new_tokens=options.max_new_tokens,
+    )
 
 
 def main(argv: list[str] | None = None, complete=None) -> int:
-    from elical_hf.signals.records import save_records
-
-    (options,) = make_parser().parse_with_config(argv)
-    records = load_records(options.records)
-    if not records:
-        raise ValueError(f"No records in {options.records!r}.")
-    summaries = run_judges(records, options, complete=complete)
-    save_records(records, options.output)
-    print(json.dumps({"records": len(records), "output": options.output, **summaries}, indent=2))
-    return 0
+    return run_records_command(make_parser(), argv, lambda options, records: judge(options, records, complete))

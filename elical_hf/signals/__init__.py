@@ -25,8 +25,9 @@ from .judges import (
     token_f1,
 )
 from .honestybench import DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, load_honestybench, parse_record_path
-from .llm_judge import llm_consistency, llm_correctness, parse_verdict
-from .records import RECORD_FEATURES, normalize_record, read_records, save_records, training_columns
+from .judging import apply_judges
+from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
+from .records import RECORD_FEATURES, load_records, normalize_record, read_records, save_records, training_columns
 from .runner import TIMING_FIELDS, sample_records
 
 
@@ -40,6 +41,7 @@ __all__ = [
     "SamplingSettings",
     "TIMING_FIELDS",
     "VLLMBackend",
+    "apply_judges",
     "apply_repetition_penalty",
     "build_prompt_ids",
     "canonical_dataset",
@@ -50,9 +52,11 @@ __all__ = [
     "has_answer",
     "has_answer_squad",
     "judge_correctness",
+    "judge_with_llm",
     "lexical_consistency",
     "lexical_judgement",
     "load_honestybench",
+    "load_records",
     "make_backend",
     "normalize_answer",
     "normalize_record",

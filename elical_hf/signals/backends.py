@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..embedded import resolve_model_path
 from ..precision import precision_report, resolve_dtype
-from .decoding import _cut_at_stop, sample_seed
+from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
 
 
@@ -176,7 +176,7 @@ class VLLMBackend:
 
     def _decode(self, token_ids: Sequence[int], stop_strings: list[str]) -> str:
         text = self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
-        return _cut_at_stop(text, stop_strings).strip()
+        return cut_at_stop(text, stop_strings).strip()
 
     def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]:
         """Greedy answer (with token log-probabilities) and k samples per question, as [`generate_answers`]."""

@@ -95,12 +95,13 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
-def _cut_at_stop(text: str, stop_strings: list[str]) -> str:
+def cut_at_stop(text: str, stop_strings: list[str]) -> str:
+    """`text` up to the first of `stop_strings` it contains (all of it when it contains none)."""
     cuts = [i for i in (text.find(s) for s in stop_strings) if i >= 0]
     return text[: min(cuts)] if cuts else text
 
 
-class _Decoder:
+class Decoder:
     """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
 
     def __init__(
@@ -247,7 +248,7 @@ class _Decoder:
         for q in range(batch):
             rows = range(q * group, (q + 1) * group)
             texts = [self.tokenizer.decode(tokens[r], skip_special_tokens=True) for r in rows]
-            texts = [_cut_at_stop(t, settings.stop_strings).strip() for t in texts]
+            texts = [cut_at_stop(t, settings.stop_strings).strip() for t in texts]
             greedy_ids, greedy_lps = tokens[q * group], logprobs[q * group]
             results.append(
                 {
@@ -278,7 +279,7 @@ def auto_batch_size(rows_per_prompt: int, device: torch.device | str = "cpu") ->
     return max(1, round(rows / rows_per_prompt))
 
 
-def _decode_all(decoder: _Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
+def decode_all(decoder: Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
     """Run `decoder` over all prompts in batches of similar length; results in input order."""
     model, batch_size = decoder.model, decoder.settings.batch_size
     if batch_size is None:

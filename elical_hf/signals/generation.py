@@ -16,7 +16,7 @@ import torch
 
 from ..precision import AUTO, resolve_dtype
 from ..prompts import QA_PROMPT, render_prompt
-from .decoding import _decode_all, _Decoder
+from .decoding import Decoder, decode_all
 
 
 @dataclass
@@ -189,9 +189,9 @@ def generate_answers(
     if not questions:
         return []
     # The chat template and instruction that every prompt starts with are prefilled once per batch.
-    decoder = _Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), share_prefix=True)
+    decoder = Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), share_prefix=True)
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
-    return _decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
+    return decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
 
 
 def completion_settings(
@@ -247,9 +247,9 @@ def complete_prompts(
     settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
     if not prompts:
         return []
-    decoder = _Decoder(
+    decoder = Decoder(
         model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), greedy_only=True,
         share_prefix=share_prefix,
     )
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
-    return [r["greedy_response"] for r in _decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
+    return [r["greedy_response"] for r in decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]

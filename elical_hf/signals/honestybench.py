@@ -1,9 +1,10 @@
-"""HonestyBench loading: the official layout or our own record folders, read into the paper's splits.
+"""HonestyBench folders: the official layout or our own record folders, read into the paper's splits, and written.
 
 [`parse_record_path`] reads model, dataset and source split from a records file's path, [`paper_split`] maps a
 dataset and split word to the paper's split, and [`load_honestybench`] reads a file, a folder or a Hub dataset of
 records (normalized by [`~elical_hf.signals.records.read_records`]) into a [`~datasets.DatasetDict`] with the columns
-the trainer needs.
+the trainer needs. [`write_honestybench`] writes records as a HonestyBench dataset folder (parquet per model, dataset
+and split, with its card), the folder [`~elical_hf.push_honestybench`] publishes.
 """
 
 from __future__ import annotations
@@ -12,26 +13,27 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
-from .records import RECORD_FEATURES, TRAINING_FEATURES, read_records, record_features, training_columns
+from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
+from .records import (
+    RECORD_FEATURES, TRAINING_FEATURES, normalize_record, read_records, record_features, record_files, training_columns,
+)
 
 
 __all__ = [
-    "DATASET_ALIASES", "HONESTYBENCH_REPO", "IN_DOMAIN_DATASETS", "OOD_DATASETS", "PAPER_SPLITS", "canonical_dataset",
-    "load_honestybench", "paper_split", "parse_record_path",
+    "DATASET_ALIASES", "HONESTYBENCH_REPO", "PAPER_SPLITS", "canonical_dataset", "load_honestybench", "paper_split",
+    "parse_record_path", "write_honestybench",
 ]
 
 logger = logging.getLogger(__name__)
 
 HONESTYBENCH_REPO = "Shiyunee/HonestyBench"
 
-IN_DOMAIN_DATASETS = ("nq", "triviaqa", "hotpotqa", "2wikimultihopqa", "pararel")
-OOD_DATASETS = ("squad", "webquestions", "complexwebquestions", "musique", "popqa")
 PAPER_SPLITS = ("train", "in_domain_test", "ood_test", "mmlu", "other")
 
 DATASET_ALIASES: dict[str, str] = {
@@ -199,18 +201,18 @@ def _download(repo_id: str, models: list[str] | None, revision: str | None) -> s
         ) from error
 
 
-def record_files(root: str) -> list[str]:
-    """Every `.jsonl` / `.parquet` records file under `root` (recursively, hidden files skipped), or `root` itself."""
-    if os.path.isfile(root):
-        return [root]
-    files = []
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        names = [n for n in sorted(names) if n.endswith((".jsonl", ".parquet")) and not n.startswith(".")]
-        files += [os.path.join(directory, n) for n in names]
-    if not files:
-        raise ValueError(f"No .jsonl or .parquet records files under {root}.")
-    return files
+def _hinted_record_files(
+    root: str | os.PathLike, path_parser: Callable[[str], Mapping[str, str | None]]
+) -> list[tuple[str, str, dict[str, str | None]]]:
+    """(file, its path inside `root` in posix form, what `path_parser` reads from that path) for each records file
+    of `root` ([`~elical_hf.signals.records.record_files`]: `root` itself when it is a file)."""
+    root = os.fspath(root)
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+    hinted = []
+    for file in record_files(root):
+        relative = os.path.relpath(file, base).replace(os.sep, "/")
+        hinted.append((file, relative, dict(path_parser(relative))))
+    return hinted
 
 
 def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
@@ -273,14 +275,13 @@ def load_honestybench(
     root = os.fspath(path_or_repo)
     if not os.path.exists(root):
         root = _download(root, models, revision)
-    base = root if os.path.isdir(root) else os.path.dirname(root)
 
     parts: dict[str, list[Dataset]] = {}
     others: set[str] = set()
     found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
-    for file in tqdm(record_files(root), desc="Reading records", unit="file", disable=not progress):
-        relative = os.path.relpath(file, base).replace(os.sep, "/")
-        hint = dict(path_parser(relative))
+    for file, relative, hint in tqdm(
+        _hinted_record_files(root, path_parser), desc="Reading records", unit="file", disable=not progress
+    ):
         hint_dataset = canonical_dataset(hint.get("dataset"))
         if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
             _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
@@ -352,3 +353,96 @@ def _concatenate(chunks: list[Dataset]) -> Dataset:
             chunk = chunk.cast(Features(features))
         aligned.append(chunk)
     return aligned[0] if len(aligned) == 1 else concatenate_datasets(aligned)
+
+
+# -- writing ----------------------------------------------------------------------------------------------------------
+
+
+def _group_records(
+    source: Any, path_parser: Callable[[str], Mapping[str, str | None]] | None
+) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Group normalized records by (model, dataset, paper split)."""
+    parser = path_parser or parse_record_path
+    batches: list[tuple[str, Mapping[str, Any], Iterable[Mapping[str, Any]]]] = []
+    if isinstance(source, Mapping):  # {"<model>/<dataset>/<split>" or (model, dataset, split): records or a file}
+        for key, value in source.items():
+            model, dataset, split = key if isinstance(key, tuple) else str(key).split("/")
+            records = read_records(value) if isinstance(value, (str, os.PathLike)) else value
+            batches.append((str(key), {"model": model, "dataset": dataset, "split": split}, records))
+    elif isinstance(source, (str, os.PathLike)) or (
+        isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))
+    ):
+        for root in [source] if isinstance(source, (str, os.PathLike)) else source:
+            for file, relative, hint in _hinted_record_files(root, parser):
+                batches.append((relative, hint, read_records(file)))
+    else:
+        batches.append(("records", {}, source))
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for origin, hint, records in batches:
+        for record in records:
+            row = normalize_record(record)
+            model = row.get("model") or hint.get("model")
+            raw = row.get("dataset") or hint.get("dataset")
+            if not model or not raw:
+                raise ValueError(
+                    f"{origin}: a record has no `model` or `dataset` (and its path names none); add the fields or "
+                    "pass {'<model>/<dataset>/<split>': records}."
+                )
+            row["model"], row["dataset"] = str(model), canonical_dataset(raw) or str(raw)
+            row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
+            key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
+            groups.setdefault(key, []).append(row)
+    if not groups:
+        raise ValueError("No records to write.")
+    return groups
+
+
+def write_honestybench(
+    source: Any,
+    folder: str | os.PathLike,
+    *,
+    path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
+    pretty_name: str = "HonestyBench",
+) -> list[dict[str, Any]]:
+    r"""
+    Write HonestyBench records as a Hub dataset repository: `data/<model>/<dataset>/<split>.parquet` plus a dataset
+    card whose `configs` make `datasets.load_dataset(folder_or_repo, "<model>--<dataset>")` (or `"<model>"` for all
+    of a model's datasets) load them with the splits `train` / `in_domain_test` / `ood_test`. Publish the folder with
+    [`~elical_hf.push_honestybench`]; read it back with [`load_honestybench`].
+
+    Args:
+        source: Records files or folders (model, dataset and split read from each record's fields, else from the
+            path, see [`parse_record_path`]); or a list of records with `model` and `dataset` fields; or a mapping
+            `{"<model>/<dataset>/<split>": records or a file}`.
+        folder (`str`): Where to write; must not exist or be empty.
+        path_parser (`Callable`, *optional*): Maps a file's relative path to `{"model", "dataset", "split"}`.
+        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): Title of the card.
+
+    Returns:
+        `list[dict]`: one entry per file: `model`, `dataset`, `split`, `path`, `num_examples`, `num_bytes`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..cards import render_honestybench_card
+
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty; write the dataset repository into a new folder.")
+    groups = _group_records(source, path_parser)
+    rows = [row for group in groups.values() for row in group]
+    features = Features({**record_features(rows), "model": Value("string"), "dataset": Value("string"),
+                         "source_split": Value("string")})
+    parts = []
+    for (model, dataset, split), records in sorted(groups.items()):
+        relative = f"data/{model.replace('/', '--')}/{dataset}/{split}.parquet"
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(records, schema=features.arrow_schema)
+        pq.write_table(table, folder / relative)
+        parts.append({"model": model.replace("/", "--"), "dataset": dataset, "split": split, "path": relative,
+                      "num_examples": len(records), "num_bytes": table.nbytes})
+    judges = {kind: sorted({str(r[f"{kind}_judge"]) for r in rows if r.get(f"{kind}_judge")})
+              for kind in ("correctness", "consistency")}
+    samples = sorted({len(r["sampling_response"]) for r in rows if r.get("sampling_response") is not None})
+    render_honestybench_card(parts, features, judges, samples, pretty_name).save(folder / "README.md")
+    return parts

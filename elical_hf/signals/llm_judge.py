@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
 from .judges import normalized_aliases, response_text, contains_run, reference_tokens
@@ -146,38 +146,6 @@ def call_completion(complete: CompletionFn, prompts: Sequence[str], **options: A
     return [by_prompt[p] for p in prompts]
 
 
-def _verdicts(replies: list[str | None], strict: bool, summary: dict[str, int]) -> list[bool | None]:
-    verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
-    summary["unparseable"] += sum(v is None for v in verdicts)
-    summary["never_certain"] += sum(not says_certain(reply) for reply in replies)
-    return verdicts
-
-
-def _judge(
-    complete: CompletionFn,
-    prompts: list[str],
-    spans: list[tuple[dict, int]],
-    summary: dict[str, int],
-    store: Callable[[dict, list[bool | None]], None],
-    judge_field: str,
-    judge_model: str | None,
-    strict: bool,
-    **options: Any,
-) -> dict[str, int]:
-    """Send all `prompts` to `complete` at once; `store` each record's run of verdicts (`spans`: record, number of
-    its prompts, in prompt order) and its `judge_model` under `judge_field`. Updates and returns `summary`."""
-    summary["calls"] = len(set(prompts))
-    verdicts = _verdicts(call_completion(complete, prompts, **options), strict, summary)
-    start = 0
-    for record, count in spans:
-        store(record, verdicts[start : start + count])
-        if judge_model is not None:
-            record[judge_field] = judge_model
-        start += count
-        summary["judged"] += 1
-    return summary
-
-
 def _gold(record: dict) -> list[str]:
     answers = record.get("answer")
     if answers is None:
@@ -186,25 +154,74 @@ def _gold(record: dict) -> list[str]:
     return answers if normalized_aliases(answers) else []
 
 
-def llm_correctness(
+def _correctness_prompts(record: dict) -> list[str]:
+    """One correctness prompt per answer (the greedy one, then each sample); none without a usable gold alias."""
+    answers = _gold(record)
+    if not answers:
+        return []
+    question = str(record.get("question", ""))
+    responses = [response_text(record.get("greedy_response"))]
+    responses += [response_text(s) for s in record.get("sampling_response") or []]
+    return [correctness_prompt(question, answers, r) for r in responses]
+
+
+def _consistency_prompts(record: dict) -> list[str]:
+    """One consistency prompt per sampled answer."""
+    question, greedy = str(record.get("question", "")), response_text(record.get("greedy_response"))
+    return [consistency_prompt(question, greedy, response_text(s)) for s in record.get("sampling_response") or []]
+
+
+def _store_correctness(record: dict, verdicts: list[bool | None]) -> None:
+    record["greedy_correctness"], record["sampling_correctness"] = verdicts[0], verdicts[1:]
+
+
+def _store_consistency(record: dict, verdicts: list[bool | None]) -> None:
+    record["consistency_judgement"] = verdicts
+
+
+class _LLMJudge(NamedTuple):
+    prompts: Callable[[dict], list[str]]  # a record's prompts, none when it cannot be judged
+    store: Callable[[dict, list[bool | None]], None]  # puts a record's verdicts into its fields
+    fields: tuple[str, ...]  # the fields it fills (set to None when absent in a record it skips)
+    skipped: str  # the summary key counting the records it skips
+
+
+_LLM_JUDGES: dict[str, _LLMJudge] = {
+    "correctness": _LLMJudge(
+        _correctness_prompts, _store_correctness, ("greedy_correctness", "sampling_correctness"), "without_answer"
+    ),
+    "consistency": _LLMJudge(_consistency_prompts, _store_consistency, ("consistency_judgement",), "without_samples"),
+}
+"""The LLM judges of [`judge_with_llm`] by kind."""
+
+
+def judge_with_llm(
     records: list[dict],
     complete: CompletionFn,
+    kind: str,
     batch_size: int = 16,
     progress: bool = True,
     strict: bool = False,
     max_new_tokens: int = 16,
     judge_model: str | None = None,
 ) -> dict[str, int]:
-    """Fill `greedy_correctness` and `sampling_correctness` in place with the paper's LLM correctness judge.
+    """Judge records in place with the paper's LLM correctness (`kind="correctness"`) or semantic-consistency
+    (`kind="consistency"`) judge.
 
-    One judge call per answer (the greedy one and each sample) with [`~elical_hf.prompts.CORRECTNESS_PROMPT`]; all
-    calls of all records go to `complete` together (identical prompts once).
+    Correctness fills `greedy_correctness` and `sampling_correctness`: one call per answer (the greedy one and each
+    sample) with [`~elical_hf.prompts.CORRECTNESS_PROMPT`]. Consistency fills `consistency_judgement`, is each
+    sampled answer semantically equivalent to the greedy one: one call per sample with
+    [`~elical_hf.prompts.SEMANTIC_CONSISTENCY_PROMPT`] (Consis-Sem is the mean of the list). All calls of all records
+    go to `complete` together (identical prompts once).
 
     Args:
         records (`list[dict]`):
-            HonestyBench records with `question`, `answer` (gold aliases), `greedy_response`, `sampling_response`.
+            HonestyBench records with `question`, `greedy_response`, `sampling_response` and (correctness) `answer`,
+            the gold aliases.
         complete (`Callable[[list[str]], list[str]]`):
             The judge's completion function (see the module docstring).
+        kind (`str`):
+            `"correctness"` or `"consistency"`.
         batch_size (`int`, *optional*, defaults to `16`):
             Passed to `complete` when it accepts it.
         progress (`bool`, *optional*, defaults to `True`):
@@ -214,80 +231,50 @@ def llm_correctness(
         max_new_tokens (`int`, *optional*, defaults to `16`):
             Passed to `complete` when it accepts it.
         judge_model (`str`, *optional*):
-            The judge's name, stored in each judged record's `correctness_judge`.
+            The judge's name, stored in each judged record's `correctness_judge` / `consistency_judge`.
 
     Returns:
         `dict[str, int]`: `judged` (records), `calls` (distinct prompts sent), `unparseable` (verdicts that are
-        `None`), `never_certain` (replies with neither "certain" nor "uncertain") and `without_answer` (records with
-        no usable gold alias: skipped; their correctness fields are set to `None` only when absent).
+        `None`), `never_certain` (replies with neither "certain" nor "uncertain"), and the records skipped, not
+        judged, whose fields are set to `None` only when absent: `without_answer` (correctness: no usable gold
+        alias) or `without_samples` (consistency: no sampled answer).
     """
-    summary = {"judged": 0, "calls": 0, "unparseable": 0, "never_certain": 0, "without_answer": 0}
+    if kind not in _LLM_JUDGES:
+        raise ValueError(f"Unknown LLM judge {kind!r}; choose one of {sorted(_LLM_JUDGES)}.")
+    judge = _LLM_JUDGES[kind]
+    summary = {"judged": 0, "calls": 0, "unparseable": 0, "never_certain": 0, judge.skipped: 0}
     prompts: list[str] = []
-    spans: list[tuple[dict, int]] = []  # (record, number of prompts: 1 greedy + k samples)
+    spans: list[tuple[dict, int]] = []  # (record, number of its prompts), in prompt order
     for record in records:
-        answers = _gold(record)
-        if not answers:
-            record.setdefault("greedy_correctness", None)
-            record.setdefault("sampling_correctness", None)
-            summary["without_answer"] += 1
+        asked = judge.prompts(record)
+        if not asked:
+            for name in judge.fields:
+                record.setdefault(name, None)
+            summary[judge.skipped] += 1
             continue
-        question = str(record.get("question", ""))
-        responses = [response_text(record.get("greedy_response"))]
-        responses += [response_text(s) for s in record.get("sampling_response") or []]
-        prompts += [correctness_prompt(question, answers, r) for r in responses]
-        spans.append((record, len(responses)))
-
-    def store(record: dict, verdicts: list[bool | None]) -> None:
-        record["greedy_correctness"], record["sampling_correctness"] = verdicts[0], verdicts[1:]
-
+        prompts += asked
+        spans.append((record, len(asked)))
+    summary["calls"] = len(set(prompts))
     options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens}
-    return _judge(complete, prompts, spans, summary, store, "correctness_judge", judge_model, strict, **options)
+    replies = call_completion(complete, prompts, **options)
+    verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
+    summary["unparseable"] += sum(v is None for v in verdicts)
+    summary["never_certain"] += sum(not says_certain(reply) for reply in replies)
+    start = 0
+    for record, count in spans:
+        judge.store(record, verdicts[start : start + count])
+        if judge_model is not None:
+            record[f"{kind}_judge"] = judge_model
+        start += count
+        summary["judged"] += 1
+    return summary
 
 
-def llm_consistency(
-    records: list[dict],
-    complete: CompletionFn,
-    batch_size: int = 16,
-    progress: bool = True,
-    strict: bool = False,
-    max_new_tokens: int = 16,
-    judge_model: str | None = None,
-) -> dict[str, int]:
-    """Fill `consistency_judgement` in place: is each sampled answer semantically equivalent to the greedy one?
+def llm_correctness(records: list[dict], complete: CompletionFn, **options: Any) -> dict[str, int]:
+    """The paper's LLM correctness judge: [`judge_with_llm`] with `kind="correctness"` (same options)."""
+    return judge_with_llm(records, complete, "correctness", **options)
 
-    One judge call per sample with [`~elical_hf.prompts.SEMANTIC_CONSISTENCY_PROMPT`]; all calls of all records go to
-    `complete` together (identical prompts once). Consis-Sem is the mean of the list.
 
-    Args:
-        records (`list[dict]`):
-            HonestyBench records with `question`, `greedy_response` and `sampling_response`.
-        complete (`Callable[[list[str]], list[str]]`):
-            The judge's completion function (see the module docstring).
-        batch_size, progress, strict, max_new_tokens:
-            As in [`llm_correctness`].
-        judge_model (`str`, *optional*):
-            The judge's name, stored in each judged record's `consistency_judge`.
-
-    Returns:
-        `dict[str, int]`: `judged`, `calls`, `unparseable` and `never_certain` as in [`llm_correctness`], and
-        `without_samples` (records with no sampled answer: skipped; `consistency_judgement` set to `None` only when
-        absent).
-    """
-    summary = {"judged": 0, "calls": 0, "unparseable": 0, "never_certain": 0, "without_samples": 0}
-    prompts: list[str] = []
-    spans: list[tuple[dict, int]] = []
-    for record in records:
-        samples = [response_text(s) for s in record.get("sampling_response") or []]
-        if not samples:
-            record.setdefault("consistency_judgement", None)
-            summary["without_samples"] += 1
-            continue
-        question, greedy = str(record.get("question", "")), response_text(record.get("greedy_response"))
-        prompts += [consistency_prompt(question, greedy, s) for s in samples]
-        spans.append((record, len(samples)))
-
-    def store(record: dict, verdicts: list[bool | None]) -> None:
-        record["consistency_judgement"] = verdicts
-
-    options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens}
-    return _judge(complete, prompts, spans, summary, store, "consistency_judge", judge_model, strict, **options)
+def llm_consistency(records: list[dict], complete: CompletionFn, **options: Any) -> dict[str, int]:
+    """The paper's LLM semantic-consistency judge: [`judge_with_llm`] with `kind="consistency"` (same options)."""
+    return judge_with_llm(records, complete, "consistency", **options)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,12 @@ import pyarrow.parquet as pq
 from datasets import Features, List, Value
 from datasets.features.features import generate_from_arrow_type
 
+from ..atomic import atomic_file
+
 
 __all__ = [
-    "RECORD_FEATURES", "TRAINING_FEATURES", "normalize_record", "read_records", "record_features", "save_records",
-    "training_columns",
+    "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES", "load_records", "normalize_record", "read_records",
+    "record_features", "record_files", "record_format", "save_records", "training_columns",
 ]
 
 _STR, _FLOAT, _BOOL, _INT = Value("string"), Value("float64"), Value("bool"), Value("int64")
@@ -185,55 +186,80 @@ def record_features(records: list[dict[str, Any]], base: Features = RECORD_FEATU
     return Features(features)
 
 
+RECORD_EXTENSIONS = (".jsonl", ".parquet")
+
+
+def record_format(path: str | os.PathLike) -> str:
+    """`"jsonl"` or `"parquet"`, from a records file's name; a `ValueError` for any other extension."""
+    extension = Path(path).suffix.lower()
+    if extension not in RECORD_EXTENSIONS:
+        raise ValueError(
+            f"Unknown records format {extension!r} for {os.fspath(path)}: records files must end in .jsonl or .parquet."
+        )
+    return extension[1:]
+
+
+def record_files(root: str | os.PathLike) -> list[str]:
+    """Every `.jsonl` / `.parquet` records file under `root` (recursively, sorted within each folder, a folder's
+    files before its sub-folders, hidden files and folders skipped), or `root` itself when it is a file."""
+    root = os.fspath(root)
+    if os.path.isfile(root):
+        return [root]
+    files = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        names = [n for n in sorted(names) if n.endswith(RECORD_EXTENSIONS) and not n.startswith(".")]
+        files += [os.path.join(directory, n) for n in names]
+    if not files:
+        raise ValueError(f"No .jsonl or .parquet records files under {root}.")
+    return files
+
+
 def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> str:
     """Write records (normalized, see [`normalize_record`]) to `.parquet` (default) or `.jsonl`, atomically.
 
-    The file is written next to `path` under a temporary name and moved into place with `os.replace`, so a reader
-    (or a rerun after a crash) sees either no file or the complete one. Parquet files carry [`RECORD_FEATURES`] types
-    and load with `datasets.load_dataset("parquet", data_files=path)`.
+    The file is written next to `path` under a temporary name and moved into place with `os.replace`
+    ([`~elical_hf.atomic.atomic_file`]), so a reader (or a rerun after a crash) sees either no file or the complete
+    one. Parquet files carry [`RECORD_FEATURES`] types and load with `datasets.load_dataset("parquet",
+    data_files=path)`.
 
     Returns:
         `str`: `path`.
     """
     path = os.fspath(path)
     rows = [normalize_record(r) for r in records]
-    extension = Path(path).suffix.lower()
-    if extension not in (".parquet", ".jsonl"):
-        raise ValueError(f"Unknown records format {extension!r} for {path}; use .parquet or .jsonl.")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    os.close(fd)
-    try:
-        if extension == ".jsonl":
+    kind = record_format(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_file(path) as tmp:
+        if kind == "jsonl":
             with open(tmp, "w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         else:
             features = record_features(rows) if rows else Features({"question": RECORD_FEATURES["question"]})
             pq.write_table(pa.Table.from_pylist(rows, schema=features.arrow_schema), tmp)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records."""
     path = os.fspath(path)
-    extension = Path(path).suffix.lower()
-    if extension == ".parquet":
+    if record_format(path) == "parquet":
         return [normalize_record(row) for row in pq.read_table(path).to_pylist()]
-    if extension == ".jsonl":
-        rows = []
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        rows.append(normalize_record(json.loads(line)))
-                    except json.JSONDecodeError as error:
-                        raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
-        return rows
-    raise ValueError(f"Unknown records format {extension!r} for {path}; use .parquet or .jsonl.")
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    rows.append(normalize_record(json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
+    return rows
+
+
+def load_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Normalized records of a `.jsonl` / `.parquet` file, or of every such file below a folder ([`record_files`]:
+    e.g. the shards of `elical-hf sample`, or a HonestyBench folder), in file order."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"Records file {path!r} does not exist.")
+    return [record for file in record_files(path) for record in read_records(file)]

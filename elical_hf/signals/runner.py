@@ -29,7 +29,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..configuration import atomic_write_text
+from ..atomic import atomic_write_text
 from .generation import SamplingSettings
 from .records import normalize_record, read_records, save_records
 

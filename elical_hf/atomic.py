@@ -1,0 +1,82 @@
+"""Atomic writes: a reader (or a rerun after a crash) sees the old file or folder, or the complete new one, never a part.
+
+Everything is written under a temporary name next to its target and moved into place with `os.replace`, which is
+atomic on one file system. [`atomic_write_text`] writes a text file, [`atomic_file`] lends a temporary path to any
+writer (parquet, safetensors), and [`atomic_folder`] builds a whole folder before it appears.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text"]
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[str]:
+    """Lend a temporary path next to `path`; when the block ends without error, the file written there is synced to
+    disk and moved to `path`. On an error `path` is untouched and the temporary file is removed.
+
+    Example:
+
+    ```python
+    >>> import os, tempfile
+    >>> target = os.path.join(tempfile.mkdtemp(), "table.txt")
+    >>> with atomic_file(target) as tmp:
+    ...     with open(tmp, "w") as handle:
+    ...         _ = handle.write("done")
+    >>> open(target).read()
+    'done'
+
+    ```
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8) to `path` atomically (see [`atomic_file`])."""
+    with atomic_file(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+@contextmanager
+def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """Lend an empty staging folder named like `path` (inside a hidden temporary folder next to it); when the block
+    ends without error, whatever `path` held is removed and the staging folder takes its place. On an error `path` is
+    untouched and the staging folder is removed.
+
+    The staging folder has the target's name, so what names itself after its folder (a model card) reads the final
+    name.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    parent = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    staging = parent / target.name
+    staging.mkdir()
+    try:
+        yield staging
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)

