@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .configuration import atomic_write_text
+from .atomic import atomic_write_text
 from .embedded import DEFAULT_MODEL
 
 

@@ -16,7 +16,7 @@ from transformers.trainer_utils import HubStrategy
 
 from .auto import AutoModelForConfidence, PeftModelForConfidence
 from .callbacks import ConfidenceCardCallback, history_entry
-from .configuration import atomic_write_text
+from .atomic import atomic_write_text
 from .data import (
     EVAL_LABEL_COLUMN,
     ConfidenceDataCollator,
