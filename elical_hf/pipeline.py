@@ -30,7 +30,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from .auto import _HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, _find_saved_model
 from .data import encode_prompts, ensure_pad_token
 from .embedded import EMBEDDED_MODELS, resolve_model_path
-from .modeling import ForConfidenceMixin
+from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 
 
 TASK = "confidence-estimation"
@@ -90,6 +90,8 @@ class ConfidenceEstimationPipeline(Pipeline):
             raise TypeError(
                 f"The {TASK!r} pipeline needs a model from AutoModelForConfidence, got {type(model).__name__}."
             )
+        if model.confidence_config is None:
+            raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
         tokenizer = tokenizer if tokenizer is not None else model.tokenizer
         if tokenizer is None:
             raise ValueError("The confidence model has no tokenizer; pass `tokenizer=`.")
