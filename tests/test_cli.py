@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -35,8 +40,36 @@ def test_help_and_unknown_command(capsys):
 
 
 def test_console_script_is_installed():
-    result = subprocess.run([sys.executable, "-m", "elical_hf.cli", "--version"], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.startswith("elical-hf ")
+    """The `elical-hf` script that installation puts next to this interpreter runs and dispatches."""
+    script = shutil.which("elical-hf", path=os.path.dirname(sys.executable))
+    assert script is not None, f"no elical-hf script in {os.path.dirname(sys.executable)}: run `pip install -e .`"
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: elical-hf <command>")
+    listed = {line.split()[0] for line in result.stdout.split("commands:")[1].splitlines() if line.strip()}
+    assert listed == set(COMMANDS)
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == f"elical-hf {elical_hf.__version__}"
+    result = subprocess.run([sys.executable, "-m", "elical_hf.cli", "nonsense"], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 2 and "unknown command 'nonsense'" in result.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_commands_are_registered(command, capsys):
+    """Each command's module builds a dataclass parser, and its --help names every option of its dataclasses."""
+    parser = importlib.import_module(COMMANDS[command][0]).make_parser()
+    assert isinstance(parser, ElicalArgumentParser) and parser.prog == f"elical-hf {command}"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    names = [f for dtype in parser.dataclass_types for f in dataclasses.fields(dtype) if f.init]
+    assert names
+    for f in names:
+        shown = f.name if f.metadata.get("positional") else f"--{f.name}"
+        assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", out), f"{command} --help lacks {shown}"
+    assert "--config FILE.yaml" in out
 
 
 def test_yaml_config_sets_defaults_and_flags_override(tmp_path):
