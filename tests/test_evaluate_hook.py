@@ -97,6 +97,7 @@ def test_finder_errors_fall_back_to_the_normal_import(monkeypatch):
             raise RuntimeError("a finder that fails")
 
     monkeypatch.delenv(registration.DISABLE_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, "evaluate", raising=False)  # as before `import evaluate` (put back after)
     monkeypatch.setattr(sys, "meta_path", [Broken()])
     registration.install_import_hook()
     (hook,) = [f for f in sys.meta_path if getattr(f, "elical_hf_evaluate_hook", False)]
