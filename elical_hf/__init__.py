@@ -1,4 +1,8 @@
-"""elical-hf: EliCal (Elicitation-Then-Calibration) confidence models on top of transformers, peft and evaluate."""
+"""elical-hf: EliCal (Elicitation-Then-Calibration) confidence models on top of transformers, peft and evaluate.
+
+Importing the package changes nothing outside it. `register_pipeline()` adds the `"confidence-estimation"` task to
+`transformers.pipeline()` when you want it.
+"""
 
 __version__ = "0.1.0"
 
@@ -18,8 +22,6 @@ from .signals.honestybench import write_honestybench
 from .trainer import ConfidenceTrainer, confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
-
-register_pipeline()  # pipeline("confidence-estimation", model=...)
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -44,6 +46,7 @@ __all__ = [
     "push_honestybench",
     "push_metric_space",
     "push_model",
+    "register_pipeline",
     "train_elical",
     "write_honestybench",
 ]

@@ -33,7 +33,8 @@ from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_cla
 logger = logging.getLogger(__name__)
 
 HEAD_MODULE = "confidence_head"
-_HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
+HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
+"""The `from_pretrained` keyword arguments that locate files on the Hub (passed to the config and tokenizer too)."""
 
 MODEL_FOR_CONFIDENCE_MAPPING_NAMES = OrderedDict(
     (model_type, confidence_class_name(model_type)) for model_type in CONFIDENCE_BACKBONES
@@ -173,8 +174,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 and faster, float32 on other CPUs), not the checkpoint's dtype.
         """
         name = os.fspath(pretrained_model_name_or_path)
-        hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
-        saved = _find_saved_model(name, **hub_kwargs)
+        hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
             return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)
         if os.path.isfile(os.path.join(name, "adapter_config.json")):
@@ -203,7 +204,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         recorded = name
         if source == "local":  # a Hub cache snapshot or the dequantized embedded default: record its Hub id
             recorded, source = hub_id_of_local_copy(path) or (os.path.abspath(path), source)
-        hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+        hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
         config = AutoConfig.from_pretrained(path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
@@ -274,7 +275,7 @@ def _check_requested_base(folder: str, trained_on: str | None, requested: str | 
         )
 
 
-def _find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
+def find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
     """The local folder of a saved confidence model at `name` (downloading a Hub repo), or `None`."""
     if os.path.isdir(name):
         return name if os.path.isfile(os.path.join(name, CONFIDENCE_CONFIG_NAME)) else None

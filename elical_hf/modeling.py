@@ -36,6 +36,16 @@ CONFIDENCE_BACKBONES: dict[str, str] = {
 }
 
 
+UNKNOWN_CONFIDENCE_CONFIG = (
+    "This confidence model has no confidence_config: it was built by the architecture class's `from_pretrained` (as "
+    "`peft.AutoPeftModel.from_pretrained` does), which does not read the saved folder's confidence_config.json, so "
+    "the prompt template it was trained with is unknown and its confidences would be meaningless. Load it with "
+    "`elical_hf.AutoModelForConfidence.from_pretrained(folder)`, or set `confidence_config = "
+    "ConfidenceConfig.from_json_file(<folder>/confidence_config.json)` (and `tokenizer`) on the inner model "
+    "(`get_base_model()`)."
+)
+
+
 @dataclass
 class ConfidenceModelOutput(ModelOutput):
     """
@@ -76,7 +86,8 @@ class ForConfidenceMixin:
     causal-LM checkpoint of that architecture (the LM head is dropped) and adds a freshly initialised head.
 
     Attributes:
-        confidence_config ([`ConfidenceConfig`]): prompt template, pooling and provenance.
+        confidence_config ([`ConfidenceConfig`]): prompt template, pooling and provenance. `None` (unknown: scoring
+            refuses) after the class's own `from_pretrained`, until a loader sets it: [`AutoModelForConfidence`] does.
         tokenizer: the tokenizer used by [`~ForConfidenceMixin.confidence`] when none is passed.
     """
 
@@ -93,6 +104,14 @@ class ForConfidenceMixin:
         self.confidence_config = ConfidenceConfig()
         self.tokenizer = None
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        """transformers' `from_pretrained`, with `confidence_config` left unknown (`None`): the backbone checkpoint
+        does not say which template a saved adapter was trained with (see [`UNKNOWN_CONFIDENCE_CONFIG`])."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).confidence_config = None  # tuple: output_loading_info
+        return loaded
 
     def forward(
         self,
@@ -266,6 +285,8 @@ class ForConfidenceMixin:
 
         from .data import encode_prompts, pad_batch
 
+        if self.confidence_config is None:
+            raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
         if isinstance(questions, str):
             questions = [questions]
         if batch_size < 1:
@@ -334,6 +355,7 @@ __all__ = [
     "CONFIDENCE_BACKBONES",
     "ConfidenceModelOutput",
     "ForConfidenceMixin",
+    "UNKNOWN_CONFIDENCE_CONFIG",
     "confidence_class_for",
     "default_lora_targets",
     "last_token_indices",

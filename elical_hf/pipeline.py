@@ -1,8 +1,9 @@
-"""The `"confidence-estimation"` transformers pipeline task, registered on `import elical_hf`.
+"""The `"confidence-estimation"` transformers pipeline task, added to `pipeline()` by [`register_pipeline`].
 
 ```python
->>> import elical_hf  # noqa: F401
+>>> import elical_hf
 >>> from transformers import pipeline
+>>> elical_hf.register_pipeline()  # once per process; importing elical_hf alone changes nothing in transformers
 >>> scorer = pipeline("confidence-estimation", model="my-confidence-model")  # a folder, a Hub repo or a model
 >>> scorer("Who wrote Hamlet?")
 {'confidence': 0.83, 'decision': 'answer'}
@@ -12,56 +13,62 @@
 `from_pretrained` calls [`AutoModelForConfidence.from_pretrained`]; a failure there is raised as
 [`ConfidencePipelineLoadError`] so that `pipeline()` does not silently fall back to the base architecture's class.
 
-Before loading, `pipeline()` reads the `config.json` of the base model that the adapter names. For this task only,
-and only when that read fails for an embedded default model (`HuggingFaceTB/SmolLM2-135M-Instruct` with no network
-and no Hub cache), the config is read from the same offline copy that [`AutoModelForConfidence`] then loads (see
-[`~elical_hf.embedded.resolve_model_path`]): `transformers.pipelines.AutoConfig` is wrapped on registration for that.
+Given a name, `pipeline()` first reads the `config.json` of the base model that the adapter names, with
+`transformers.AutoConfig`, before any code of this task runs. When the base model is the embedded default and neither
+the Hub nor its cache has it (see [`~elical_hf.embedded.resolve_model_path`]), that read fails: build the pipeline
+with [`ConfidenceEstimationPipeline.from_pretrained`] instead (or pass `pipeline()` a model loaded with
+[`AutoModelForConfidence`]), which loads the model first, from the same offline copy.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
-import transformers.pipelines
-from transformers import AutoConfig, Pipeline
+from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .auto import _HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, _find_saved_model
+from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, find_saved_model
 from .data import encode_prompts, ensure_pad_token
-from .embedded import EMBEDDED_MODELS, resolve_model_path
-from .modeling import ForConfidenceMixin
+from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 
 
 TASK = "confidence-estimation"
-_LOAD_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download", "dtype", "device_map",
-                "attn_implementation")
+_LOAD_KWARGS = (*HUB_KWARGS, "dtype", "device_map", "attn_implementation")  # what pipeline() passes on to loading
 
 
 class ConfidencePipelineLoadError(Exception):
     """`pipeline("confidence-estimation", model=<name>)` could not load `<name>` as a confidence model."""
 
 
+def load_confidence_model(name: str, **kwargs: Any) -> PeftModelForConfidence:
+    """[`AutoModelForConfidence.from_pretrained`] of a *saved* confidence model; anything else (a base model, a
+    failed load) raises [`ConfidencePipelineLoadError`] with the cause."""
+    try:
+        hub_options = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        if find_saved_model(name, **hub_options) is None:
+            raise ValueError(
+                "it is not a saved confidence model (no confidence_config.json). The pipeline scores questions "
+                "with a trained model; to start one from a base model, use AutoModelForConfidence and train it"
+            )
+        return AutoModelForConfidence.from_pretrained(name, **kwargs)
+    except Exception as error:  # noqa: BLE001 - re-raised with its cause, so pipeline() does not try other classes
+        raise ConfidencePipelineLoadError(
+            f"Could not load {name!r} as a confidence model: {type(error).__name__}: {error}"
+        ) from error
+
+
 class ConfidenceModelLoader:
-    """What `pipeline()` calls to build the model from a name: [`AutoModelForConfidence.from_pretrained`]."""
+    """What `pipeline()` calls to build the model from a name: [`load_confidence_model`], given the loading options
+    among the keyword arguments `pipeline()` passes."""
 
     @classmethod
     def from_pretrained(cls, name: str, **kwargs: Any) -> PeftModelForConfidence:
         options = {key: kwargs[key] for key in _LOAD_KWARGS if kwargs.get(key) is not None}
         if "revision" in options:  # pipeline() passes a ResolvedRevision of the *base* model: keep only the name
             options["revision"] = str(options["revision"])
-        try:
-            hub_options = {key: options[key] for key in _HUB_KWARGS if key in options}
-            if _find_saved_model(name, **hub_options) is None:
-                raise ValueError(
-                    "it is not a saved confidence model (no confidence_config.json). The pipeline scores questions "
-                    "with a trained model; to start one from a base model, use AutoModelForConfidence and train it"
-                )
-            return AutoModelForConfidence.from_pretrained(name, **options)
-        except Exception as error:  # noqa: BLE001 - re-raised with its cause, so pipeline() does not try other classes
-            raise ConfidencePipelineLoadError(
-                f"Could not load {name!r} as a confidence model: {type(error).__name__}: {error}"
-            ) from error
+        return load_confidence_model(name, **options)
 
 
 class ConfidenceEstimationPipeline(Pipeline):
@@ -90,15 +97,41 @@ class ConfidenceEstimationPipeline(Pipeline):
             raise TypeError(
                 f"The {TASK!r} pipeline needs a model from AutoModelForConfidence, got {type(model).__name__}."
             )
+        if model.confidence_config is None:
+            raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
         tokenizer = tokenizer if tokenizer is not None else model.tokenizer
         if tokenizer is None:
             raise ValueError("The confidence model has no tokenizer; pass `tokenizer=`.")
         super().__init__(model, tokenizer=ensure_pad_token(tokenizer), **kwargs)
 
+    @classmethod
+    def from_pretrained(
+        cls, model_name_or_path: str | os.PathLike, *, model_kwargs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> ConfidenceEstimationPipeline:
+        """
+        Load a saved confidence model and build the pipeline around it, without `transformers.pipeline()`.
+
+        Unlike `pipeline("confidence-estimation", model=name)`, nothing of the base model is read before
+        [`AutoModelForConfidence`] loads it, so this also works when the base is the embedded default and only its
+        offline copy is available. It needs no [`register_pipeline`].
+
+        Args:
+            model_name_or_path (`str` or `os.PathLike`):
+                A folder or Hub repo written by `save_pretrained` / `push_to_hub`.
+            model_kwargs (`dict`, *optional*):
+                Passed to [`AutoModelForConfidence.from_pretrained`] (`revision`, `token`, `dtype`, `device_map`, ...).
+            kwargs:
+                Passed to the pipeline (`device`, `batch_size`, `threshold`, ...).
+        """
+        model = load_confidence_model(os.fspath(model_name_or_path), **(model_kwargs or {}))
+        kwargs.setdefault("task", TASK)
+        return cls(model, **kwargs)
+
     def _sanitize_parameters(self, threshold: float | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise ValueError(f"`threshold` must lie in [0, 1], got {threshold}.")
-        return {}, {}, {"threshold": threshold}
+        # Only what is given: a call without `threshold=` keeps the one given when the pipeline was built.
+        return {}, {}, ({"threshold": threshold} if threshold is not None else {})
 
     def preprocess(self, question: str) -> dict[str, torch.Tensor]:
         ids = encode_prompts([question], self.tokenizer, self.model.confidence_config)[0]
@@ -116,28 +149,13 @@ class ConfidenceEstimationPipeline(Pipeline):
         return result
 
 
-class _PipelineAutoConfig(AutoConfig):
-    """`AutoConfig` as `pipeline()` uses it, plus one fallback: for this task, the config of an embedded default base
-    model that the Hub (and its cache) cannot provide is read from the offline copy [`AutoModelForConfidence`]
-    loads. Every other call is `AutoConfig.from_pretrained` unchanged."""
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return AutoConfig.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        except OSError:
-            name = pretrained_model_name_or_path
-            if kwargs.get("_from_pipeline") != TASK or not isinstance(name, str) or name not in EMBEDDED_MODELS:
-                raise
-        kwargs.pop("revision", None)  # the adapter repository's revision, not the base model's
-        path, _ = resolve_model_path(name)
-        return AutoConfig.from_pretrained(path, *args, **kwargs)
-
-
 def register_pipeline() -> None:
-    """Register the `"confidence-estimation"` task with transformers' `pipeline()` (idempotent)."""
-    if transformers.pipelines.AutoConfig is AutoConfig:  # see the module docstring
-        transformers.pipelines.AutoConfig = _PipelineAutoConfig
+    """Add the `"confidence-estimation"` task to transformers' `pipeline()` (idempotent).
+
+    Call it once before `pipeline("confidence-estimation", ...)`; importing `elical_hf` does not (it changes nothing
+    outside the package). It only adds this task to `transformers.pipelines.PIPELINE_REGISTRY`: no transformers
+    object is replaced.
+    """
     registered = PIPELINE_REGISTRY.supported_tasks.get(TASK)
     if registered is not None and registered.get("impl") is ConfidenceEstimationPipeline:
         return

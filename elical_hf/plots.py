@@ -1,6 +1,7 @@
 """Figures for confidence reports: reliability diagrams, risk-coverage curves and AUROC against the number of labels.
 
-Every function writes one PNG and returns its path. Figures are drawn on matplotlib's Agg canvas directly (no
+Every function writes one PNG and returns its path; given `path=None` it writes nothing and returns the matplotlib
+`Figure` instead (to inspect what is drawn, or save it in another format). Figures are drawn on matplotlib's Agg canvas directly (no
 `pyplot`), so importing or calling this module never changes the process-wide matplotlib backend. The numbers come from
 [`elical_hf.metrics.functional`], so a plot always shows what the metrics report.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -32,7 +33,9 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _png_path(path: str | os.PathLike) -> str:
+def _png_path(path: str | os.PathLike | None) -> str | None:
+    if path is None:
+        return None
     path = os.fspath(path)
     if not path.lower().endswith(".png"):
         raise ValueError(f"path must end with .png (figures are written as PNG), got {path!r}")
@@ -41,7 +44,9 @@ def _png_path(path: str | os.PathLike) -> str:
     return path
 
 
-def _save(fig, path: str) -> str:
+def _save(fig, path: str | None) -> Any:
+    if path is None:
+        return fig
     fig.savefig(path, format="png", bbox_inches="tight")
     return path
 
@@ -75,10 +80,10 @@ def _methods(confidences, correct) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def reliability_diagram(
     confidences: ArrayLike | Mapping[str, ArrayLike],
     correct: ArrayLike | Mapping[str, ArrayLike],
-    path: str | os.PathLike,
+    path: str | os.PathLike | None,
     n_bins: int = 10,
     title: str | None = None,
-) -> str:
+) -> Any:
     """Draw a reliability diagram: accuracy per confidence bin against the diagonal, with a histogram of bin counts.
 
     Each panel shows, per equal-width bin, a bar for the accuracy, a hatched bar for the gap between accuracy and the
@@ -90,12 +95,13 @@ def reliability_diagram(
             to draw several methods side by side (in the dict's order).
         correct (`ArrayLike` or `Mapping[str, ArrayLike]`): 0/1 correctness labels; one array shared by every method,
             or a dict with the same keys as `confidences`.
-        path (`str` or `os.PathLike`): Where to write the PNG (must end with `.png`; folders are created).
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`; folders are created);
+            `None` writes nothing and returns the `Figure`.
         n_bins (`int`, *optional*, defaults to `10`): Number of equal-width bins.
         title (`str`, *optional*, defaults to `None`): Figure title.
 
     Returns:
-        `str`: `path`.
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
 
     Raises:
         `ValueError`: on invalid inputs (as [`ece`] reports them, prefixed by the method), an empty dict, different
@@ -138,7 +144,7 @@ def reliability_diagram(
     return _save(fig, path)
 
 
-def risk_coverage_plot(curves: Mapping[str, tuple[ArrayLike, ArrayLike]], path: str | os.PathLike) -> str:
+def risk_coverage_plot(curves: Mapping[str, tuple[ArrayLike, ArrayLike]], path: str | os.PathLike | None) -> Any:
     """Draw the selective risk (error rate of the answers kept) against coverage, one line per method.
 
     Curves come from [`risk_coverage_curve`]; the legend gives each method's AURC (lower is better) and a dotted line
@@ -146,10 +152,11 @@ def risk_coverage_plot(curves: Mapping[str, tuple[ArrayLike, ArrayLike]], path: 
 
     Args:
         curves (`Mapping[str, tuple[ArrayLike, ArrayLike]]`): Method -> `(confidences, correct)`.
-        path (`str` or `os.PathLike`): Where to write the PNG (must end with `.png`; folders are created).
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`; folders are created);
+            `None` writes nothing and returns the `Figure`.
 
     Returns:
-        `str`: `path`.
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
     """
     if not isinstance(curves, Mapping) or not curves:
         raise ValueError("curves must be a non-empty dict: method -> (confidences, correct)")
@@ -198,10 +205,10 @@ def _point(method: str, n_labels, value) -> tuple[float, float, float]:
 
 def auroc_vs_labels_plot(
     results: Mapping[str, Mapping[float, float | tuple[float, float, float] | Mapping[str, float]]],
-    path: str | os.PathLike,
+    path: str | os.PathLike | None,
     baselines: Mapping[str, float] | None = None,
     title: str | None = None,
-) -> str:
+) -> Any:
     """Draw AUROC against the number of correctness labels (log x axis), one line per method.
 
     Args:
@@ -209,13 +216,14 @@ def auroc_vs_labels_plot(
             an `(auroc, ci_low, ci_high)` tuple, or a dict such as the output of the `honesty_auroc` metric
             (`auroc`, `auroc_ci_low`, `auroc_ci_high`) or of `bootstrap_ci` plus `auroc`; intervals are drawn as
             error bars. Values are raw AUROCs in [0, 1], plotted x 100 as in the paper.
-        path (`str` or `os.PathLike`): Where to write the PNG (must end with `.png`; folders are created).
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`; folders are created);
+            `None` writes nothing and returns the `Figure`.
         baselines (`Mapping[str, float]`, *optional*, defaults to `None`): Label-free methods (e.g. Consis-Sem) ->
             AUROC, drawn as horizontal dashed lines.
         title (`str`, *optional*, defaults to `None`): Axes title.
 
     Returns:
-        `str`: `path`.
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
     """
     if not isinstance(results, Mapping) or not results:
         raise ValueError("results must be a non-empty dict: method -> {n_labels: auroc}")

@@ -12,11 +12,6 @@ from typing import Any
 QA_PROMPT = "Answer the following question.\nQuestion: {question}"
 """Free-form QA prompt (the paper's default, used for sampling answers and for the confidence head)."""
 
-MULTIPLE_CHOICE_PROMPT = (
-    "Select the correct answer to the following question based on your internal knowledge.\nQuestion: {question}"
-)
-"""Multiple-choice prompt (MMLU)."""
-
 SEMANTIC_CONSISTENCY_PROMPT = (
     "Are the following two answers to the same question semantically equivalent?\n"
     'If the two answers are semantically equivalent, answer "certain". Otherwise, answer "uncertain". '

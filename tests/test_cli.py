@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -9,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import elical_hf
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import COMMANDS
 from elical_hf.cli import main as cli_main
@@ -34,8 +40,36 @@ def test_help_and_unknown_command(capsys):
 
 
 def test_console_script_is_installed():
-    result = subprocess.run([sys.executable, "-m", "elical_hf.cli", "--version"], capture_output=True, text=True)
-    assert result.returncode == 0 and result.stdout.startswith("elical-hf ")
+    """The `elical-hf` script that installation puts next to this interpreter runs and dispatches."""
+    script = shutil.which("elical-hf", path=os.path.dirname(sys.executable))
+    assert script is not None, f"no elical-hf script in {os.path.dirname(sys.executable)}: run `pip install -e .`"
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: elical-hf <command>")
+    listed = {line.split()[0] for line in result.stdout.split("commands:")[1].splitlines() if line.strip()}
+    assert listed == set(COMMANDS)
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip() == f"elical-hf {elical_hf.__version__}"
+    result = subprocess.run([sys.executable, "-m", "elical_hf.cli", "nonsense"], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 2 and "unknown command 'nonsense'" in result.stderr
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_commands_are_registered(command, capsys):
+    """Each command's module builds a dataclass parser, and its --help names every option of its dataclasses."""
+    parser = importlib.import_module(COMMANDS[command][0]).make_parser()
+    assert isinstance(parser, ElicalArgumentParser) and parser.prog == f"elical-hf {command}"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    names = [f for dtype in parser.dataclass_types for f in dataclasses.fields(dtype) if f.init]
+    assert names
+    for f in names:
+        shown = f.name if f.metadata.get("positional") else f"--{f.name}"
+        assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", out), f"{command} --help lacks {shown}"
+    assert "--config FILE.yaml" in out
 
 
 def test_yaml_config_sets_defaults_and_flags_override(tmp_path):
@@ -78,3 +112,73 @@ def test_every_command_prints_its_help(command, capsys):
         cli_main([command, "--help"])
     assert exit_info.value.code == 0
     assert f"elical-hf {command}" in capsys.readouterr().out
+
+
+@dataclass
+class WithPositionals:
+    source: str = field(metadata={"positional": True, "help": "where from"})
+    repo_id: str = field(metadata={"positional": True, "help": "where to"})
+    private: bool = False
+    keep: bool = True
+    size: int = 3
+
+
+def test_positional_fields_and_given_options(tmp_path):
+    parser = ElicalArgumentParser(WithPositionals, prog="x")
+    assert "usage: x [-h]" in parser.format_usage() and "source repo_id" in parser.format_usage()
+    options, given = parser.parse_with_config(["a", "b/c", "--private", "--no_keep"], return_given=True)
+    assert (options.source, options.repo_id, options.private, options.keep, options.size) == ("a", "b/c", True, False, 3)
+    assert given == {"source": "a", "repo_id": "b/c", "private": True, "keep": False}  # size: left at its default
+    config = tmp_path / "c.yaml"
+    config.write_text("size: 5\nrepo_id: d/e\n")
+    options, given = ElicalArgumentParser(WithPositionals).parse_with_config(
+        ["--config", str(config), "a", "b/c", "--size", "7"], return_given=True
+    )
+    assert (options.repo_id, options.size) == ("b/c", 7) and given == {"source": "a", "repo_id": "b/c", "size": 7}
+    with pytest.raises(SystemExit):
+        ElicalArgumentParser(WithPositionals).parse_with_config(["only-one"])
+
+
+def test_convert_and_push_keep_their_flags():
+    from elical_hf.cli import convert, push
+
+    (options,) = convert.make_parser().parse_with_config(
+        ["authors/release", "out", "--base_model", "b", "--no_chat_template", "--no_reference_special_tokens"]
+    )
+    assert (options.src, options.dst, options.base_model) == ("authors/release", "out", "b")
+    assert options.no_chat_template and not options.reference_special_tokens
+    (options,) = convert.make_parser().parse_with_config(["authors/release", "out"])
+    assert not options.no_chat_template and options.reference_special_tokens and options.prompt_template is None
+    (options,) = push.make_parser().parse_with_config(["folder", "alice/x", "--kind", "metric", "--private"])
+    assert (options.source, options.repo_id, options.kind, options.private) == ("folder", "alice/x", "metric", True)
+    with pytest.raises(SystemExit):
+        push.make_parser().parse_with_config(["folder", "alice/x", "--kind", "space"])
+
+
+def test_train_passes_every_given_training_argument(tmp_path, monkeypatch):
+    import elical_hf.recipe
+
+    calls = []
+    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"question": "q", "consistency": 0.5, "correctness": 0.5}) + "\n")
+    config = tmp_path / "train.yaml"
+    config.write_text("max_grad_norm: 0.5\nnum_labels: 10\n")
+    base = ["train", "--elicitation_data", str(data), "--calibration_data", str(data)]
+    assert cli_main([*base, "--config", str(config), "--output_dir", str(tmp_path / "out"), "--learning_rate", "1e-4",
+                     "--lr_scheduler_type", "cosine", "--seed", "7", "--calibration_trainable", "all",
+                     "--per_device_train_batch_size", "4", "--bf16", "false", "--no_cal_only"]) == 0
+    (args, kwargs), = calls
+    assert args[0] == elical_hf.DEFAULT_MODEL and args[3] == str(tmp_path / "out")
+    assert (kwargs["seed"], kwargs["calibration_trainable"], kwargs["num_labels"], kwargs["cal_only"]) == (7, "all", 10, False)
+    # exactly the training arguments given (file and flags); the rest keep the recipe's defaults (e.g. paper epochs)
+    assert kwargs["training_args"] == {"bf16": False, "learning_rate": 1e-4, "lr_scheduler_type": "cosine",
+                                       "max_grad_norm": 0.5, "per_device_train_batch_size": 4}
+    for per_run, value in (("--stage", "calibration"), ("--label_column", "x")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([*base, "--output_dir", str(tmp_path / "out"), per_run, value])
+        assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:  # --output_dir stays required
+        cli_main(base)
+    assert exit_info.value.code == 2
+    assert len(calls) == 1

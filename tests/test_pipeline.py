@@ -6,13 +6,23 @@ import pytest
 import torch
 from transformers import pipeline
 
-from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline
-from elical_hf.pipeline import ConfidencePipelineLoadError
+from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline, register_pipeline
+from elical_hf.pipeline import TASK, ConfidencePipelineLoadError
 from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
 from tests.test_hub import embedded_tiny  # noqa: F401 - the fixture
 
 
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France and of Germany?", "When was the king born?"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    """`pipeline("confidence-estimation", ...)` needs the explicit registration (importing elical_hf does none)."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    register_pipeline()
+    register_pipeline()  # idempotent
+    assert PIPELINE_REGISTRY.supported_tasks[TASK]["impl"] is ConfidenceEstimationPipeline
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +83,41 @@ def test_hub_repo(hub, tmp_path):
     assert max(abs(o["confidence"] - s) for o, s in zip(outputs, model.confidence(HUB_QUESTIONS))) < 1e-6
 
 
+def test_from_pretrained_without_pipeline(saved_model):
+    folder, scores = saved_model
+    scorer = ConfidenceEstimationPipeline.from_pretrained(folder, device="cpu", threshold=1.0)
+    assert scorer.task == TASK
+    outputs = scorer(QUESTIONS)
+    assert max(abs(o["confidence"] - s) for o, s in zip(outputs, scores)) < 1e-6
+    assert {o["decision"] for o in outputs} == {"abstain"}  # threshold= given at construction applies to every call
+
+
+def test_from_pretrained_refuses_a_base_model(tiny_llama):
+    with pytest.raises(ConfidencePipelineLoadError, match="not a saved confidence model"):
+        ConfidenceEstimationPipeline.from_pretrained(tiny_llama, device="cpu")
+
+
 def test_base_model_only_available_as_the_embedded_copy(hub, tmp_path, embedded_tiny, monkeypatch):
+    """The base is an embedded default on neither the Hub nor its cache. `pipeline()` reads the base's config.json
+    by name with transformers' own AutoConfig before any code of ours runs, so it cannot; our pipeline class loads
+    the model first (from the offline copy), and so does `pipeline()` given a loaded model."""
     from tests.test_hub import QUESTIONS as HUB_QUESTIONS, random_model
 
     model = random_model("tiny/embedded", threshold=0.5)  # on neither the Hub nor its cache: the offline copy
     expected = model.confidence(HUB_QUESTIONS)
+    decisions = ["answer" if s >= 0.5 else "abstain" for s in expected]
     model.save_pretrained(tmp_path / "model")
     model.push_to_hub("alice/embedded")
     for online in (True, False):
         if not online:
             go_offline(monkeypatch)  # the adapter repo from the Hub cache, the base from the offline copy
         for name in (str(tmp_path / "model"), "alice/embedded"):
-            outputs = pipeline("confidence-estimation", model=name, device="cpu")(HUB_QUESTIONS)
-            assert max(abs(o["confidence"] - s) for o, s in zip(outputs, expected)) < 1e-6
-            assert [o["decision"] for o in outputs] == ["answer" if s >= 0.5 else "abstain" for s in expected]
-    with pytest.raises(OSError):  # other tasks are not affected
-        pipeline("text-classification", model="tiny/embedded", device="cpu")
+            for scorer in (
+                ConfidenceEstimationPipeline.from_pretrained(name, device="cpu"),
+                pipeline(TASK, model=AutoModelForConfidence.from_pretrained(name), device="cpu"),
+            ):
+                outputs = scorer(HUB_QUESTIONS)
+                assert max(abs(o["confidence"] - s) for o, s in zip(outputs, expected)) < 1e-6
+                assert [o["decision"] for o in outputs] == decisions
+            with pytest.raises(OSError):  # transformers cannot find the base config: not ours to change
+                pipeline(TASK, model=name, device="cpu")

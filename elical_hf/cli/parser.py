@@ -10,17 +10,50 @@ import yaml
 from transformers import HfArgumentParser
 
 
+_NOT_GIVEN = object()
+
+
 class ElicalArgumentParser(HfArgumentParser):
     """
     Parse dataclasses from the command line; `--config file.yaml` sets defaults that flags then override.
 
-    Unknown YAML keys are an error, so a typo never silently does nothing.
+    Unknown YAML keys are an error, so a typo never silently does nothing. A dataclass field with
+    `metadata={"positional": True}` is a positional argument (`elical-hf push FOLDER REPO_ID`) instead of an option.
     """
 
-    def parse_with_config(self, argv: list[str] | None = None) -> tuple[Any, ...]:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Read by `parse_with_config` before anything else; declared here so that `--help` lists it.
+        self.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE.yaml",
+                          help="YAML file of option values; options given on the command line override it.")
+
+    def add_argument(self, *names: str, positional: bool = False, **kwargs: Any) -> argparse.Action:
+        """`argparse.ArgumentParser.add_argument`, plus the `positional` metadata key of dataclass fields (which
+        `HfArgumentParser` passes on here as a keyword)."""
+        if positional:
+            kwargs.pop("required", None)  # positionals are required unless they have a default
+            if "default" in kwargs:
+                kwargs["nargs"] = "?"
+            names = (names[0].lstrip("-"),)
+        return super().add_argument(*names, **kwargs)
+
+    def parse_with_config(self, argv: list[str] | None = None, return_given: bool = False) -> tuple[Any, ...]:
+        """
+        Parse `argv` into the dataclasses, with the values of `--config FILE.yaml` as defaults.
+
+        Args:
+            argv (`list[str]`, *optional*): The arguments; defaults to `sys.argv[1:]`.
+            return_given (`bool`, *optional*, defaults to `False`): Also return the fields set explicitly, on the
+                command line or in the YAML file, rather than left at their defaults: a dict of their values as
+                parsed, before the dataclasses' `__post_init__` derives anything from them.
+
+        Returns:
+            `tuple`: one instance per dataclass, then the dict of given values when `return_given`.
+        """
         pre = argparse.ArgumentParser(add_help=False)
         pre.add_argument("--config", default=None)
         known, rest = pre.parse_known_args(argv)
+        from_file: set[str] = set()
         if known.config is not None:
             with open(known.config, encoding="utf-8") as handle:
                 values = yaml.safe_load(handle) or {}
@@ -34,4 +67,13 @@ class ElicalArgumentParser(HfArgumentParser):
             for action in self._actions:  # values from the file satisfy required options
                 if action.dest in values:
                     action.required = False
-        return self.parse_args_into_dataclasses(args=rest)
+            from_file = set(values)
+        outputs = self.parse_args_into_dataclasses(args=rest)
+        if not return_given:
+            return outputs
+        # argparse fills in a default only where the namespace lacks the attribute: what keeps the marker was not given.
+        probe = argparse.Namespace(**{action.dest: _NOT_GIVEN for action in self._actions})
+        self.parse_known_args(rest, namespace=probe)
+        on_command_line = {name for name, value in vars(probe).items() if value is not _NOT_GIVEN}
+        parsed = vars(self.parse_known_args(rest)[0])  # what the dataclasses were built from
+        return (*outputs, {name: parsed[name] for name in sorted(from_file | on_command_line)})

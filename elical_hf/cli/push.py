@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .parser import ElicalArgumentParser
 
 
-def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elical-hf push", description=__doc__)
-    parser.add_argument("source", help="Model folder (--kind model), records file/folder (honestybench) or metric "
-                        "name or folder (metric).")
-    parser.add_argument("repo_id", help="Hub repository, <namespace>/<name>; created if missing.")
-    parser.add_argument("--kind", choices=("model", "honestybench", "metric"), default="model",
-                        help="What to publish (default: model).")
-    parser.add_argument("--base_model", default=None,
-                        help="Hub id of the base model, when the model folder names a local path.")
-    parser.add_argument("--private", action="store_true", default=None, help="Create the repository as private.")
-    parser.add_argument("--token", default=None, help="Hub token (default: the logged-in one).")
-    parser.add_argument("--revision", default=None, help="Branch to commit to (models and datasets).")
-    parser.add_argument("--commit_message", default=None, help="Commit message.")
-    return parser
+@dataclass
+class PushArguments:
+    """Options of `elical-hf push` (also settable from `--config file.yaml`)."""
+
+    source: str = field(metadata={"positional": True, "help": "Model folder (--kind model), records file/folder "
+                                  "(honestybench) or metric name or folder (metric)."})
+    repo_id: str = field(metadata={"positional": True, "help": "Hub repository, <namespace>/<name>; created if missing."})
+    kind: Literal["model", "honestybench", "metric"] = field(default="model", metadata={"help": "What to publish."})
+    base_model: str | None = field(
+        default=None, metadata={"help": "Hub id of the base model, when the model folder names a local path."}
+    )
+    private: bool = field(default=False, metadata={"help": "Create the repository as private."})
+    token: str | None = field(default=None, metadata={"help": "Hub token; without one, the logged-in one."})
+    revision: str | None = field(default=None, metadata={"help": "Branch to commit to (models and datasets)."})
+    commit_message: str | None = field(default=None, metadata={"help": "Commit message."})
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(PushArguments, prog="elical-hf push", description=__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from elical_hf.hub import push_folder, push_honestybench, push_metric_space
 
-    options = make_parser().parse_args(argv)
-    common = {"private": options.private, "token": options.token, "commit_message": options.commit_message}
+    (options,) = make_parser().parse_with_config(argv)
+    # Without --private, `None`: a new repository gets the Hub's default visibility, an existing one keeps its own.
+    common = {"private": options.private or None, "token": options.token, "commit_message": options.commit_message}
     try:
         if options.kind == "model":
             info = push_folder(options.source, options.repo_id, revision=options.revision,

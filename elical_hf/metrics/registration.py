@@ -8,9 +8,9 @@ cache with the metric modules shipped in `elical_hf/metrics/<name>/` (the module
 cached version of the module ..." on each load by name; that message is expected.)
 
 Wheels cannot run code at install time, so the wheel ships a one-line `elical_hf_evaluate.pth` in `site-packages`
-(see `setup.py`). At interpreter start-up it loads this file *by path* (importing `elical_hf` would pull in torch) and
-calls [`install_import_hook`], which only puts a one-shot finder at the front of `sys.meta_path` (about 0.3 ms in
-all): no cache is touched until `evaluate` is imported. Right after `evaluate` has been imported, the finder calls
+(see `setup.py` and [`pth_content`]). At interpreter start-up it only puts a one-shot finder at the front of
+`sys.meta_path` (no file is read; docs/architecture.md has the measured cost). On `import evaluate` that finder loads
+this file *by path* (importing `elical_hf` would pull in torch), and right after `evaluate` has been imported it calls
 [`install_evaluate_modules`] with evaluate's own `config.HF_MODULES_CACHE`, so a cache chosen with `HF_HOME` or
 `HF_MODULES_CACHE` (even one set in `os.environ` by the script before importing evaluate) is the one filled. Our copy
 is also made the newest one, so the installed version wins over copies left by other installs. Set
@@ -27,8 +27,8 @@ import sys
 
 
 __all__ = [
-    "METRIC_MODULES", "PTH_FILENAME", "install_evaluate_modules", "install_import_hook", "metric_module_path",
-    "pth_content",
+    "METRIC_MODULES", "PTH_FILENAME", "find_evaluate_spec", "install_evaluate_modules", "install_import_hook",
+    "metric_module_path", "pth_content",
 ]
 
 METRIC_MODULES: tuple[str, ...] = ("honesty_alignment", "honesty_auroc", "honesty_ece")
@@ -167,33 +167,47 @@ class _EvaluateImportHook:
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "evaluate":
             return None
-        _remove_hooks()
-        spec = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
-        loader = getattr(spec, "loader", None)
-        if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-
-        def exec_then_install(module):
-            try:
-                exec_module(module)
-            finally:
-                try:
-                    del loader.exec_module
-                except AttributeError:
-                    pass
-            _install_quietly()
-
         try:
-            loader.exec_module = exec_then_install  # instance attribute: only this spec's loader is affected
-        except (AttributeError, TypeError):
-            pass
+            return find_evaluate_spec(fullname, path, target)
+        except Exception:  # never break `import evaluate`: the import system then finds it as if we were not here
+            _remove_hooks()
+            return None
+
+
+def find_evaluate_spec(fullname: str = "evaluate", path=None, target=None):
+    """What a hook finder answers for `import evaluate`: evaluate's own spec, from the other finders, whose loader runs
+    [`install_evaluate_modules`] right after evaluate's code. Removes every hook first: they act once.
+
+    Called by [`install_import_hook`]'s finder and by the finder that the `.pth` line installs at start-up (which
+    loads this file only then, at `import evaluate`).
+    """
+    _remove_hooks()
+    spec = None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(fullname, path, target) if find is not None else None
+        if spec is not None:
+            break
+    loader = getattr(spec, "loader", None)
+    if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
         return spec
+    exec_module = loader.exec_module
+
+    def exec_then_install(module):
+        try:
+            exec_module(module)
+        finally:
+            try:
+                del loader.exec_module
+            except AttributeError:
+                pass
+        _install_quietly()
+
+    try:
+        loader.exec_module = exec_then_install  # instance attribute: only this spec's loader is affected
+    except (AttributeError, TypeError):
+        pass
+    return spec
 
 
 def _remove_hooks() -> None:
@@ -229,25 +243,43 @@ def install_import_hook() -> None:
 
 
 def pth_content() -> str:
-    """The single line of `elical_hf_evaluate.pth`: load this file by path (no `import elical_hf`), install the hook.
+    """The single line of `elical_hf_evaluate.pth`: a finder that does nothing until `import evaluate`.
 
-    Any failure is swallowed: a `.pth` line must never break interpreter start-up.
+    At start-up the line only puts a small finder at the front of `sys.meta_path` (it reads no file: this module is
+    not even located). On `import evaluate`, and only then, the finder locates the installed `elical_hf` without
+    importing it (that would pull in torch), loads this file by path and returns [`find_evaluate_spec`]. Every
+    exception is swallowed, `BaseException` included (a broken or replaced copy of this file may raise anything): the
+    line must never stop, or print into, interpreter start-up, and `import evaluate` then proceeds as if the hook
+    were not there.
     """
-    code = (  # importlib.machinery is already loaded at start-up; importlib.util would cost ~1 ms more
+    code = (
         "try:\n"
         " import os\n"
-        f" if not os.environ.get({DISABLE_ENV!r}):\n"
-        "  from importlib.machinery import SourceFileLoader\n"
-        "  for f in sys.meta_path:\n"
-        "   s = f.find_spec('elical_hf', None) if hasattr(f, 'find_spec') else None\n"
-        "   if s is not None:\n"
-        "    break\n"
-        "  p = os.path.join(s.submodule_search_locations[0], 'metrics', 'registration.py')\n"
-        "  m = type(sys)('elical_hf_evaluate_hook')\n"
-        "  m.__file__ = p\n"
-        "  SourceFileLoader(m.__name__, p).exec_module(m)\n"
-        "  m.install_import_hook()\n"
-        "except Exception:\n"
+        f" if not os.environ.get({DISABLE_ENV!r}) and not any("
+        "getattr(f, 'elical_hf_evaluate_hook', False) for f in sys.meta_path):\n"
+        "  class ElicalHfEvaluateHook:\n"
+        "   elical_hf_evaluate_hook = True\n"
+        "   def find_spec(self, name, path=None, target=None):\n"
+        "    if name != 'evaluate':\n"
+        "     return None\n"
+        "    import os, sys\n"  # the names of the .pth's namespace may be gone by now
+        "    try:\n"
+        "     from importlib.machinery import SourceFileLoader\n"
+        "     s = None\n"
+        "     for f in sys.meta_path:\n"
+        "      s = f.find_spec('elical_hf', None) if f is not self and hasattr(f, 'find_spec') else None\n"
+        "      if s is not None:\n"
+        "       break\n"
+        "     p = os.path.join(s.submodule_search_locations[0], 'metrics', 'registration.py')\n"
+        "     m = type(sys)('elical_hf_evaluate_hook')\n"
+        "     m.__file__ = p\n"
+        "     SourceFileLoader(m.__name__, p).exec_module(m)\n"
+        "     return m.find_evaluate_spec(name, path, target)\n"
+        "    except BaseException:\n"
+        "     sys.meta_path = [f for f in sys.meta_path if f is not self]\n"
+        "     return None\n"
+        "  sys.meta_path.insert(0, ElicalHfEvaluateHook())\n"
+        "except BaseException:\n"
         " pass\n"
     )
     return f"import sys; exec({code!r})\n"
