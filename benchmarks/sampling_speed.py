@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch_size", type=int, default=None, help="questions per batch; default: automatic")
     args = parser.parse_args(argv)
 
-    from elical_hf.embedded import DEFAULT_MODEL
+    from elical_hf.default_model import DEFAULT_MODEL
     from elical_hf.signals import SamplingSettings
     from elical_hf.signals.decoding import auto_batch_size
 

@@ -50,7 +50,7 @@ def worker(kind: str, args: argparse.Namespace) -> dict:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from elical_hf.embedded import resolve_model_path
+        from elical_hf.default_model import resolve_model_path
 
         path, _ = resolve_model_path(DEFAULT_MODEL)
         tokenizer = AutoTokenizer.from_pretrained(path)

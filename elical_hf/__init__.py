@@ -12,7 +12,7 @@ from .cards import ConfidenceModelCardData
 from .configuration import ConfidenceConfig
 from .data import ConfidenceDataCollator
 from .convert import convert_official
-from .embedded import DEFAULT_MODEL
+from .default_model import DEFAULT_MODEL
 from .head_calibration import calibrate_head
 from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
 from .modeling import ConfidenceModelOutput, ForConfidenceMixin

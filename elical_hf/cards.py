@@ -384,7 +384,7 @@ def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
 
 
 def _judge_text(kind: str, name: str) -> str:
-    from .signals.judges import CORRECTNESS_JUDGES
+    from .signals.lexical_judge import CORRECTNESS_JUDGES
 
     if kind == "correctness" and name.split("@")[0] in CORRECTNESS_JUDGES:
         return f"`{name}`: string matching of the answer against the gold aliases (no model involved)"

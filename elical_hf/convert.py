@@ -218,7 +218,7 @@ def convert_official(
     from .cards import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature
     from .data import load_tokenizer
-    from .embedded import hub_offline, resolve_model_path
+    from .default_model import hub_offline, resolve_model_path
     from .hub import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
 

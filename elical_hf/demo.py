@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .atomic import atomic_write_text
-from .embedded import DEFAULT_MODEL
+from .default_model import DEFAULT_MODEL
 
 
 logger = logging.getLogger(__name__)

@@ -68,13 +68,13 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
     The Hub id whose weights a local folder holds, when the folder itself says so unambiguously.
 
     Two layouts do: a snapshot in the Hub cache (`.../models--<org>--<name>/snapshots/<commit>`), and elical-hf's
-    dequantized copy of an embedded default model (see [`~elical_hf.embedded.convert_embedded`]).
+    dequantized copy of an embedded default model (see [`~elical_hf.default_model.convert_embedded`]).
 
     Returns:
         `tuple[str, str] | None`: the Hub id and where the folder's weights come from (`"hub"` or
         `"gguf:<package>/<file> (dequantized)"`), or `None` for any other folder.
     """
-    from .embedded import EMBEDDED_MODELS, embedded_copy_of
+    from .default_model import EMBEDDED_MODELS, embedded_copy_of
 
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():

@@ -21,8 +21,8 @@ from collections import Counter
 
 from elical_hf.atomic import atomic_write_text
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions
-from elical_hf.embedded import DEFAULT_MODEL
-from elical_hf.signals.judges import normalize_answer
+from elical_hf.default_model import DEFAULT_MODEL
+from elical_hf.signals.lexical_judge import normalize_answer
 
 
 PROBES = [
@@ -85,7 +85,7 @@ def save_cache(path: str, key: dict, value) -> None:
 def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from elical_hf.embedded import resolve_model_path
+    from elical_hf.default_model import resolve_model_path
     from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, lexical_consistency
     from elical_hf.signals.embedding_judge import EmbeddingJudge
     from elical_hf.signals.llm_judge import consistency_prompt, llm_consistency, parse_verdict

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from elical_hf.signals.judges import judge_correctness
+from elical_hf.signals.lexical_judge import judge_correctness
 from elical_hf.signals.records import load_records
 
 

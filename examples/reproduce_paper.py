@@ -40,7 +40,7 @@ from typing import Any
 
 from elical_hf.atomic import atomic_folder, atomic_write_text
 from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
-from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.default_model import DEFAULT_MODEL
 
 
 logger = logging.getLogger("reproduce_paper")

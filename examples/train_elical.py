@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.cli.parser import ElicalArgumentParser
 from elical_hf.data import load_table
-from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.recipe import split_dev
 
 

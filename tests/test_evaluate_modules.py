@@ -17,7 +17,7 @@ import yaml
 
 from elical_hf.metrics import functional as F
 from elical_hf.metrics import registration
-from elical_hf.metrics.cards import CARD_META, check_metric_folders, module_strings
+from elical_hf.metrics.metric_cards import CARD_META, check_metric_folders, module_strings
 
 
 NAMES = registration.METRIC_MODULES
@@ -193,7 +193,7 @@ def test_folder_is_a_space(name):
     files = {f for f in os.listdir(folder) if f != "__pycache__"}
     assert files == SPACE_FILES | {f"{name}.py"}
     with open(os.path.join(folder, "functional.py"), "rb") as copy, open(F.__file__, "rb") as source:
-        assert copy.read() == source.read(), "run `python -m elical_hf.metrics.cards` to refresh the vendored copy"
+        assert copy.read() == source.read(), "run `python -m elical_hf.metrics.metric_cards` to refresh the vendored copy"
     with open(os.path.join(folder, "README.md"), encoding="utf-8") as handle:
         readme = handle.read()
     front = yaml.safe_load(readme.split("---\n")[1])
@@ -212,7 +212,7 @@ def test_folder_is_a_space(name):
 
 
 def test_cards_and_vendored_copies_in_sync():
-    assert check_metric_folders() == [], "run `python -m elical_hf.metrics.cards` to regenerate them"
+    assert check_metric_folders() == [], "run `python -m elical_hf.metrics.metric_cards` to regenerate them"
 
 
 def test_metric_module_path_rejects_unknown():

@@ -4,7 +4,7 @@ import logging
 import pytest
 
 from elical_hf.signals import judges
-from elical_hf.signals.judges import (
+from elical_hf.signals.lexical_judge import (
     CORRECTNESS_JUDGES,
     exact_match,
     has_answer,
@@ -83,7 +83,7 @@ def test_judge_correctness_skips_article_aliases_with_one_counted_warning(caplog
         {"answer": ["a", "An", "..."], "greedy_response": "London", "sampling_response": ["x"]},
         {"answer": ["Rome"], "greedy_response": "Rome", "sampling_response": []},
     ]
-    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.judges"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.lexical_judge"):
         summary = judge_correctness(data)
     assert summary == {"judged": 2, "without_answer": 1, "skipped_aliases": 4}
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -93,7 +93,7 @@ def test_judge_correctness_skips_article_aliases_with_one_counted_warning(caplog
     assert data[0]["greedy_correctness"] is False and data[0]["sampling_correctness"] == [True, False]
     assert data[1]["greedy_correctness"] is None and data[2]["greedy_correctness"] is True
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.judges"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.signals.lexical_judge"):
         assert judge_correctness(data[2:])["skipped_aliases"] == 0
     assert not caplog.records
 

@@ -77,7 +77,7 @@ def test_parse_verdict_table(reply, paper, strict):
 
 def test_default_rule_is_the_reference_has_answer_on_negative_phrases():
     """The reference's `deal_judge_new(reply)` is `has_answer(NEGATIVE_PHRASES, reply)`: the same rule, two paths."""
-    from elical_hf.signals.judges import has_answer
+    from elical_hf.signals.lexical_judge import has_answer
     from elical_hf.signals.llm_judge import NEGATIVE_PHRASES
 
     replies = ["certain", "uncertain_", "no_answer", "no\u0303", "I can't answer", "does not contain it", "NOT provided",

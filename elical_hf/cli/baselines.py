@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
 from .records_command import run_records_command

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.generation import SamplingSettings
 
 from .parser import ElicalArgumentParser

@@ -12,7 +12,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from elical_hf.embedded import DEFAULT_MODEL
+from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.training_args import ConfidenceTrainingArguments
 
 from .parser import ElicalArgumentParser

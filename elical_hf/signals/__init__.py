@@ -11,7 +11,7 @@ from .generation import (
     generate_answers,
     resolve_autocast_dtype,
 )
-from .judges import (
+from .lexical_judge import (
     CORRECTNESS_JUDGES,
     exact_match,
     has_answer,

@@ -17,7 +17,7 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..embedded import resolve_model_path
+from ..default_model import resolve_model_path
 from ..precision import precision_report, resolve_dtype
 from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
@@ -48,7 +48,7 @@ class HFBackend:
 
     Args:
         model (`str` or [`~transformers.PreTrainedModel`]):
-            A Hub id or folder (resolved with [`~elical_hf.embedded.resolve_model_path`], so the embedded default
+            A Hub id or folder (resolved with [`~elical_hf.default_model.resolve_model_path`], so the embedded default
             model works offline), or a loaded model (then `tokenizer` is required).
         tokenizer ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Its tokenizer; loaded from the same place as the model when `model` is a string.
@@ -147,7 +147,7 @@ class VLLMBackend:
     per question from the settings' seed (so a question's samples do not depend on the other questions).
 
     Args:
-        model (`str`): A Hub id or folder (resolved with [`~elical_hf.embedded.resolve_model_path`]).
+        model (`str`): A Hub id or folder (resolved with [`~elical_hf.default_model.resolve_model_path`]).
         revision (`str`, *optional*): Hub revision.
         dtype (`str`, *optional*): vLLM's `dtype` (e.g. `"bfloat16"`; default `"auto"`).
         llm_kwargs: Other arguments of `vllm.LLM` (`gpu_memory_utilization`, `tensor_parallel_size`, ...).

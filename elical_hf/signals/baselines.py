@@ -16,7 +16,7 @@ from typing import Any
 
 from ..bundled import normalize_question
 from ..prompts import VERBAL_CONFIDENCE_PROMPT
-from .judges import response_text, lexical_consistency
+from .lexical_judge import response_text, lexical_consistency
 from .llm_judge import CompletionFn, call_completion
 
 

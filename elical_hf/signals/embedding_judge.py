@@ -15,7 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .judges import response_text
+from .lexical_judge import response_text
 
 
 DEFAULT_THRESHOLD = 0.8

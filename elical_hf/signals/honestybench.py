@@ -186,7 +186,7 @@ def paper_split(dataset: str | None, source_split: str | None = None) -> str:
 def _download(repo_id: str, models: list[str] | None, revision: str | None) -> str:
     from huggingface_hub import snapshot_download
 
-    from ..embedded import hub_offline
+    from ..default_model import hub_offline
 
     patterns = [f"*{m}*.{ext}" for m in models or [""] for ext in ("jsonl", "parquet")]
     try:

@@ -3,7 +3,7 @@
 [`apply_judges`] fills the judgement fields of HonestyBench records in place with the judges it is told by name
 (what `elical-hf judge`, `elical-hf demo` and `examples/reproduce_paper.py` all call):
 
-- correctness: one of [`~elical_hf.signals.judges.CORRECTNESS_JUDGES`] (lexical, against the gold aliases), or `llm`
+- correctness: one of [`~elical_hf.signals.lexical_judge.CORRECTNESS_JUDGES`] (lexical, against the gold aliases), or `llm`
   (the paper's judge prompt, [`~elical_hf.signals.llm_judge.judge_with_llm`]);
 - consistency: `lexical` (ROUGE-L F >= a threshold), `embedding` (all-MiniLM-L6-v2 cosine,
   [`~elical_hf.signals.embedding_judge.EmbeddingJudge`]), `llm` (the paper's semantic-equivalence prompt), or `auto`
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .judges import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
+from .lexical_judge import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
 from .llm_judge import CompletionFn, judge_with_llm
 
 
@@ -88,7 +88,7 @@ def apply_judges(
     if consistency is not None and consistency not in CONSISTENCY_METHODS:
         raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
     if "llm" in (correctness, consistency) and complete is None:
-        from ..embedded import DEFAULT_MODEL
+        from ..default_model import DEFAULT_MODEL
         from .backends import HFBackend
 
         complete = HFBackend(judge_model or DEFAULT_MODEL).complete

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-from .judges import normalized_aliases, response_text, contains_run, reference_tokens
+from .lexical_judge import normalized_aliases, response_text, contains_run, reference_tokens
 
 
 CompletionFn = Callable[[list[str]], list[str]]
@@ -71,7 +71,7 @@ def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     Default (`strict=False`), the paper's rule exactly as its reference code applies it: the reply is negative when
     one of [`NEGATIVE_PHRASES`] (sorry, apologize, apologies, uncertain, false, no, unsure, cannot, unknown,
     "no answer", ...) occurs in it as a run of whole tokens under the reference `has_answer` rule
-    ([`~elical_hf.signals.judges.reference_tokens`]: NFD, lowercase, ASCII punctuation -- `_` included -- becomes a
+    ([`~elical_hf.signals.lexical_judge.reference_tokens`]: NFD, lowercase, ASCII punctuation -- `_` included -- becomes a
     space, articles removed, DPR tokens), positive otherwise; a missing reply (`None`) is negative. Consequences, kept
     on purpose to reproduce the paper's labels:
 

@@ -10,7 +10,7 @@ Each folder `elical_hf/metrics/<name>/` is a ready-to-publish evaluate module (a
   `<!-- END GENERATED: <block> -->` markers: rendered from the module's `_DESCRIPTION`, `_KWARGS_DESCRIPTION` (its
   Args, Returns and Examples) and `_CITATION`, read with `ast`, so nothing heavy is imported.
 
-Run `python -m elical_hf.metrics.cards` to rewrite the derived files, `python -m elical_hf.metrics.cards --check` to
+Run `python -m elical_hf.metrics.metric_cards` to rewrite the derived files, `python -m elical_hf.metrics.metric_cards --check` to
 list the stale ones (exit status 1); a test runs the check.
 """
 
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in stale:
         print(f"{verb}: {os.path.relpath(path)}")
     if args.check and stale:
-        print("Run `python -m elical_hf.metrics.cards` to regenerate them.", file=sys.stderr)
+        print("Run `python -m elical_hf.metrics.metric_cards` to regenerate them.", file=sys.stderr)
         return 1
     return 0
 
