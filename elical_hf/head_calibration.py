@@ -1,7 +1,7 @@
-"""Head-only calibration on cached prompt features: stage 2 of the reference code, in seconds instead of hours.
+"""Head-only calibration on cached prompt features: the head-only stage 2, in seconds instead of hours.
 
-When only the confidence head trains (the reference code's stage 2, `calibration_trainable="head"`), the backbone and
-its LoRA weights are frozen, so the head always reads the same feature for a question: the final hidden state of the
+When only the confidence head trains (`calibration_trainable="head"`; an option, since the reference code's stage 2
+trains LoRA + head), the backbone and its LoRA weights are frozen, so the head always reads the same feature for a question: the final hidden state of the
 last prompt token. [`calibrate_head`] computes those features once and fits the `Linear` head on them. It reads the
 same [`ConfidenceTrainingArguments`] as [`ConfidenceTrainer`] and builds the same recipe from them the way the Trainer
 does: the optimizer of `args.optim` (AdamW, weight decay on the weight only), the scheduler of `args.lr_scheduler_type`

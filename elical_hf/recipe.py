@@ -62,7 +62,7 @@ def train_stage(
     dev_data: Any | None = None,
     seed: int = 42,
     training_args: dict[str, Any] | None = None,
-    calibration_trainable: str = "head",
+    calibration_trainable: str = "all",
     keep_checkpoints: bool = False,
 ) -> ConfidenceTrainer:
     """Train one stage with a dev set for early stopping, and save the final model to `output_dir`.
@@ -105,7 +105,7 @@ def train_elical(
     output_dir: str,
     *,
     num_labels: int | None = None,
-    calibration_trainable: str = "head",
+    calibration_trainable: str = "all",
     cal_only: bool = True,
     dev_fraction: float = 0.1,
     seed: int = 42,
@@ -127,8 +127,8 @@ def train_elical(
             Gets `elicitation/`, `elical/` and (with `cal_only`) `cal-only/`, each a loadable confidence model.
         num_labels (`int`, *optional*):
             Label budget for stage 2 (dev rows for early stopping are taken out of it). `None`: all rows.
-        calibration_trainable (`str`, *optional*, defaults to `"head"`):
-            What stage 2 trains on top of stage 1: `"head"` or `"all"` (LoRA + head).
+        calibration_trainable (`str`, *optional*, defaults to `"all"`):
+            What stage 2 trains on top of stage 1: `"all"` (LoRA + head, as the paper's reference code) or `"head"`.
         cal_only (`bool`, *optional*, defaults to `True`):
             Also train Cal-Only (LoRA + head from scratch on the same labels) for comparison.
         dev_fraction (`float`, *optional*, defaults to 0.1):

@@ -38,10 +38,11 @@ class ConfidenceTrainingArguments(TrainingArguments):
         stage (`str` or [`Stage`], *optional*, defaults to `"elicitation"`):
             `"elicitation"`: regress the model's self-consistency (no correctness labels needed).
             `"calibration"`: regress the share of sampled answers judged correct (a small labelled set).
-        calibration_trainable (`str` or [`CalibrationTrainable`], *optional*, defaults to `"head"`):
-            In calibration, `"head"` trains only the linear head on top of the stage-1 LoRA (what the paper's code
-            does; requires a model trained in elicitation), `"all"` trains LoRA and head (what the paper's text
-            describes, and Cal-Only from a fresh model).
+        calibration_trainable (`str` or [`CalibrationTrainable`], *optional*, defaults to `"all"`):
+            In calibration, `"all"` trains LoRA and head (what the paper's reference code does: its stage 2 reloads
+            the stage-1 adapter and `set_adapter` makes it trainable again; also Cal-Only from a fresh model), `"head"`
+            trains only the linear head on top of the frozen stage-1 LoRA (an option; requires a model trained in
+            elicitation; `calibrate_head` does the same from cached features).
 
     > Data
 
@@ -69,8 +70,9 @@ class ConfidenceTrainingArguments(TrainingArguments):
         metadata={"help": "EliCal stage: 'elicitation' (consistency targets) or 'calibration' (correctness targets)."},
     )
     calibration_trainable: CalibrationTrainable | str = field(
-        default=CalibrationTrainable.HEAD,
-        metadata={"help": "In calibration: 'head' (only the head, on top of stage-1 LoRA) or 'all' (LoRA + head)."},
+        default=CalibrationTrainable.ALL,
+        metadata={"help": "In calibration: 'all' (LoRA + head, as the paper's reference code) or 'head' (only the head, "
+                  "on top of the frozen stage-1 LoRA)."},
     )
     label_column: str | None = field(
         default=None,

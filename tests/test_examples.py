@@ -85,10 +85,17 @@ def test_reproduce_paper_refuses_other_settings_in_the_same_folder(replication, 
 def test_gpu_recipe_parses_with_the_train_command():
     from elical_hf.cli.train import make_parser
 
-    (options,) = make_parser().parse_with_config(["--config", os.path.join(EXAMPLES, "configs", "qwen2.5-7b-instruct.yaml")])
-    assert options.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct"
-    assert options.per_device_train_batch_size * options.gradient_accumulation_steps * 4 == 512  # the paper's batch
-    assert options.learning_rate == 5e-5 and options.num_labels == 1000
+    import yaml
+
+    config = os.path.join(EXAMPLES, "configs", "qwen2.5-7b-instruct.yaml")
+    with open(config, encoding="utf-8") as handle:
+        raw = yaml.safe_load(handle)
+    assert raw["bf16"] is True and raw["dtype"] == "auto" and raw["calibration_trainable"] == "all"
+    # bf16 mixed precision needs a GPU (TrainingArguments refuses it on a CPU); everything else parses as written.
+    options, training = make_parser().parse_with_config(["--config", config, "--bf16", "false"])
+    assert options.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct" and options.num_labels == 1000
+    assert training.per_device_train_batch_size * training.gradient_accumulation_steps * 4 == 512  # the paper's batch
+    assert training.learning_rate == 5e-5 and training.calibration_trainable == "all"
 
 
 def test_judge_rule_agreement_counts_by_hand(tmp_path, capsys):

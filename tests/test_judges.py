@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from elical_hf.signals import judges
+from elical_hf.signals import lexical_judge
 from elical_hf.signals.lexical_judge import (
     CORRECTNESS_JUDGES,
     exact_match,
@@ -194,5 +194,5 @@ def test_lexical_consistency():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(judges, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(lexical_judge, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

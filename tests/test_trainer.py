@@ -93,7 +93,7 @@ def test_elicitation_trains_every_lora_and_head_parameter(tiny_base, tmp_path):
 def test_training_lowers_the_loss(tiny_llama, tmp_path):
     rows = make_rows(16)
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
-    trainer = ConfidenceTrainer(model, args=make_args(tmp_path, num_train_epochs=8), train_dataset=rows, eval_dataset=rows)
+    trainer = ConfidenceTrainer(model, args=make_args(tmp_path, num_train_epochs=16), train_dataset=rows, eval_dataset=rows)
     start = trainer.evaluate()["eval_loss"]
     trainer.train()
     assert trainer.evaluate()["eval_loss"] < 0.7 * start
