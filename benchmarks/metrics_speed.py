@@ -11,11 +11,9 @@ are checked to agree before timing.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Callable
 
 import numpy as np
+from common import median_seconds, print_machine
 
 from elical_hf.metrics.functional import auroc, ece
 
@@ -29,16 +27,6 @@ def loop_ece(confidences: np.ndarray, correct: np.ndarray, n_bins: int = 10) -> 
         if mask.any():
             total += mask.sum() / confidences.size * abs(confidences[mask].mean() - correct[mask].mean())
     return float(total)
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def make_data(n: int, seed: int, decimals: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -60,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from sklearn.metrics import roc_auc_score
 
+    print_machine()
     header = f"{'metric':<6} {'n':>9} {'ours (ms)':>10} {'baseline (ms)':>14} {'ours/baseline':>14}  baseline"
     print(header)
     print("-" * len(header))

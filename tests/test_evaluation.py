@@ -226,3 +226,22 @@ def test_paired_difference_over_draws_carries_the_draw_variance():
     assert cell["auroc_ci"][0] <= 0.0 + 1e-9 < cell["auroc_ci"][1]  # the zero draw is inside the interval
     with pytest.raises(ValueError, match="same number"):
         paired_difference_over_draws(correct, datasets, splits, [good], [noise, noise])
+
+
+def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama, tmp_path, capsys):
+    from elical_hf.cli import main as cli_main
+    from elical_hf.metrics import select_threshold
+
+    records_and_model(tmp_path, tiny_llama)
+    folder, model = str(tmp_path / "records"), str(tmp_path / "model")
+    with pytest.raises(ValueError, match="no 'train' records"):
+        cli_main(["threshold", "--model", model, "--records", folder])
+    assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test"]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: choosing the threshold on 'in_domain_test'" in printed and "decision_threshold = " in printed
+    stored = AutoModelForConfidence.from_pretrained(model).confidence_config.decision_threshold
+    from elical_hf.signals.honestybench import load_honestybench
+
+    rows = [r for r in load_honestybench(folder)["in_domain_test"]]
+    scores = AutoModelForConfidence.from_pretrained(model).confidence([r["question"] for r in rows])
+    assert stored == pytest.approx(select_threshold(scores, [int(r["greedy_correct"]) for r in rows]))

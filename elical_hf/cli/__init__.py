@@ -14,6 +14,7 @@ COMMANDS = {
     "judge": ("elical_hf.cli.judge", "Add or redo correctness / consistency judgements (lexical, embedding, LLM)."),
     "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10."),
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
+    "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
 }
 

@@ -1,0 +1,31 @@
+"""The benchmark scripts run (their timings are reported in docs/benchmarks.md, never asserted)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall"])
+def test_every_benchmark_has_a_working_help(script):
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+def test_metrics_benchmark_prints_the_machine_and_its_table():
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "metrics_speed.py"), "--sizes", "2000",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Machine: cpu=") and "policy_dtype=" in lines[0] and "fp32_gflops=" in lines[0]
+    rows = [line.split() for line in lines if line.startswith(("auroc", "ece"))]
+    assert [row[:2] for row in rows] == [["auroc", "2,000"], ["ece", "2,000"]]
+    assert all(float(row[4]) > 0 for row in rows)  # ours / baseline ratios
