@@ -18,7 +18,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration import ConfidenceConfig
-from .prompts import MIN_SHARED_PREFIX, common_prefix_length
+from .prompts import shared_prefix_length
 
 
 # model_type -> name of the architecture's `PreTrainedModel` in `transformers`.
@@ -178,8 +178,8 @@ class ForConfidenceMixin:
         plain = inputs_embeds is not None or position_ids is not None or kwargs or input_ids.shape[0] < 2
         if self.share_prompt_prefix and not plain and not getattr(backbone, "gradient_checkpointing", False):
             sequences = [row[mask].tolist() for row, mask in zip(input_ids, attention_mask.bool())]
-            shared = min(common_prefix_length(sequences), min(len(ids) for ids in sequences) - 1)
-            if shared >= MIN_SHARED_PREFIX:
+            shared = shared_prefix_length(sequences)
+            if shared:
                 return self._pooled_with_shared_prefix(backbone, sequences, shared)
         if position_ids is None:
             position_ids = position_ids_from_attention_mask(attention_mask)

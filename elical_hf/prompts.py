@@ -84,3 +84,13 @@ def common_prefix_length(token_ids: list[list[int]]) -> int:
     for ids in token_ids[1:]:
         length = next((i for i in range(length) if ids[i] != first[i]), length)
     return length
+
+
+def shared_prefix_length(token_ids: list[list[int]]) -> int:
+    """Length of the prefix of `token_ids` worth running once for all of them: their common prefix, short enough
+    that every sequence keeps at least one token of its own, and 0 when that is under `MIN_SHARED_PREFIX` tokens or
+    there are fewer than two sequences."""
+    if len(token_ids) < 2:
+        return 0
+    shared = min(common_prefix_length(token_ids), min(len(ids) for ids in token_ids) - 1)
+    return shared if shared >= MIN_SHARED_PREFIX else 0

@@ -279,3 +279,13 @@ def test_automatic_batch_size_follows_the_machine(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 64)
     assert auto_batch_size(1) == 1024  # capped
     assert auto_batch_size(21, "cuda") == round(GPU_ROWS / 21)
+
+
+def test_shared_prefix_length_rule():
+    from elical_hf.prompts import MIN_SHARED_PREFIX, shared_prefix_length
+
+    long = list(range(MIN_SHARED_PREFIX + 5))
+    assert shared_prefix_length([long + [1], long + [2]]) == len(long)
+    assert shared_prefix_length([long, long + [7]]) == len(long) - 1  # every row keeps a token of its own
+    assert shared_prefix_length([long[: MIN_SHARED_PREFIX - 1] + [1], long[: MIN_SHARED_PREFIX - 1] + [2]]) == 0
+    assert shared_prefix_length([long + [1]]) == 0 and shared_prefix_length([]) == 0

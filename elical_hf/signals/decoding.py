@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from ..prompts import MIN_SHARED_PREFIX, common_prefix_length
+from ..prompts import shared_prefix_length
 
 
 if TYPE_CHECKING:
@@ -174,17 +174,14 @@ class Decoder:
         `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
         and the rest of each prompt after it, padded between the prefix and the rest."""
         device, batch = self.model.device, len(prompt_ids)
-        shared = common_prefix_length(prompt_ids) if self.share_prefix and batch > 1 else 0
-        shared = min(shared, min(len(ids) for ids in prompt_ids) - 1)  # every row keeps >= 1 token to prefill
+        shared = shared_prefix_length(prompt_ids) if self.share_prefix else 0
         cache = DynamicCache(config=self.model.config)
-        if shared >= MIN_SHARED_PREFIX:
+        if shared:
             prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long, device=device)
             ones = torch.ones_like(prefix)
             self._forward(prefix, ones, torch.arange(shared, device=device)[None], cache)
             cache.batch_repeat_interleave(batch)
             prompt_ids = [ids[shared:] for ids in prompt_ids]
-        else:
-            shared = 0
         length = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, length), dtype=torch.long)
