@@ -86,6 +86,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head_epochs", type=int, default=50, help="Most epochs of head-only calibration.")
     parser.add_argument("--bootstrap", type=int, default=1000, help="Bootstrap resamples for the intervals.")
     parser.add_argument("--seed", type=int, default=42, help="Seed of partitions, sampling and training.")
+    parser.add_argument(
+        "--extra_seeds", type=int, nargs="*", default=[43, 44],
+        help="More seeds (label draw + stage-2 training seed) for the budgets of --seeded_budgets, so their "
+        "EliCal - Cal-Only differences carry seed variance; stage 1 is trained once, with --seed.",
+    )
+    parser.add_argument("--seeded_budgets", type=int, nargs="*", default=[100, 1000],
+                        help="Label budgets run with every seed of --extra_seeds too.")
+    parser.add_argument(
+        "--correctness", default="has_answer", choices=["has_answer", "has_answer_squad", "f1", "keep"],
+        help="Correctness judge of the records (`keep`: the stored labels of --records). The committed records were "
+        "judged with `has_answer_squad`; the default re-judges them with the paper's rule.",
+    )
     return parser.parse_args(argv)
 
 
@@ -115,7 +127,8 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
 
 
-SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration")
+SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration", "extra_seeds",
+                    "seeded_budgets")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -171,6 +184,9 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         records = load_records(args.records)
         for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
             record["split"] = record.get("split") or record.get("source_split")
+        if args.correctness != "keep":
+            summary = apply_judges(records, correctness=args.correctness)
+            logger.info("re-judged the correctness of %d records with %s: %s", len(records), args.correctness, summary)
         save_records(records, path)
         return records
     shards = sorted(glob.glob(os.path.join(args.output_dir, "samples", "shards", "shard-*.parquet")))
@@ -185,7 +201,8 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         record["partition"] = record.pop("split")
         test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN else "ood_test"
         record["split"] = test_split if record["partition"] == "test" else "train"
-    summary = apply_judges(records, correctness="has_answer", consistency="embedding", lexical_scores=True)
+    correctness = "has_answer" if args.correctness == "keep" else args.correctness
+    summary = apply_judges(records, correctness=correctness, consistency="embedding", lexical_scores=True)
     logger.info("judged %d records: %s", len(records), summary)
     with atomic_folder(os.path.join(args.output_dir, "honestybench")) as folder:
         write_honestybench(records, folder, pretty_name="HonestyBench (CPU scale)")
@@ -300,8 +317,8 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     }
     eli_dir = os.path.join(runs.models, "eli-only")
 
-    def fresh() -> Any:
-        set_seed(args.seed)  # the fresh LoRA and head are drawn from the global RNG
+    def fresh(seed: int = args.seed) -> Any:
+        set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
         return AutoModelForConfidence.from_pretrained(args.model)
 
     def score(model: Any) -> list[float]:
@@ -314,13 +331,18 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         model = AutoModelForConfidence.from_pretrained(eli_dir)
         runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
 
-    budgets = list(dict.fromkeys(min(n, len(train)) if n else len(train) for n in args.label_budgets))
-    head_budgets = budgets if "head" in args.calibration else []
-    lora_budgets = budgets if "lora" in args.calibration else []
+    def clip(n: int) -> int:
+        return min(n, len(train)) if n else len(train)
+
+    # (budget, seed) in the order of --label_budgets, each seeded budget's extra seeds right after its first run
+    jobs = list(dict.fromkeys((clip(n), seed) for n in args.label_budgets
+                              for seed in (args.seed, *(args.extra_seeds if n in args.seeded_budgets else ()))))
+    head_jobs = jobs if "head" in args.calibration else []
+    lora_jobs = jobs if "lora" in args.calibration else []
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir)),
                          ("Cal-Only-head", fresh)):
-        todo = [n for n in head_budgets if not runs.done(f"{method}@{budget_name(n, len(train))}")]
+        todo = [(n, seed) for n, seed in head_jobs if not runs.done(run_name(method, n, len(train), seed, args.seed))]
         if not todo:
             continue
         model = load()
@@ -330,21 +352,24 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         # the same batches as `score()`, so the confidences equal what the calibrated model itself would output
         test_features = model.prompt_features(runs.test_questions, batch_size=32, progress=True)
         initial_head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-        for n in todo:
+        for n, seed in todo:
             started = time.perf_counter()
+            # every seed starts from the same head (stage 1's, or Cal-Only's fresh one); the label draw and the
+            # training order change with the seed
             confidence_head_module(model).load_state_dict(initial_head)
-            labels = take_labels(train, n, args.seed)
-            summary = calibrate_head(model, labels, None, features=cache, seed=args.seed, learning_rate=args.learning_rate,
+            labels = take_labels(train, n, seed)
+            summary = calibrate_head(model, labels, None, features=cache, seed=seed, learning_rate=args.learning_rate,
                                      batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
             with torch.no_grad():
                 confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
-            runs.save(f"{method}@{budget_name(n, len(train))}", confidences, started, labels=len(labels), summary=summary)
+            runs.save(run_name(method, n, len(train), seed, args.seed), confidences, started, labels=len(labels),
+                      seed=seed, summary=summary)
 
     # LoRA + head calibration, in the order of --label_budgets (the largest runs are the slowest: list them last).
-    for n in lora_budgets:
-        labels = take_labels(train, n, args.seed)
+    for n, seed in lora_jobs:
+        labels = take_labels(train, n, seed)
         for method in ("EliCal", "Cal-Only"):
-            name = f"{method}@{budget_name(n, len(train))}"
+            name = run_name(method, n, len(train), seed, args.seed)
             if runs.done(name):
                 continue
             started = time.perf_counter()
@@ -352,12 +377,18 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             if method == "EliCal":
                 model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True)
             else:
-                model = fresh()
-            folder = os.path.join(runs.models, name.lower().replace("@", "-"))
-            trainer = train_stage(model, labels, folder, "calibration", seed=args.seed, training_args=settings,
+                model = fresh(seed)
+            folder = os.path.join(runs.models, name.lower().replace("@", "-").replace("~", "-seed"))
+            trainer = train_stage(model, labels, folder, "calibration", seed=seed, training_args=settings,
                                   calibration_trainable="all")
             model = AutoModelForConfidence.from_pretrained(folder)
-            runs.save(name, score(model), started, labels=len(labels), **training_summary(trainer))
+            runs.save(name, score(model), started, labels=len(labels), seed=seed, **training_summary(trainer))
+
+
+def run_name(method: str, num_labels: int, total: int, seed: int, main_seed: int) -> str:
+    """`EliCal@100` for the main seed, `EliCal@100~43` for another one (those go to the seed-variance table)."""
+    name = f"{method}@{budget_name(num_labels, total)}"
+    return name if seed == main_seed else f"{name}~{seed}"
 
 
 # ---------------------------------------------------------------- evaluation
@@ -394,6 +425,8 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     stale = [name for name, run in runs.items() if run["test_ids"] != [r["id"] for r in test]]
     if stale:
         raise SystemExit(f"Runs {stale} scored other test records; delete them from runs/ to redo them.")
+    seed_runs = {name: run for name, run in runs.items() if "~" in name}  # extra seeds: the seed-variance table
+    runs = {name: run for name, run in runs.items() if name not in seed_runs}
     confidences.update({name: run["confidences"] for name, run in runs.items()})
     splits = [r["split"] for r in test]
     table = evaluate_table(correct, [r["dataset"] for r in test], splits, confidences, args.bootstrap, args.seed)
@@ -438,9 +471,55 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         atomic_write_text(os.path.join(folder, "differences.json"), json.dumps(differences, indent=2) + "\n")
         extra.insert(0, "## Paired differences (x100; 95% paired bootstrap intervals)\n\n"
                      f"{averages_to_markdown(differences)}\n")
+    if seed_runs and args.bootstrap:
+        over_seeds = seed_differences(args, correct, [r["dataset"] for r in test], splits, confidences, seed_runs)
+        atomic_write_text(os.path.join(folder, "seed_differences.json"), json.dumps(over_seeds, indent=2) + "\n")
+        extra.insert(0, seed_markdown(over_seeds))
     with open(os.path.join(folder, "report.md"), "a", encoding="utf-8") as handle:
         handle.write("\n" + "\n".join(extra))
     logger.info("report written to %s", os.path.join(folder, "report.md"))
+
+
+def seed_differences(
+    args: argparse.Namespace, correct: list[int], datasets: list[str], splits: list[str],
+    confidences: dict[str, list[float]], seed_runs: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """EliCal - Cal-Only (LoRA + head, and head-only) at each budget run with every seed: the mean difference over
+    the seeds, with a 95% interval over test resamples *and* seeds (`paired_difference_over_draws`), and per seed."""
+    from elical_hf.evaluation import paired_difference_over_draws
+
+    seeds = [args.seed, *args.extra_seeds]
+    out: dict[str, Any] = {}
+    budgets = dict.fromkeys(name.split("@")[1].split("~")[0] for name in seed_runs)
+    for budget in budgets:
+        for a, b in (("EliCal", "Cal-Only"), ("EliCal-head", "Cal-Only-head")):
+            draws = {}
+            for method in (a, b):
+                names = [f"{method}@{budget}" if s == args.seed else f"{method}@{budget}~{s}" for s in seeds]
+                found = [confidences.get(n) or (seed_runs.get(n) or {}).get("confidences") for n in names]
+                draws[method] = found
+            if any(values is None for values in draws[a] + draws[b]):
+                continue
+            diff = paired_difference_over_draws(correct, datasets, splits, draws[a], draws[b], args.bootstrap,
+                                                args.seed)
+            out[f"{a} - {b} @ {budget}"] = {"seeds": seeds, **{c: diff[c] for c in ("in-domain avg", "OOD avg")}}
+    return out
+
+
+def seed_markdown(over_seeds: dict[str, Any]) -> str:
+    """The seed-variance table of `report.md`."""
+    lines = ["## Differences over seeds (x100; mean over seeds, 95% interval over test resamples and seeds)\n",
+             "| comparison | seeds | in-domain AUROC diff | per seed | OOD AUROC diff | per seed |",
+             "|---|---|---:|---|---:|---|"]
+    for name, entry in over_seeds.items():
+        cells = []
+        for column in ("in-domain avg", "OOD avg"):
+            cell = entry[column]
+            low, high = cell["auroc_ci"]
+            per_seed = ", ".join(f"{v:+.1f}" for v in cell["auroc_per_draw"])
+            cells += [f"{cell['auroc']:+.1f} [{low:+.1f}, {high:+.1f}]", per_seed]
+        lines.append(f"| {name} | {', '.join(map(str, entry['seeds']))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def comparison_pairs(confidences: dict[str, Any]) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from elical_hf.signals import load_honestybench
+from elical_hf.signals.records import read_records
 
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
@@ -67,6 +68,29 @@ def test_reproduce_paper_retrains_from_committed_records(replication, tiny_llama
         again = json.loads((tmp_path / "runs" / f"{name}.json").read_text())
         assert again["test_ids"] == fresh["test_ids"]
         assert again["confidences"] == pytest.approx(fresh["confidences"], abs=1e-5), name
+
+
+def test_reproduce_paper_seed_variance_and_rejudging(replication, tiny_llama, tmp_path):
+    args = ["--model", tiny_llama, "--output_dir", str(tmp_path), "--records", str(replication / "honestybench"),
+            "--steps", "train", "evaluate", *TINY, "--label_budgets", "10", "--seeded_budgets", "10",
+            "--extra_seeds", "43", "--correctness", "has_answer_squad"]
+    assert load_example("reproduce_paper").main(args) == 0
+    runs = sorted(path.stem for path in (tmp_path / "runs").iterdir())
+    assert {"EliCal@10~43", "Cal-Only@10~43", "EliCal-head@10~43", "Cal-Only-head@10~43", "EliCal@10"} <= set(runs)
+    seed42 = json.loads((tmp_path / "runs" / "Cal-Only@10.json").read_text())
+    seed43 = json.loads((tmp_path / "runs" / "Cal-Only@10~43.json").read_text())
+    # (a tiny model barely moves in one step; Cal-Only's fresh LoRA and head are drawn with the run's seed)
+    assert seed43["seed"] == 43 and seed43["confidences"] != seed42["confidences"]
+    table = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert "EliCal@10" in table and not any("~" in name for name in table)  # extra seeds stay out of the main table
+    over = json.loads((tmp_path / "report" / "seed_differences.json").read_text())
+    entry = over["EliCal - Cal-Only @ 10"]
+    assert entry["seeds"] == [42, 43] and len(entry["in-domain avg"]["auroc_per_draw"]) == 2
+    mean = sum(entry["in-domain avg"]["auroc_per_draw"]) / 2
+    assert entry["in-domain avg"]["auroc"] == pytest.approx(mean, nan_ok=True)
+    assert "## Differences over seeds" in (tmp_path / "report" / "report.md").read_text()
+    records = read_records(str(tmp_path / "records.parquet"))
+    assert {r["correctness_judge"] for r in records} == {"has_answer_squad"}
 
 
 def test_reproduce_paper_runs_only_the_chosen_calibration(replication, tiny_llama, tmp_path):
