@@ -41,6 +41,10 @@ class ConfidenceConfig:
     Parameters:
         prompt_template (`str`, *optional*, defaults to the paper's QA prompt):
             Template with a `{question}` field. The filled-in text is wrapped in the model's chat template.
+        prompt_tail (`str`, *optional*, defaults to `""`):
+            Text appended to the filled-in template, before the chat template wraps it (e.g.
+            [`~elical_hf.prompts.REFERENCE_PROMPT_TAIL`], `"\nAnswer: "`). Part of the text the head was trained on,
+            so it is saved with the model; a head scores differently with and without it.
         use_chat_template (`bool`, *optional*, defaults to `True`):
             Whether to wrap the prompt in the tokenizer's chat template (ignored when the tokenizer has none).
         system_prompt (`str`, *optional*):
@@ -69,6 +73,7 @@ class ConfidenceConfig:
     """
 
     prompt_template: str = QA_PROMPT
+    prompt_tail: str = ""
     use_chat_template: bool = True
     system_prompt: str | None = None
     add_generation_prompt: bool = True
@@ -84,6 +89,8 @@ class ConfidenceConfig:
     def __post_init__(self) -> None:
         if "{question}" not in self.prompt_template:
             raise ValueError(f"`prompt_template` must contain a '{{question}}' field, got {self.prompt_template!r}.")
+        if not isinstance(self.prompt_tail, str):
+            raise ValueError(f"`prompt_tail` must be a string, got {self.prompt_tail!r}.")
         if self.pooling not in POOLING_MODES:
             raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
         if self.head_activation not in HEAD_ACTIVATIONS:
@@ -104,7 +111,7 @@ class ConfidenceConfig:
             raise ValueError(f"Questions must be non-empty strings, got {question!r}.")
         return render_prompt(
             tokenizer,
-            self.prompt_template.format(question=question.strip()),
+            self.prompt_template.format(question=question.strip()) + self.prompt_tail,
             use_chat_template=self.use_chat_template,
             system_prompt=self.system_prompt,
             add_generation_prompt=self.add_generation_prompt,

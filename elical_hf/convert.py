@@ -158,8 +158,8 @@ def match_reference_tokens(tokenizer: Any, config: Any, probes: tuple[str, ...] 
         suffix = "".join(tokenizer.convert_ids_to_tokens(reference[0][starts[0] + len(ours) :]))
         if config.use_chat_template and isinstance(getattr(tokenizer, "chat_template", None), str):
             tokenizer.chat_template = _jinja_literal(prefix) + tokenizer.chat_template + _jinja_literal(suffix)
-        else:
-            config.prompt_template = prefix + config.prompt_template + suffix
+        else:  # no chat template: the suffix goes after the prompt's tail, the prefix before its template
+            config.prompt_template, config.prompt_tail = prefix + config.prompt_template, config.prompt_tail + suffix
     encoded = [tokenizer(config.format_prompt(q, tokenizer), add_special_tokens=False)["input_ids"] for q in probes]
     if not starts or encoded != reference:
         raise ValueError(
@@ -195,7 +195,12 @@ def convert_official(
         base_model_name_or_path (`str`, *optional*): The base model (Hub id or folder). Defaults to the known base of
             an official release, else to the adapter's `base_model_name_or_path`.
         confidence_config ([`ConfidenceConfig`], *optional*): The prompt the head was trained on. Defaults to the
-            paper's QA prompt inside the chat template with the generation prompt.
+            paper's QA prompt inside the chat template with the generation prompt, without a tail: the reference's
+            prompt table defines the tail `"\nAnswer: "` for every prompt type, but its released prompt builder
+            formats only the prompt text and never appends the tail, and the released heads were trained on text
+            from an unreleased tool, so that is the better-supported reading. Pass
+            `ConfidenceConfig(prompt_tail=REFERENCE_PROMPT_TAIL)` (command line: `--answer_tail`) for the other one;
+            the choice is saved in `confidence_config.json` and named in the card.
         subfolder (`str`, *optional*): Folder of the release inside `src` when it holds several.
         revision (`str`, *optional*), token (`str`, *optional*): For a Hub `src`.
         reference_special_tokens (`bool`, *optional*, defaults to `True`): Feed the model what the reference code
@@ -270,7 +275,8 @@ def convert_official(
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
     confidence.base_model_signature = backbone_signature(config)
-    source = f"`{src}` (`{head_file.relative_to(root)}`)"
+    tail = f"the prompt tail {confidence.prompt_tail!r}" if confidence.prompt_tail else "no prompt tail"
+    source = f"`{src}` (`{head_file.relative_to(root)}`), read with {tail}"
     added = match_reference_tokens(tokenizer, confidence) if reference_special_tokens else None
     if added:
         source += (

@@ -12,6 +12,11 @@ from typing import Any
 QA_PROMPT = "Answer the following question.\nQuestion: {question}"
 """Free-form QA prompt (the paper's default, used for sampling answers and for the confidence head)."""
 
+REFERENCE_PROMPT_TAIL = "\nAnswer: "
+"""The tail that the reference code's prompt table defines for every prompt type. Its released prompt builder never
+appends it to the QA prompt (only the `none` text is formatted), so elical-hf's QA prompt has no tail by default;
+[`~elical_hf.ConfidenceConfig`]'s `prompt_tail` and `elical-hf convert-official --answer_tail` add it."""
+
 SEMANTIC_CONSISTENCY_PROMPT = (
     "Are the following two answers to the same question semantically equivalent?\n"
     'If the two answers are semantically equivalent, answer "certain". Otherwise, answer "uncertain". '

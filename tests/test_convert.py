@@ -27,7 +27,16 @@ def max_diff(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def build_release(base: str, folder, prompt_template: str | None = None):
+def reference_prompt(tokenizer, question: str, prompt_template: str | None = None, tail: str = "") -> str:
+    """The text the authors' code feeds for `question`: the QA prompt (+ tail) in the chat template, or a plain
+    `prompt_template`."""
+    if prompt_template is not None:
+        return prompt_template.format(question=question)
+    messages = [{"role": "user", "content": QA_PROMPT.format(question=question) + tail}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def build_release(base: str, folder, prompt_template: str | None = None, tail: str = ""):
     """The authors' layout, built the authors' way: get_peft_model(AutoModel) + a separate Linear(H, 1) head.
 
     Returns the reference confidences, computed as the authors' code does and independently of elical-hf's model
@@ -47,12 +56,7 @@ def build_release(base: str, folder, prompt_template: str | None = None):
     reference, without_lora = [], []
     with torch.no_grad():
         for question in QUESTIONS:
-            if prompt_template is None:
-                messages = [{"role": "user", "content": QA_PROMPT.format(question=question)}]
-                text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            else:
-                text = prompt_template.format(question=question)
-            ids = tokenizer(text, return_tensors="pt")["input_ids"]
+            ids = tokenizer(reference_prompt(tokenizer, question, prompt_template, tail), return_tensors="pt")["input_ids"]
             hidden = peft_model(input_ids=ids).last_hidden_state[:, -1]
             reference.append(float(torch.sigmoid(head(hidden)).squeeze()))
             with peft_model.disable_adapter():
@@ -107,6 +111,54 @@ def test_converted_model_matches_the_reference(release, tmp_path):
     assert adapter["modules_to_save"] == ["confidence_head"] and adapter["task_type"] is None
     card = ModelCard.load(tmp_path / "converted" / "README.md")
     assert card.data.library_name == "elical-hf" and "convert-official" in card.text
+
+
+def test_the_prompt_tail_is_a_saved_choice_that_changes_the_scores(tiny_llama, tmp_path):
+    from elical_hf.prompts import REFERENCE_PROMPT_TAIL
+
+    release = tmp_path / "release"
+    release.mkdir()
+    reference = build_release(tiny_llama, release, tail=REFERENCE_PROMPT_TAIL)  # trained on the tailed text
+    plain = AutoModelForConfidence.from_pretrained(convert_official(release, tmp_path / "plain"))
+    tailed = AutoModelForConfidence.from_pretrained(
+        convert_official(release, tmp_path / "tailed", confidence_config=ConfidenceConfig(prompt_tail=REFERENCE_PROMPT_TAIL))
+    )
+    assert max_diff(tailed.confidence(QUESTIONS), reference) < 1e-6
+    assert max_diff(plain.confidence(QUESTIONS), reference) > 1e-3  # the tail is part of what the head reads
+    saved = json.loads((tmp_path / "tailed" / "confidence_config.json").read_text())
+    assert saved["prompt_tail"] == "\nAnswer: "
+    assert json.loads((tmp_path / "plain" / "confidence_config.json").read_text())["prompt_tail"] == ""
+    assert "read with the prompt tail" in (tmp_path / "tailed" / "README.md").read_text()
+    assert "read with no prompt tail" in (tmp_path / "plain" / "README.md").read_text()
+    text = tailed.confidence_config.format_prompt("Who?", tailed.tokenizer)
+    assert "Question: Who?\nAnswer: " in text and text.index("Answer: ") < text.index("assistant")
+
+
+def test_batched_reference_pooling_differs_from_batch_one_and_the_converted_model_does_not(release, tiny_llama,
+                                                                                         tmp_path):
+    """The reference code reads `[:, -1]` of right-padded batches: every row but the longest is pooled at a pad
+    slot. The converted model pools the last real token, so its batched scores are the reference's batch-1 ones."""
+    from peft import PeftModel
+
+    folder, batch_one = release
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    tokenizer.padding_side = "right"
+    backbone = PeftModel.from_pretrained(AutoModel.from_pretrained(tiny_llama), folder / "lora_epoch_best").eval()
+    head = torch.nn.Linear(backbone.config.hidden_size, 1)
+    head.load_state_dict(torch.load(folder / "vector_head_epoch_best.pt", weights_only=True))
+    texts = [reference_prompt(tokenizer, q) for q in QUESTIONS]
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    lengths = batch["attention_mask"].sum(-1)
+    assert len(set(lengths.tolist())) > 1  # the rows really have different lengths
+    with torch.no_grad():
+        hidden = backbone(**batch).last_hidden_state[:, -1]
+        batched = torch.sigmoid(head(hidden)).squeeze(-1).tolist()
+    longest = int(lengths.argmax())
+    assert abs(batched[longest] - batch_one[longest]) < 1e-5  # the longest row has no pad slot
+    others = [i for i in range(len(QUESTIONS)) if i != longest]
+    assert min(abs(batched[i] - batch_one[i]) for i in others) > 1e-4  # the others were read at a pad slot
+    model = AutoModelForConfidence.from_pretrained(convert_official(folder, tmp_path / "converted"))
+    assert max_diff(model.confidence(QUESTIONS, batch_size=len(QUESTIONS)), batch_one) < 1e-6
 
 
 def test_a_head_that_is_not_a_plain_state_dict_is_refused(release, tmp_path):

@@ -22,6 +22,13 @@ class ConvertArguments:
     prompt_template: str | None = field(
         default=None, metadata={"help": "Prompt with a {question} field (default: the paper's QA prompt)."}
     )
+    answer_tail: bool = field(
+        default=False,
+        metadata={"help": "Append the reference prompt table's tail '\\nAnswer: ' to the question prompt. Off by "
+                  "default: the reference's released prompt builder never appends it (the released heads were "
+                  "trained on text from an unreleased tool, so this cannot be settled from the code). Saved in "
+                  "confidence_config.json (prompt_tail)."},
+    )
     no_chat_template: bool = field(default=False, metadata={"help": "Do not wrap the prompt in the chat template."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message (default: the chat template's own)."})
     reference_special_tokens: bool = field(
@@ -42,11 +49,14 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.configuration import ConfidenceConfig
     from elical_hf.convert import convert_official
+    from elical_hf.prompts import REFERENCE_PROMPT_TAIL
 
     (options,) = make_parser().parse_with_config(argv)
     settings = {"use_chat_template": not options.no_chat_template, "system_prompt": options.system_prompt}
     if options.prompt_template is not None:
         settings["prompt_template"] = options.prompt_template
+    if options.answer_tail:
+        settings["prompt_tail"] = REFERENCE_PROMPT_TAIL
     try:
         folder = convert_official(
             options.src, options.dst, options.base_model, ConfidenceConfig(**settings),
