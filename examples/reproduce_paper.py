@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--calibration", nargs="+", default=["head", "lora"], choices=["head", "lora"],
         help="Stage-2 variants to run: head-only on cached features and/or LoRA + head.",
     )
+    parser.add_argument("--lora_methods", nargs="+", default=["EliCal", "Cal-Only"], choices=["EliCal", "Cal-Only"],
+                        help="LoRA + head runs to make (e.g. one of them in a second process).")
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
     parser.add_argument("--train_batch_size", type=int, default=16, help="Training batch size of every run.")
     parser.add_argument("--stage1_epochs", type=float, default=1, help="Epochs of stage 1 (early stopping on dev).")
@@ -128,7 +130,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration", "extra_seeds",
-                    "seeded_budgets")
+                    "seeded_budgets", "lora_methods")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -368,7 +370,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     # LoRA + head calibration, in the order of --label_budgets (the largest runs are the slowest: list them last).
     for n, seed in lora_jobs:
         labels = take_labels(train, n, seed)
-        for method in ("EliCal", "Cal-Only"):
+        for method in args.lora_methods:
             name = run_name(method, n, len(train), seed, args.seed)
             if runs.done(name):
                 continue
