@@ -495,16 +495,16 @@ def seed_differences(
     budgets = dict.fromkeys(name.split("@")[1].split("~")[0] for name in seed_runs)
     for budget in budgets:
         for a, b in (("EliCal", "Cal-Only"), ("EliCal-head", "Cal-Only-head")):
-            draws = {}
-            for method in (a, b):
-                names = [f"{method}@{budget}" if s == args.seed else f"{method}@{budget}~{s}" for s in seeds]
-                found = [confidences.get(n) or (seed_runs.get(n) or {}).get("confidences") for n in names]
-                draws[method] = found
-            if any(values is None for values in draws[a] + draws[b]):
+            def scores(method: str, seed: int) -> list[float] | None:
+                name = f"{method}@{budget}" if seed == args.seed else f"{method}@{budget}~{seed}"
+                return confidences.get(name) or (seed_runs.get(name) or {}).get("confidences")
+
+            done = [s for s in seeds if scores(a, s) is not None and scores(b, s) is not None]  # both runs finished
+            if len(done) < 2:
                 continue
-            diff = paired_difference_over_draws(correct, datasets, splits, draws[a], draws[b], args.bootstrap,
-                                                args.seed)
-            out[f"{a} - {b} @ {budget}"] = {"seeds": seeds, **{c: diff[c] for c in ("in-domain avg", "OOD avg")}}
+            diff = paired_difference_over_draws(correct, datasets, splits, [scores(a, s) for s in done],
+                                                [scores(b, s) for s in done], args.bootstrap, args.seed)
+            out[f"{a} - {b} @ {budget}"] = {"seeds": done, **{c: diff[c] for c in ("in-domain avg", "OOD avg")}}
     return out
 
 
