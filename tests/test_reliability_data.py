@@ -34,8 +34,8 @@ def write_rows(path, rows) -> str:
 def train_command(tiny_llama, tmp_path, output_dir) -> list[str]:
     """`elical-hf train` on the tiny model: 36 stage-1 and 25 stage-2 steps, a checkpoint every 2 (dev-split
     evaluations, early stopping armed), no Cal-Only."""
-    eli = write_rows(tmp_path / "eli.jsonl", make_rows(24, seed=0)) if not (tmp_path / "eli.jsonl").exists() else str(tmp_path / "eli.jsonl")
-    cal = write_rows(tmp_path / "cal.jsonl", make_rows(12, seed=1)) if not (tmp_path / "cal.jsonl").exists() else str(tmp_path / "cal.jsonl")
+    eli = write_rows(tmp_path / "eli.jsonl", make_rows(24, seed=0))
+    cal = write_rows(tmp_path / "cal.jsonl", make_rows(12, seed=1))
     return [
         sys.executable, "-m", "elical_hf.cli", "train", "--elicitation_data", eli, "--calibration_data", cal,
         "--model_name_or_path", tiny_llama, "--output_dir", str(output_dir), "--no_cal_only", "--dtype", "float32",
@@ -88,14 +88,14 @@ def max_difference(a, b) -> float:
     return max(float((first[k].float() - second[k].float()).abs().max()) for k in first)
 
 
+@case("data", "a file of the user's in `<stage>/checkpoints` when a stage finishes",
+      "kept: only the `checkpoint-<step>` folders the Trainer wrote are deleted")
+@case("data", "a checkpoint cut off mid-save (`checkpoint-N` without `trainer_state.json`) when `train` is rerun",
+      "skipped with a warning (`Skipping …: no trainer_state.json`); training resumes from the last complete one")
 @case("data", "`elical-hf train` killed (SIGKILL) after a stage-1 checkpoint, rerun; killed again in stage 2, rerun",
       "each rerun resumes the interrupted stage from its last complete checkpoint (log: `resuming from …/checkpoint-N "
       "(step N)`; a finished stage is skipped); the final models equal an uninterrupted run's (max abs weight "
       f"difference <= {TOLERANCE:g})")
-@case("data", "a checkpoint cut off mid-save (`checkpoint-N` without `trainer_state.json`) when `train` is rerun",
-      "skipped with a warning (`Skipping …: no trainer_state.json`); training resumes from the last complete one")
-@case("data", "a file of the user's in `<stage>/checkpoints` when a stage finishes",
-      "kept: only the `checkpoint-<step>` folders the Trainer wrote are deleted")
 def test_train_killed_twice_resumes_to_the_uninterrupted_models(tiny_llama, tmp_path):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     run_to_end(train_command(tiny_llama, tmp_path, reference))
@@ -195,3 +195,32 @@ def test_remove_checkpoints_keeps_other_files(tmp_path):
     remove_checkpoints(str(folder))
     assert not folder.exists()
     assert glob.glob(str(tmp_path / "*")) == []
+
+
+@case("data", "`elical-hf evaluate --output_dir` a folder that already holds `results.json` (an earlier run)",
+      "refused: `--output_dir … already holds the results of an earlier run; use a new folder or pass "
+      "--overwrite_output_dir`; the earlier results stay")
+def test_evaluate_does_not_overwrite_earlier_results(tmp_path):
+    from tests.test_reliability_silent import judged_records
+
+    records, out = judged_records(tmp_path), tmp_path / "report"
+    argv = ["evaluate", "--records", records, "--output_dir", str(out), "--baselines", "prob"]
+    assert cli_main(argv) == 0
+    (out / "results.json").write_text('{"earlier": 1}')
+    with pytest.raises(ValueError, match="already holds the results of an earlier run.*--overwrite_output_dir"):
+        cli_main(argv)
+    assert json.loads((out / "results.json").read_text()) == {"earlier": 1}
+    assert cli_main([*argv, "--overwrite_output_dir"]) == 0
+    assert "Prob" in json.loads((out / "results.json").read_text())
+
+
+@case("data", "loading the stage folder a killed `train` leaves (only `checkpoints/`, no model yet)",
+      "one clear error instead of transformers' `Unrecognized model … model_type`: `… is neither a confidence model "
+      "nor a base model …: it holds only the checkpoints of an interrupted elical-hf train stage; rerun the same "
+      "command to resume it`")
+def test_a_half_trained_stage_folder_is_explained(tmp_path):
+    from elical_hf import AutoModelForConfidence
+
+    (tmp_path / "elical" / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    with pytest.raises(ValueError, match="only the checkpoints of an interrupted `elical-hf train` stage"):
+        AutoModelForConfidence.from_pretrained(str(tmp_path / "elical"))
