@@ -167,7 +167,10 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     2. The **dataset** is the longest run of tokens that is a known alias ([`DATASET_ALIASES`], compared lowercased
        without `_ - .`: `hq`, `hotpot_qa`, `web_questions`, `complex_web_questions`, ...), searched in the file
        name first, then in the folders from the deepest up.
-    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way.
+    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way;
+       a train word in a folder name with other text (`train_run1`) is not a split (a test word there still is), and
+       a typo of a split word (`tset`, `tests`, `trian`: two letters swapped, one added or left out) is a
+       `ValueError`, so test data is never turned into train data by a guess.
     4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
        not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
        name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
