@@ -183,6 +183,12 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 f"{name} holds an adapter but no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model "
                 "(an interrupted save, or a plain PEFT adapter; see `elical-hf convert-official` for the paper's)."
             )
+        if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(
+                f"{name} is neither a confidence model (no {CONFIDENCE_CONFIG_NAME}) nor a base model (no config.json)"
+                + (": it holds only the checkpoints of an interrupted `elical-hf train` stage; rerun the same command to "
+                   "resume it." if os.path.isdir(os.path.join(name, "checkpoints")) else ".")
+            )
         model = cls._load_base(name, confidence_config or ConfidenceConfig(), **kwargs)
         if peft_config is None:
             peft_config = LoraConfig(
@@ -248,7 +254,15 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         # What the adapter was trained with wins; only the provenance of this load's weights is new.
         saved_config.base_weights_source = loading_config.base_weights_source
         model.confidence_config = saved_config
-        model.tokenizer = load_tokenizer(folder, fallback=model.tokenizer)  # the adapter's own, else the base's
+        base_tokenizer = model.tokenizer
+        model.tokenizer = load_tokenizer(folder, fallback=base_tokenizer)  # the adapter's own, else the base's
+        if saved_config.use_chat_template and base_tokenizer.chat_template and not model.tokenizer.chat_template:
+            raise ValueError(
+                f"{folder} holds a tokenizer without its chat template (no chat_template.jinja), but the model was "
+                f"trained on chat-templated prompts: scoring with another template gives other confidences. Put the "
+                f"chat_template.jinja it was trained with back into {folder} (from its base model {base!r} if it was "
+                "trained with that one's)."
+            )
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
 

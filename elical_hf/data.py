@@ -64,9 +64,9 @@ def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceC
     cut = sum(len(ids) > limit for ids in input_ids)
     if cut:
         logger.warning(
-            "%d of %d prompts are longer than max_length=%d tokens and were cut from the left (their start, with the "
-            "instruction, is lost): raise `confidence_config.max_length` or shorten the questions.",
-            cut, len(input_ids), limit,
+            "%d of %d prompts are longer than max_length=%d tokens (the longest: %d) and were cut from the left (their "
+            "start, with the instruction, is lost): raise `confidence_config.max_length` or shorten the questions.",
+            cut, len(input_ids), limit, max(len(ids) for ids in input_ids),
         )
     return [list(ids[-limit:]) for ids in input_ids]
 
@@ -165,12 +165,28 @@ def validate_columns(
             raise ValueError(f"The {name} dataset has an empty or non-string question at row {row}: {question!r}.")
     if label_column is not None:
         _check_unit_interval(dataset[label_column], f"{name} column {label_column!r}")
+        _warn_contradicting_duplicates(dataset[question_column], dataset[label_column], name, label_column)
     if EVAL_LABEL_COLUMN in dataset.column_names:
         for row, value in enumerate(dataset[EVAL_LABEL_COLUMN]):
             if value is not None and value not in (0, 1, True, False):
                 raise ValueError(
                     f"The {name} column {EVAL_LABEL_COLUMN!r} must hold 0/1 (or None), got {value!r} at row {row}."
                 )
+
+
+def _warn_contradicting_duplicates(questions: Sequence[str], targets: Sequence[Any], name: str, column: str) -> None:
+    """Warn (with a count and an example) when one question appears several times with different targets."""
+    seen: dict[str, set[float]] = {}
+    for question, target in zip(questions, targets):
+        seen.setdefault(question.strip(), set()).add(float(target))
+    clashes = {question: values for question, values in seen.items() if len(values) > 1}
+    if clashes:
+        example, values = next(iter(clashes.items()))
+        logger.warning(
+            "The %s dataset has %d question(s) that appear more than once with different %r targets (e.g. %r: %s); "
+            "the model is trained toward their mean. Deduplicate them if that is not what you want.",
+            name, len(clashes), column, example[:80], sorted(values),
+        )
 
 
 def _check_unit_interval(values: Sequence[Any], what: str) -> None:

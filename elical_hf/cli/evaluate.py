@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser
+from .records_command import allow_incomplete_field
 
 
 @dataclass
@@ -30,6 +31,12 @@ class EvaluateArguments:
     )
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
+    allow_incomplete: bool = allow_incomplete_field()
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Write into an --output_dir that already holds results (they are replaced). Without it such "
+                  "a folder is refused."},
+    )
     update_model_cards: bool = field(
         default=False,
         metadata={"help": "Also record each --model folder's results (per dataset and averages) and its reliability "
@@ -70,14 +77,23 @@ def main(argv: list[str] | None = None) -> int:
 
     (options,) = make_parser().parse_with_config(argv)
     models, columns = _pairs(options.model, "--model"), _pairs(options.field_sources, "--field_sources")
-    loaded = load_honestybench(options.records)
+    _check_output_dir(options.output_dir, options.overwrite_output_dir)
+    for name, path in models.items():
+        check_trained_model(path, f"--model {name}={path}")
+    loaded = load_honestybench(options.records, allow_incomplete=options.allow_incomplete)
+    print("records: " + ", ".join(f"{split} {len(rows)}" for split, rows in loaded.items())
+          + " (only in_domain_test and ood_test are evaluated)")
     tests = [name for name in ("in_domain_test", "ood_test") if name in loaded]
     if not tests:
         raise ValueError(f"{options.records} holds no in_domain_test or ood_test records (found {list(loaded)}).")
     records = [dict(row, split=split) for split in tests for row in loaded[split]]
-    records = [r for r in records if r.get("greedy_correct") is not None]
-    if not records:
+    judged = [r for r in records if r.get("greedy_correct") is not None]
+    if not judged:
         raise ValueError("No test record has a judged greedy answer (`greedy_correctness`); run `elical-hf judge`.")
+    if len(judged) < len(records):
+        print(f"warning: {len(records) - len(judged)} of {len(records)} test records have no judged greedy answer "
+              f"(greedy_correctness is null) and are left out: n = {len(judged)}.")
+    records = judged
 
     sources: dict[str, list[float]] = {}
     for name in [b.strip() for b in options.baselines.split(",") if b.strip()]:
@@ -106,6 +122,34 @@ def main(argv: list[str] | None = None) -> int:
     print(table_to_markdown(table, "auroc"))
     print(f"\nReport: {paths['report']} (results.json and plots beside it)")
     return 0
+
+
+def check_trained_model(path: str, what: str) -> None:
+    """Refuse what is not a trained confidence model: a base model (no `confidence_config.json`: it would get a
+    freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
+    converted release)."""
+    from elical_hf.auto import find_saved_model
+    from elical_hf.cards import ConfidenceModelCardData
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+
+    folder = find_saved_model(path)
+    if folder is None:
+        raise ValueError(
+            f"{what}: not a trained confidence model (no {CONFIDENCE_CONFIG_NAME}); a base model would be scored with a "
+            "freshly initialised, random head. Pass a model folder written by `elical-hf train` (or convert-official)."
+        )
+    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    if not config.training_history and "converted" not in ConfidenceModelCardData.from_folder(folder).tags:
+        raise ValueError(f"{what}: a confidence model that was never trained (empty training_history): its head is "
+                         "random. Train it first (`elical-hf train`).")
+
+
+def _check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuse to write over the results of an earlier evaluation (or any non-empty folder) without `overwrite`."""
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        held = "the results of an earlier run" if os.path.exists(os.path.join(output_dir, "results.json")) else "files"
+        raise ValueError(f"--output_dir {output_dir} already holds {held}; use a new folder or pass "
+                         "--overwrite_output_dir to replace them.")
 
 
 def _update_model_cards(models: dict[str, str], table: dict, sources: dict, correct: list[int], records: str) -> None:

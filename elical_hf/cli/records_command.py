@@ -8,9 +8,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import field
 from typing import Any
 
 from .parser import ElicalArgumentParser
+
+
+def allow_incomplete_field() -> Any:
+    """The `--allow_incomplete` option of the commands that read records (an unfinished `elical-hf sample` folder is
+    refused without it)."""
+    return field(
+        default=False,
+        metadata={"help": "Read an unfinished `elical-hf sample` folder (manifest complete: false) anyway; the number "
+                  "of missing rows is printed. Without it such a folder is refused."},
+    )
 
 
 def run_records_command(
@@ -21,7 +32,7 @@ def run_records_command(
     from elical_hf.signals.records import load_records, save_records
 
     (options,) = parser.parse_with_config(argv)
-    records = load_records(options.records)
+    records = load_records(options.records, allow_incomplete=options.allow_incomplete)
     if not records:
         raise ValueError(f"No records in {options.records!r}.")
     report = command(options, records)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser
+from .records_command import allow_incomplete_field
 
 
 @dataclass
@@ -21,6 +22,7 @@ class ThresholdArguments:
     records: str = field(metadata={"help": "Judged records: a file or folder (HonestyBench layout or our records)."})
     split: str = field(default="train", metadata={"help": "Which split of the records to choose it on (not your test set)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring."})
+    allow_incomplete: bool = allow_incomplete_field()
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.honestybench import load_honestybench
 
     (options,) = make_parser().parse_with_config(argv)
-    loaded = load_honestybench(options.records)
+    loaded = load_honestybench(options.records, allow_incomplete=options.allow_incomplete)
     if options.split not in loaded:
         raise ValueError(f"{options.records} has no {options.split!r} records (found {list(loaded)}).")
     rows = [r for r in loaded[options.split] if r.get("greedy_correct") is not None]

@@ -4,6 +4,10 @@ Every option of `ConfidenceTrainingArguments` (and so of `transformers.TrainingA
 all three runs, except what the recipe sets per run: `--output_dir` gets elicitation/, elical/ and cal-only/,
 `--seed` seeds the label subset, the dev splits and training, and `--calibration_trainable` is what stage 2 trains.
 Options left unset keep the recipe's defaults (e.g. the paper's number of epochs for the data size).
+
+A rerun with the same data and options resumes: finished models are kept and an interrupted one continues from its
+last complete checkpoint. A non-empty `--output_dir` that holds another run (or no run) is refused unless
+`--overwrite_output_dir`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ class TrainCommandArguments:
     num_labels: int | None = field(default=None, metadata={"help": "Stage-2 label budget (default: all rows)."})
     cal_only: bool = field(default=True, metadata={"help": "Also train Cal-Only on the same labels."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of rows held out (by question) for early stopping."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train anew in an --output_dir that is not empty or holds a run with other data or options "
+                  "(its models are replaced). Without it such a folder is refused, and the same run is resumed."},
+    )
     dtype: str = field(
         default="auto",
         metadata={"help": "Backbone dtype: 'auto' (the precision policy: bf16 on GPUs that support it and on CPUs where "
@@ -77,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=training_args.seed,
         training_args={name: value for name, value in given.items() if name in passed},  # each run derives the rest
         model_init_kwargs={"dtype": resolve_dtype(options.dtype)},
+        overwrite_output_dir=options.overwrite_output_dir,
     )
     print(json.dumps(paths, indent=2))
     return 0

@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
 from .records import (
-    RECORD_FEATURES, TRAINING_FEATURES, normalize_record, read_records, record_features, record_files, training_columns,
+    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, normalize_record, read_records, record_features,
+    record_files, training_columns,
 )
 
 
@@ -80,9 +81,37 @@ def canonical_dataset(name: str | None) -> str | None:
     return DATASET_ALIASES.get(re.sub(r"[\s_\-.]", "", str(name).lower()))
 
 
-def _parse_component(component: str) -> tuple[str | None, str | None, str]:
-    """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens."""
+def _near_split_word(tokens: list[str], where: str) -> None:
+    """Refuse a token that looks like a mistyped split word (`tset`, `tests`, `trian`): guessing would put test data
+    into train."""
+    for token in tokens:
+        word = token.lower()
+        if word in SPLIT_WORDS or canonical_dataset(word) is not None or len(word) < 4 or not word.isalpha():
+            continue
+        close = next((split for split in SPLIT_WORDS if _one_slip(word, split)), None)
+        if close:
+            raise ValueError(
+                f"{where}: {token!r} looks like the split word {close!r} but is none of {sorted(SPLIT_WORDS)}; "
+                "rename the file or folder, add a `split` field to the records, or pass `path_parser`."
+            )
+
+
+def _one_slip(word: str, target: str) -> bool:
+    """Whether `word` is `target` with two neighbouring letters swapped, one letter added or one left out (a typo;
+    a changed letter is not counted: `text`, `best` are words of their own)."""
+    if len(word) == len(target):
+        slips = [i for i in range(len(word)) if word[i] != target[i]]
+        return len(slips) == 2 and slips[1] == slips[0] + 1 and word[slips[0]] == target[slips[1]] \
+            and word[slips[1]] == target[slips[0]]
+    longer, shorter = (word, target) if len(word) > len(target) else (target, word)
+    return len(longer) == len(shorter) + 1 and any(longer[:i] + longer[i + 1:] == shorter for i in range(len(longer)))
+
+
+def _parse_component(component: str, folder: bool = False) -> tuple[str | None, str | None, str]:
+    """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens. In a folder name
+    with other text (`train_run1`), a train word is not taken as the split (the folder is just named so)."""
     tokens = [t for t in component.split("_") if t]
+    _near_split_word(tokens, component)
     dataset = split = None
     for length in range(len(tokens), 0, -1):  # longest run of tokens naming a dataset ("complex_web_questions")
         for begin in range(len(tokens) - length + 1):
@@ -98,7 +127,10 @@ def _parse_component(component: str) -> tuple[str | None, str | None, str]:
             split = token.lower()
         else:
             rest.append(token)
-    return dataset, split, "_".join(rest)
+    leftover = "_".join(rest)
+    if folder and split is not None and SPLIT_WORDS[split] == "train" and leftover and leftover.lower() not in IGNORED_FOLDERS:
+        return dataset, None, "_".join(tokens)
+    return dataset, split, leftover
 
 
 def _reference_layout(parts: tuple[str, ...], stem: str) -> dict[str, str | None] | None:
@@ -135,7 +167,10 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     2. The **dataset** is the longest run of tokens that is a known alias ([`DATASET_ALIASES`], compared lowercased
        without `_ - .`: `hq`, `hotpot_qa`, `web_questions`, `complex_web_questions`, ...), searched in the file
        name first, then in the folders from the deepest up.
-    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way.
+    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way;
+       a train word in a folder name with other text (`train_run1`) is not a split (a test word there still is), and
+       a typo of a split word (`tset`, `tests`, `trian`: two letters swapped, one added or left out) is a
+       `ValueError`, so test data is never turned into train data by a guess.
     4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
        not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
        name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
@@ -160,7 +195,7 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     reference = _reference_layout(parts, stem)
     if reference is not None:
         return reference
-    parsed = [_parse_component(stem)] + [_parse_component(p) for p in reversed(parts[:-1])]
+    parsed = [_parse_component(stem)] + [_parse_component(p, folder=True) for p in reversed(parts[:-1])]
     dataset = next((d for d, _, _ in parsed if d is not None), None)
     split = next((s for _, s, _ in parsed if s is not None), None)
     folders = [rest for _, _, rest in parsed[1:] if rest and rest.lower() not in IGNORED_FOLDERS]
@@ -234,6 +269,7 @@ def load_honestybench(
     path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
     revision: str | None = None,
     progress: bool = True,
+    allow_incomplete: bool = False,
 ) -> DatasetDict:
     """Load HonestyBench records (the official files or our own) into the paper's splits, with training columns.
 
@@ -251,6 +287,12 @@ def load_honestybench(
             without `model` / `dataset` / `split` fields (a record's own fields win).
         revision (`str`, *optional*): Hub revision.
         progress (`bool`, *optional*, defaults to `True`): Progress bar over files.
+        allow_incomplete (`bool`, *optional*, defaults to `False`): Read an unfinished `elical-hf sample` folder
+            (manifest `complete: false`) anyway, with a warning that counts the missing rows; refused otherwise.
+
+    What was inferred is logged: one line (INFO) of `file -> model / dataset / split` for every file, and a warning
+    that counts the in-domain records that went to `train` only because nothing names their split. A record's own
+    `consistency` / `correctness` / `greedy_correct` values are kept (they are computed only where missing).
 
     Returns:
         [`~datasets.DatasetDict`]: non-empty splits among `train` (in-domain train files; in-domain data without a
@@ -275,9 +317,12 @@ def load_honestybench(
     root = os.fspath(path_or_repo)
     if not os.path.exists(root):
         root = _download(root, models, revision)
+    check_complete_samples(root, allow_incomplete)
 
     parts: dict[str, list[Dataset]] = {}
     others: set[str] = set()
+    inferred: dict[str, set[tuple[str | None, str, str]]] = {}  # file -> (model, dataset, split) read from it
+    unsplit: dict[str, int] = {}  # file -> in-domain records put in train without any split word
     found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
     for file, relative, hint in tqdm(
         _hinted_record_files(root, path_parser), desc="Reading records", unit="file", disable=not progress
@@ -302,6 +347,9 @@ def load_honestybench(
             record["source_split"] = record.pop("split", None) or hint.get("split")
             part = paper_split(record["dataset"], record["source_split"])
             _note(found, record["model"], record["dataset"], part)
+            inferred.setdefault(relative, set()).add((record["model"], record["dataset"], part))
+            if part == "train" and record["source_split"] is None:
+                unsplit[relative] = unsplit.get(relative, 0) + 1
             if part == "other" and canonical_dataset(record["dataset"]) is None:
                 others.add(record["dataset"])
             if not _model_matches(record["model"], wanted_models):
@@ -310,13 +358,23 @@ def load_honestybench(
                 continue
             if split is not None and part not in split:
                 continue
-            record.update(training_columns(record))
+            _add_training_columns(record)
             rows.append((part, record))
         for part in {p for p, _ in rows}:
             chunk = [r for p, r in rows if p == part]
             parts.setdefault(part, []).append(Dataset.from_list(chunk, features=_features(chunk)))
     if others:
         logger.warning("Records of unknown dataset(s) %s went to the `other` split.", sorted(others))
+    logger.info("Read %s", "; ".join(
+        f"{file} -> " + ", ".join(f"{m} / {d} / {p}" for m, d, p in sorted(found_in, key=str))
+        for file, found_in in inferred.items()
+    ))
+    if unsplit:
+        logger.warning(
+            "%d in-domain record(s) in %d file(s) name no split (no `split` field, no split word in the path) and count "
+            "as train: %s. Mark test data with a `split` field or a split word in its path (`nq_test.jsonl`).",
+            sum(unsplit.values()), len(unsplit), ", ".join(sorted(unsplit)),
+        )
     if not parts:
         present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
         raise ValueError(
@@ -324,6 +382,17 @@ def load_honestybench(
             + (f"Found {present}." if present else "Its files hold no records.")
         )
     return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+
+
+def _add_training_columns(record: dict[str, Any]) -> None:
+    """Add the [`training_columns`] a record lacks; its own values win (a `consistency` of its own has
+    `consistency_source` `"consistency"` unless it names one)."""
+    columns = training_columns(record)
+    if record.get("consistency") is not None:
+        columns["consistency_source"] = record.get("consistency_source") or "consistency"
+    for key, value in columns.items():
+        if record.get(key) is None:
+            record[key] = value
 
 
 def _note(found: dict[str, set[str]], model: str | None, dataset: str, part: str) -> None:

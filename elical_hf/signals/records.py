@@ -10,6 +10,7 @@ with the paper's splits and the columns the trainer needs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,9 +25,17 @@ from ..atomic import atomic_file
 
 
 __all__ = [
-    "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES", "load_records", "normalize_record", "read_records",
-    "record_features", "record_files", "record_format", "save_records", "training_columns",
+    "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES",
+    "check_complete_samples", "load_records", "normalize_record", "read_records", "record_features", "record_files",
+    "record_format", "save_records", "training_columns",
 ]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "elical-hf/sampled-records"
+"""The manifest of an `elical-hf sample` folder ([`~elical_hf.signals.runner.sample_records`]): `complete` is false
+until every shard is written."""
 
 _STR, _FLOAT, _BOOL, _INT = Value("string"), Value("float64"), Value("bool"), Value("int64")
 
@@ -256,10 +265,56 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def load_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+def _sample_folders(root: str) -> list[str]:
+    """Folders of `elical-hf sample` runs that `root` reads from: those below it holding a manifest, or the run
+    `root` is part of (its `shards/` folder, or a shard file)."""
+    root = os.path.abspath(root)
+    folder = root if os.path.isdir(root) else os.path.dirname(root)
+    up = [folder, os.path.dirname(folder)] if os.path.basename(folder) == "shards" else [folder]
+    found = [d for d in up if os.path.isfile(os.path.join(d, MANIFEST_NAME))]
+    if os.path.isdir(root):
+        for directory, subdirs, names in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+            if MANIFEST_NAME in names and directory not in found:
+                found.append(directory)
+    return found
+
+
+def check_complete_samples(root: str | os.PathLike, allow_incomplete: bool = False) -> None:
+    """Refuse records of an unfinished `elical-hf sample` run (its manifest says `complete: false`, e.g. after a
+    kill): a `ValueError` that says how many questions are missing, or, with `allow_incomplete`, a warning with the
+    same count. Folders without a sampling manifest are not checked."""
+    for folder in _sample_folders(os.fspath(root)):
+        try:
+            with open(os.path.join(folder, MANIFEST_NAME), encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or manifest.get("complete"):
+            continue
+        shards = os.path.join(folder, "shards")
+        names = sorted(n for n in os.listdir(shards) if n.endswith(".parquet")) if os.path.isdir(shards) else []
+        sampled = sum(pq.read_metadata(os.path.join(shards, n)).num_rows for n in names)
+        expected = manifest.get("num_questions", "?")
+        missing = expected - sampled if isinstance(expected, int) else "?"
+        what = (f"{folder} is an unfinished `elical-hf sample` run ({MANIFEST_NAME} says complete: false): {sampled} of "
+                f"{expected} questions sampled, {missing} missing")
+        if not allow_incomplete:
+            raise ValueError(
+                f"{what}. Rerun the same `elical-hf sample` command to finish it, or pass --allow_incomplete "
+                f"(`allow_incomplete=True`) to use the {sampled} records anyway."
+            )
+        logger.warning("%s; using the %d sampled records (allow_incomplete), %s rows dropped.", what, sampled, missing)
+
+
+def load_records(path: str | os.PathLike, allow_incomplete: bool = False) -> list[dict[str, Any]]:
     """Normalized records of a `.jsonl` / `.parquet` file, or of every such file below a folder ([`record_files`]:
-    e.g. the shards of `elical-hf sample`, or a HonestyBench folder), in file order."""
+    e.g. the shards of `elical-hf sample`, or a HonestyBench folder), in file order.
+
+    An unfinished `elical-hf sample` folder is refused unless `allow_incomplete` (see [`check_complete_samples`]).
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"Records file {path!r} does not exist.")
+    check_complete_samples(path, allow_incomplete)
     return [record for file in record_files(path) for record in read_records(file)]

@@ -31,15 +31,13 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
 from .generation import SamplingSettings
-from .records import normalize_record, read_records, save_records
+from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
 
 
 __all__ = ["MANIFEST_NAME", "TIMING_FIELDS", "questions_fingerprint", "sample_records", "shard_path"]
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = "elical-hf/sampled-records"
 TIMING_FIELDS = ("shard_seconds", "shard_tokens")
 """Per-record fields that vary between runs (wall time of the shard that produced the record, and its tokens)."""
 
