@@ -92,8 +92,9 @@ def train_stage(
     )
     trainer = ConfidenceTrainer(model, args=args, train_dataset=train, eval_dataset=dev)
     trainer.train()
-    trainer.save_model(output_dir)
-    if not keep_checkpoints:
+    trainer.save_model(output_dir)  # written by the main process only
+    trainer.accelerator.wait_for_everyone()  # every process loads this folder next; no one still reads a checkpoint
+    if not keep_checkpoints and trainer.is_world_process_zero():
         shutil.rmtree(checkpoints, ignore_errors=True)
     return trainer
 
