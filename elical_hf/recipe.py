@@ -12,7 +12,7 @@ from datasets import Dataset
 from transformers import set_seed
 
 from .auto import AutoModelForConfidence
-from .bundled import split_questions
+from .bundled import question_parts
 from .data import as_dataset
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
@@ -37,8 +37,9 @@ def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dat
         raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
     if dev_fraction == 0.0 or len(dataset) < 10:
         return dataset, None
-    parts = split_questions(dataset.to_list(), {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
-    return Dataset.from_list(parts["train"]), Dataset.from_list(parts["dev"]) if parts["dev"] else None
+    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
+    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
+    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
 
 
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:

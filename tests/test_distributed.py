@@ -167,3 +167,24 @@ def test_example_script_resumes_on_two_processes(tiny_llama, rows_file, tmp_path
     assert any(not torch.equal(halfway[name], value) for name, value in final.items()), "no training after step 3"
     for name, value in final.items():
         torch.testing.assert_close(again[name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("name, kind", [("accelerate-fsdp", "fsdp"), ("accelerate-deepspeed-zero2", "deepspeed")])
+def test_shipped_accelerate_configs_pass_accelerates_own_validation(name, kind):
+    """The FSDP and DeepSpeed ZeRO-2 configs (not launched here: no GPU, no DeepSpeed) are what `accelerate launch
+    --config_file` reads: every key is one of its options, and the launch arguments come out as documented."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    path = str(REPO / "examples" / "configs" / f"{name}.yaml")
+    config = load_config_from_file(path)  # a typo in a top-level key fails here
+    parser = launch_command_parser()
+    options = {action.dest for action in parser._actions}
+    section = config.fsdp_config if kind == "fsdp" else config.deepspeed_config
+    assert section and set(section) <= options, sorted(set(section) - options)
+    args, _, _ = _validate_launch_command(parser.parse_args(["--config_file", path, "-m", "elical_hf.cli", "train"]))
+    assert args.num_processes == 4 and args.mixed_precision == "bf16"
+    if kind == "fsdp":
+        assert args.use_fsdp and args.fsdp_use_orig_params and args.fsdp_state_dict_type == "FULL_STATE_DICT"
+    else:
+        assert args.use_deepspeed and int(args.zero_stage) == 2
