@@ -112,15 +112,22 @@ def _backend_info(backend: Any) -> dict[str, Any]:
     }
 
 
-def _check_manifest(path: str, expected: dict[str, Any]) -> None:
-    """Raise `ValueError` when the manifest at `path` was written for other questions, settings or backend."""
+def _load_manifest(path: str, advice: str) -> dict[str, Any]:
+    """The sampling manifest at `path`, its `worker` entry filled in when it predates workers; a `ValueError` ending
+    in `advice` when it is unreadable or not ours."""
     try:
         with open(path, encoding="utf-8") as handle:
             found = json.load(handle)
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {path} ({error}); use a fresh output_dir or delete the folder.") from None
+        raise ValueError(f"Cannot read {path} ({error}); {advice}.") from None
     if found.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{path} is not a sampling manifest written by elical-hf; use a fresh output_dir.")
+        raise ValueError(f"{path} is not a sampling manifest written by elical-hf; {advice}.")
+    return {"worker": _single_worker(found.get("num_questions")), **found}
+
+
+def _check_manifest(path: str, expected: dict[str, Any]) -> None:
+    """Raise `ValueError` when the manifest at `path` was written for other questions, settings or backend."""
+    found = _load_manifest(path, "use a fresh output_dir or delete the folder")
     found_settings = {k: v for k, v in found.get("settings", {}).items() if k not in _FREE_SETTINGS}
     expected_settings = {k: v for k, v in expected["settings"].items() if k not in _FREE_SETTINGS}
     differences = [
@@ -128,7 +135,6 @@ def _check_manifest(path: str, expected: dict[str, Any]) -> None:
         for k in sorted(set(found_settings) | set(expected_settings))
         if found_settings.get(k) != expected_settings.get(k)
     ]
-    found = {"worker": _single_worker(found.get("num_questions")), **found}
     for key in ("backend", "num_questions", "shard_size", "fingerprint", "worker"):
         if found.get(key) != expected[key]:
             differences.append(f"{key}: {found.get(key)!r} -> {expected[key]!r}")
@@ -271,17 +277,11 @@ def sample_records(
 
 
 def _read_manifest(folder: str) -> dict[str, Any]:
-    path = os.path.join(folder, MANIFEST_NAME)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read the sampling manifest {path} ({error}).") from None
-    if manifest.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{path} is not a sampling manifest written by elical-hf.")
+    """The manifest of a finished worker's folder (a `ValueError` otherwise)."""
+    manifest = _load_manifest(os.path.join(folder, MANIFEST_NAME), "pass the output_dir of an `elical-hf sample` run")
     if not manifest.get("complete"):
         raise ValueError(f"{folder} is not finished (its manifest says complete: false); rerun its sample command.")
-    return {"worker": _single_worker(manifest.get("num_questions")), **manifest}
+    return manifest
 
 
 def _run_signature(manifest: dict[str, Any]) -> dict[str, Any]:
