@@ -10,6 +10,7 @@ A saved confidence model is an adapter folder, never a backbone copy:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from collections import OrderedDict
@@ -35,6 +36,31 @@ logger = logging.getLogger(__name__)
 HEAD_MODULE = "confidence_head"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 """The `from_pretrained` keyword arguments that locate files on the Hub (passed to the config and tokenizer too)."""
+
+def check_four_bit_support() -> None:
+    """Raise one clear error where a 4-bit (QLoRA) backbone cannot be loaded: `ImportError` without bitsandbytes,
+    `RuntimeError` without a CUDA GPU (bitsandbytes' 4-bit kernels run on CUDA)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError(
+            "load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: `pip install bitsandbytes`. Without them, load the "
+            "backbone in bf16 or float32 (leave load_in_4bit off)."
+        )
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "load_in_4bit (QLoRA) needs a CUDA GPU (bitsandbytes' 4-bit kernels), and none is visible here. Leave "
+            "load_in_4bit off to load the backbone in bf16 or float32."
+        )
+
+
+def four_bit_config(compute_dtype: torch.dtype) -> Any:
+    """QLoRA's quantization: NF4 weights with double quantization, matmuls in `compute_dtype` (a
+    `transformers.BitsAndBytesConfig`); raises as [`check_four_bit_support`] where that cannot run."""
+    check_four_bit_support()
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype)
+
 
 MODEL_FOR_CONFIDENCE_MAPPING_NAMES = OrderedDict(
     (model_type, confidence_class_name(model_type)) for model_type in CONFIDENCE_BACKBONES
@@ -63,10 +89,11 @@ class PeftModelForConfidence(PeftModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
         save_directory = os.fspath(save_directory)
-        os.makedirs(save_directory, exist_ok=True)
         marker = os.path.join(save_directory, CONFIDENCE_CONFIG_NAME)
-        if os.path.exists(marker):  # invalidate first: a crash below must not leave old marker + new weights
-            os.remove(marker)
+        if kwargs.get("is_main_process", True):  # other processes of a distributed run only join the gathers
+            os.makedirs(save_directory, exist_ok=True)
+            if os.path.exists(marker):  # invalidate first: a crash below must not leave old marker + new weights
+                os.remove(marker)
         inner = self.get_base_model()
         for peft_config in self.peft_config.values():
             peft_config.base_model_name_or_path = inner.confidence_config.base_model_name_or_path
@@ -144,6 +171,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         confidence_config: ConfidenceConfig | None = None,
         base_model_name_or_path: str | None = None,
         is_trainable: bool = False,
+        load_in_4bit: bool = False,
         **kwargs: Any,
     ) -> PeftModelForConfidence:
         r"""
@@ -167,6 +195,10 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 it was trained on. Refused when it is another Hub model, or when its architecture differs.
             is_trainable (`bool`, *optional*, defaults to `False`):
                 For a saved model: keep the adapter trainable.
+            load_in_4bit (`bool`, *optional*, defaults to `False`):
+                Load the frozen backbone in 4 bits (QLoRA: NF4, double quantization, [`four_bit_config`]) on the
+                current CUDA device, computing in `dtype`; LoRA and head stay in full precision. For 7B-class
+                backbones on one GPU. Needs bitsandbytes and a CUDA GPU (a clear error otherwise).
             kwargs:
                 Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...). `dtype`
                 defaults to `"auto"`, which here means the library's precision policy
@@ -175,6 +207,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         """
         name = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        if load_in_4bit:
+            check_four_bit_support()  # before anything is read or loaded
+            kwargs["load_in_4bit"] = True
         saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
             return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)
@@ -214,10 +249,20 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         config = AutoConfig.from_pretrained(path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        four_bit = kwargs.pop("load_in_4bit", False)
+        if four_bit:
+            kwargs.setdefault("device_map", {"": torch.cuda.current_device()})
         device_map = kwargs.get("device_map")
         device = device_map if isinstance(device_map, (str, torch.device)) and device_map != "auto" else None
-        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), device)
+        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), "cuda" if four_bit else device)
+        if four_bit:
+            kwargs["quantization_config"] = four_bit_config(kwargs["dtype"])
         model = super().from_pretrained(path, config=config, **kwargs)
+        if four_bit:
+            from peft import prepare_model_for_kbit_training
+
+            # PEFT's k-bit recipe: the backbone frozen, its norms in float32; checkpointing is the Trainer's option.
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path
         model.tokenizer = load_tokenizer(path, **hub_kwargs)

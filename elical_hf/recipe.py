@@ -17,7 +17,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_text
 from .auto import AutoModelForConfidence, find_saved_model
-from .bundled import split_questions
+from .bundled import question_parts
 from .data import as_dataset
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
@@ -50,8 +50,9 @@ def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dat
         raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
     if dev_fraction == 0.0 or len(dataset) < 10:
         return dataset, None
-    parts = split_questions(dataset.to_list(), {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
-    return Dataset.from_list(parts["train"]), Dataset.from_list(parts["dev"]) if parts["dev"] else None
+    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
+    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
+    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
 
 
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
@@ -111,8 +112,9 @@ def train_stage(
     if checkpoint is not None:
         logger.warning("%s: resuming from %s (step %d), not from scratch.", stage, checkpoint, checkpoint_step(checkpoint))
     trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(output_dir)
-    if not keep_checkpoints:
+    trainer.save_model(output_dir)  # written by the main process only
+    trainer.accelerator.wait_for_everyone()  # every process loads this folder next; no one still reads a checkpoint
+    if not keep_checkpoints and trainer.is_world_process_zero():
         remove_checkpoints(checkpoints)
     return trainer
 

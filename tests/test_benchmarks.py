@@ -12,7 +12,8 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall"])
+@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
+                                    "data_scale"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -29,3 +30,14 @@ def test_metrics_benchmark_prints_the_machine_and_its_table():
     rows = [line.split() for line in lines if line.startswith(("auroc", "ece"))]
     assert [row[:2] for row in rows] == [["auroc", "2,000"], ["ece", "2,000"]]
     assert all(float(row[4]) > 0 for row in rows)  # ours / baseline ratios
+
+
+def test_data_scale_benchmark_builds_the_table_in_a_fresh_process(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "data_scale.py"), "--num_records", "300",
+                           "--samples", "3", "--no_tokenize", "--workdir", str(tmp_path / "w")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "records: 300 x 3 samples" in done.stdout
+    result = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"] == 300 and result["train_rows"] + result["dev_rows"] == 300 and result["peak_rss_mib"] > 0
+    assert not (tmp_path / "w").exists()  # removed unless --keep

@@ -16,6 +16,7 @@ COMMANDS = {
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
     "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
+    "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_shards N` run."),
 }
 
 

@@ -42,6 +42,11 @@ class TrainCommandArguments:
         metadata={"help": "Backbone dtype: 'auto' (the precision policy: bf16 on GPUs that support it and on CPUs where "
                   "it is native and faster, else float32), or 'float32' / 'bfloat16' / 'float16'."},
     )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={"help": "Load the frozen backbone in 4 bits (QLoRA: NF4, bitsandbytes, one CUDA GPU), computing in "
+                  "--dtype; for 7B-class backbones on one GPU."},
+    )
 
 
 RECIPE_ARGUMENTS = ("output_dir", "seed", "calibration_trainable")
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         dev_fraction=options.dev_fraction,
         seed=training_args.seed,
         training_args={name: value for name, value in given.items() if name in passed},  # each run derives the rest
-        model_init_kwargs={"dtype": resolve_dtype(options.dtype)},
+        model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
         overwrite_output_dir=options.overwrite_output_dir,
     )
     print(json.dumps(paths, indent=2))

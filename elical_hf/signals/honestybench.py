@@ -9,6 +9,7 @@ and split, with its card), the folder [`~elical_hf.push_honestybench`] publishes
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -21,8 +22,8 @@ from tqdm.auto import tqdm
 
 from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
 from .records import (
-    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, normalize_record, read_records, record_features,
-    record_files, training_columns,
+    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, iter_record_batches, normalize_record, read_records,
+    record_features, record_files, training_columns,
 )
 
 
@@ -270,8 +271,19 @@ def load_honestybench(
     revision: str | None = None,
     progress: bool = True,
     allow_incomplete: bool = False,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DatasetDict:
     """Load HonestyBench records (the official files or our own) into the paper's splits, with training columns.
+
+    The files are streamed ([`~elical_hf.signals.records.iter_record_batches`], 10,000 records at a time) into Arrow
+    files on disk, and the splits are memory-mapped from them, so the whole of HonestyBench (560k train questions
+    with 20 samples each) loads in a few GiB of memory (docs/scaling.md has the measurement). Loading the same files
+    with the same filters again reads those Arrow files back without parsing anything.
+
+    What was inferred is logged when the files are read: one line (INFO) of `file -> model / dataset / split` for
+    every file, and a warning that counts the in-domain records that went to `train` only because nothing names
+    their split. A record's own `consistency` / `correctness` / `greedy_correct` values are kept (they are computed
+    only where missing).
 
     Args:
         path_or_repo (`str`, *optional*, defaults to `"Shiyunee/HonestyBench"`):
@@ -289,10 +301,10 @@ def load_honestybench(
         progress (`bool`, *optional*, defaults to `True`): Progress bar over files.
         allow_incomplete (`bool`, *optional*, defaults to `False`): Read an unfinished `elical-hf sample` folder
             (manifest `complete: false`) anyway, with a warning that counts the missing rows; refused otherwise.
-
-    What was inferred is logged: one line (INFO) of `file -> model / dataset / split` for every file, and a warning
-    that counts the in-domain records that went to `train` only because nothing names their split. A record's own
-    `consistency` / `correctness` / `greedy_correct` values are kept (they are computed only where missing).
+        cache_dir (`str`, *optional*): Where the Arrow files go, in `<cache_dir>/<key>` (the key hashes the files'
+            paths, sizes and modification times, the filters and `path_parser`); defaults to
+            `<datasets cache>/elical_hf/honestybench`. Do not load the same files into one folder from two processes
+            at once: load once, before launching several.
 
     Returns:
         [`~datasets.DatasetDict`]: non-empty splits among `train` (in-domain train files; in-domain data without a
@@ -319,69 +331,136 @@ def load_honestybench(
         root = _download(root, models, revision)
     check_complete_samples(root, allow_incomplete)
 
-    parts: dict[str, list[Dataset]] = {}
+    hinted = _hinted_record_files(root, path_parser)
+    folder = _cache_folder(cache_dir, hinted, (models, datasets, split), path_parser)
+    if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
+        _records_to_arrow(hinted, folder, wanted_models, wanted_datasets, split, path_or_repo, (models, datasets, split),
+                          progress)
+    with open(os.path.join(folder, ARROW_INDEX), encoding="utf-8") as handle:
+        index = json.load(handle)
+    if index["others"]:
+        logger.warning("Records of unknown dataset(s) %s went to the `other` split.", index["others"])
+    parts = {part: [Dataset.from_file(os.path.join(folder, name)) for name in names]
+             for part, names in index["parts"].items()}
+    return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+
+
+ARROW_INDEX = "index.json"
+"""The file of a [`load_honestybench`] Arrow folder that lists its Arrow files by split; written last."""
+
+RECORD_BATCH_SIZE = 10_000
+
+
+def _cache_folder(
+    cache_dir: str | os.PathLike | None,
+    hinted: list[tuple[str, str, dict[str, str | None]]],
+    filters: tuple[Any, Any, Any],
+    path_parser: Callable,
+) -> str:
+    """`<cache_dir>/<key>` (`cache_dir` defaults to `<datasets cache>/elical_hf/honestybench`): the key hashes the
+    files (path, size, modification time), the filters and the path parser, so changed files or filters get a new
+    folder."""
+    import hashlib
+
+    from datasets import config
+    from datasets.fingerprint import Hasher
+
+    try:
+        parser_key = Hasher.hash(path_parser)
+    except Exception:  # an unhashable parser: never reuse its folder
+        parser_key = os.urandom(8).hex()
+    stats = [(os.path.abspath(file), os.stat(file).st_size, os.stat(file).st_mtime_ns) for file, _, _ in hinted]
+    key = json.dumps({"files": stats, "filters": list(filters), "parser": parser_key, "layout": 1})
+    root = os.fspath(cache_dir) if cache_dir is not None else os.path.join(config.HF_DATASETS_CACHE, "elical_hf",
+                                                                            "honestybench")
+    return os.path.join(root, hashlib.sha256(key.encode()).hexdigest())
+
+
+def _records_to_arrow(
+    hinted: list[tuple[str, str, dict[str, str | None]]],
+    folder: str,
+    wanted_models: set[str] | None,
+    wanted_datasets: set[str | None] | None,
+    split: list[str] | None,
+    path_or_repo: Any,
+    filters: tuple[Any, Any, Any],
+    progress: bool,
+) -> None:
+    """Stream the records of `hinted` files into Arrow files under `folder` (one per file, batch and split), then
+    write `ARROW_INDEX`; the folder appears complete or not at all."""
+    import pyarrow as pa
+    from datasets.arrow_writer import ArrowWriter
+
+    from ..atomic import atomic_folder
+
+    parts: dict[str, list[str]] = {}
     others: set[str] = set()
     inferred: dict[str, set[tuple[str | None, str, str]]] = {}  # file -> (model, dataset, split) read from it
     unsplit: dict[str, int] = {}  # file -> in-domain records put in train without any split word
     found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
-    for file, relative, hint in tqdm(
-        _hinted_record_files(root, path_parser), desc="Reading records", unit="file", disable=not progress
-    ):
-        hint_dataset = canonical_dataset(hint.get("dataset"))
-        if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
-            _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
-            if not _model_matches(hint["model"], wanted_models):
-                continue
-            if wanted_datasets is not None and hint_dataset not in wanted_datasets:
-                continue
-        rows = []
-        for record in read_records(file):
-            raw_dataset = record.get("dataset") or hint.get("dataset")
-            if raw_dataset is None:
-                raise ValueError(
-                    f"{relative}: its records have no `dataset` field and its path names no known dataset "
-                    f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`."
-                )
-            record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
-            record["model"] = record.get("model") or hint.get("model")
-            record["source_split"] = record.pop("split", None) or hint.get("split")
-            part = paper_split(record["dataset"], record["source_split"])
-            _note(found, record["model"], record["dataset"], part)
-            inferred.setdefault(relative, set()).add((record["model"], record["dataset"], part))
-            if part == "train" and record["source_split"] is None:
-                unsplit[relative] = unsplit.get(relative, 0) + 1
-            if part == "other" and canonical_dataset(record["dataset"]) is None:
-                others.add(record["dataset"])
-            if not _model_matches(record["model"], wanted_models):
-                continue
-            if wanted_datasets is not None and record["dataset"] not in wanted_datasets:
-                continue
-            if split is not None and part not in split:
-                continue
-            _add_training_columns(record)
-            rows.append((part, record))
-        for part in {p for p, _ in rows}:
-            chunk = [r for p, r in rows if p == part]
-            parts.setdefault(part, []).append(Dataset.from_list(chunk, features=_features(chunk)))
-    if others:
-        logger.warning("Records of unknown dataset(s) %s went to the `other` split.", sorted(others))
-    logger.info("Read %s", "; ".join(
-        f"{file} -> " + ", ".join(f"{m} / {d} / {p}" for m, d, p in sorted(found_in, key=str))
-        for file, found_in in inferred.items()
-    ))
-    if unsplit:
-        logger.warning(
-            "%d in-domain record(s) in %d file(s) name no split (no `split` field, no split word in the path) and count "
-            "as train: %s. Mark test data with a `split` field or a split word in its path (`nq_test.jsonl`).",
-            sum(unsplit.values()), len(unsplit), ", ".join(sorted(unsplit)),
-        )
-    if not parts:
-        present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
-        raise ValueError(
-            f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}). "
-            + (f"Found {present}." if present else "Its files hold no records.")
-        )
-    return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+    with atomic_folder(folder) as staging:
+        for file, relative, hint in tqdm(hinted, desc="Reading records", unit="file", disable=not progress):
+            hint_dataset = canonical_dataset(hint.get("dataset"))
+            if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
+                _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
+                if not _model_matches(hint["model"], wanted_models):
+                    continue
+                if wanted_datasets is not None and hint_dataset not in wanted_datasets:
+                    continue
+            for batch in iter_record_batches(file, RECORD_BATCH_SIZE):
+                rows = []
+                for record in batch:
+                    raw_dataset = record.get("dataset") or hint.get("dataset")
+                    if raw_dataset is None:
+                        raise ValueError(
+                            f"{relative}: its records have no `dataset` field and its path names no known dataset "
+                            f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`."
+                        )
+                    record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
+                    record["model"] = record.get("model") or hint.get("model")
+                    record["source_split"] = record.pop("split", None) or hint.get("split")
+                    part = paper_split(record["dataset"], record["source_split"])
+                    _note(found, record["model"], record["dataset"], part)
+                    inferred.setdefault(relative, set()).add((record["model"], record["dataset"], part))
+                    if part == "train" and record["source_split"] is None:
+                        unsplit[relative] = unsplit.get(relative, 0) + 1
+                    if part == "other" and canonical_dataset(record["dataset"]) is None:
+                        others.add(record["dataset"])
+                    if not _model_matches(record["model"], wanted_models):
+                        continue
+                    if wanted_datasets is not None and record["dataset"] not in wanted_datasets:
+                        continue
+                    if split is not None and part not in split:
+                        continue
+                    _add_training_columns(record)
+                    rows.append((part, record))
+                for part in sorted({p for p, _ in rows}):
+                    chunk = [r for p, r in rows if p == part]
+                    features = _features(chunk)
+                    name = f"{part}-{sum(len(v) for v in parts.values()):05d}.arrow"
+                    with ArrowWriter(features=features, path=os.path.join(staging, name)) as writer:
+                        writer.write_table(pa.Table.from_pylist(chunk, schema=features.arrow_schema))
+                        writer.finalize()
+                    parts.setdefault(part, []).append(name)
+        logger.info("Read %s", "; ".join(
+            f"{file} -> " + ", ".join(f"{m} / {d} / {p}" for m, d, p in sorted(found_in, key=str))
+            for file, found_in in inferred.items()
+        ))
+        if unsplit:
+            logger.warning(
+                "%d in-domain record(s) in %d file(s) name no split (no `split` field, no split word in the path) and "
+                "count as train: %s. Mark test data with a `split` field or a split word in its path (`nq_test.jsonl`).",
+                sum(unsplit.values()), len(unsplit), ", ".join(sorted(unsplit)),
+            )
+        if not parts:
+            models, datasets, split = filters
+            present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
+            raise ValueError(
+                f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}). "
+                + (f"Found {present}." if present else "Its files hold no records.")
+            )
+        index = {"parts": parts, "others": sorted(others)}
+        (staging / ARROW_INDEX).write_text(json.dumps(index, indent=2), encoding="utf-8")
 
 
 def _add_training_columns(record: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from ..atomic import atomic_file
 
 __all__ = [
     "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES",
-    "check_complete_samples", "load_records", "normalize_record", "read_records", "record_features", "record_files",
-    "record_format", "save_records", "training_columns",
+    "check_complete_samples", "iter_record_batches", "load_records", "normalize_record", "read_records",
+    "record_features", "record_files", "record_format", "save_records", "training_columns",
 ]
 
 logger = logging.getLogger(__name__)
@@ -249,12 +249,15 @@ def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) 
     return path
 
 
-def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records."""
+def iter_record_batches(path: str | os.PathLike, batch_size: int = 10_000) -> Iterator[list[dict[str, Any]]]:
+    """Normalized records of a `.parquet` or `.jsonl` file (official or ours), `batch_size` at a time: the file is
+    streamed (jsonl line by line, parquet by row batches), so memory holds one batch, whatever the file's size."""
     path = os.fspath(path)
     if record_format(path) == "parquet":
-        return [normalize_record(row) for row in pq.read_table(path).to_pylist()]
-    rows = []
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+            yield [normalize_record(row) for row in batch.to_pylist()]
+        return
+    rows: list[dict[str, Any]] = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if line.strip():
@@ -262,7 +265,16 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
                     rows.append(normalize_record(json.loads(line)))
                 except json.JSONDecodeError as error:
                     raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
-    return rows
+            if len(rows) == batch_size:
+                yield rows
+                rows = []
+    if rows:
+        yield rows
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records."""
+    return [record for batch in iter_record_batches(path) for record in batch]
 
 
 def _sample_folders(root: str) -> list[str]:
