@@ -13,7 +13,7 @@ from typing import Any
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.generation import SamplingSettings
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, check_dtype_option
 
 
 @dataclass
@@ -44,6 +44,13 @@ class SampleCommandArguments:
         metadata={"help": "Weights dtype: 'auto' (the precision policy: bf16 where it is native and faster, else "
                   "float32 on a CPU), or 'float32' / 'bfloat16' / 'float16'."},
     )
+
+    def __post_init__(self) -> None:
+        check_dtype_option(self.dtype)
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"--limit must be >= 0, got {self.limit}.")
+        if self.shard_size < 1:
+            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -87,8 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.runner import sample_records
 
     options, settings = make_parser().parse_with_config(argv)
-    if options.limit is not None and options.limit < 0:
-        raise ValueError(f"`limit` must be >= 0, got {options.limit}.")
     questions = load_questions(options.questions, options.dataset, options.limit)
     backend = make_backend(options.backend, options.model, dtype=options.dtype)
     records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size)
