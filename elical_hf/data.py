@@ -136,8 +136,8 @@ def load_table(source: str, split: str = "train") -> Dataset:
     Raises:
         `ValueError`: an unknown format, an empty file, a line of a `.jsonl` file that is not JSON (file and line
             named), a text file that is not UTF-8, or a name that is neither here nor on the Hub.
-        `FileNotFoundError`: `source` looks like a local path (a folder part, a table extension, `.` or `~`) and
-            does not exist.
+        `FileNotFoundError`: `source` does not exist and looks like a local path, not a Hub id
+            ([`~elical_hf.files.looks_local`]).
     """
     from datasets import load_dataset, load_from_disk
 
@@ -151,12 +151,13 @@ def load_table(source: str, split: str = "train") -> Dataset:
             raise ValueError(f"{source} is empty: a question table needs a header or rows.")
         from datasets.exceptions import DatasetGenerationError
 
-        if extension in (".jsonl", ".json", ".csv"):
+        text = extension in (".jsonl", ".json", ".csv")
+        if text:
             check_text_file(source)  # pyarrow's readers load bytes that are not UTF-8 and fail only when read
         try:
             return load_dataset(TABLE_FORMATS[extension], data_files=source, split="train")
         except (DatasetGenerationError, UnicodeDecodeError) as error:  # name the file and the line
-            if extension in (".jsonl", ".json", ".csv"):
+            if text:
                 check_text_file(source, json_lines=extension == ".jsonl")
             cause = error.__cause__ or error
             raise ValueError(f"Cannot read {source} as a {extension} table: {type(cause).__name__}: {cause}") from error
@@ -189,7 +190,8 @@ def validate_columns(
         )
     for row, question in enumerate(dataset[question_column]):
         if not isinstance(question, str) or not question.strip():
-            where = f"row {row} (counting from 0" + (f"; id {dataset[row]['id']!r})" if "id" in dataset.column_names else ")")
+            named = f"; id {dataset[row]['id']!r}" if "id" in dataset.column_names else ""
+            where = f"row {row} (counting from 0{named})"
             raise ValueError(f"The {name} dataset has an empty or non-string question at {where}: {question!r}.")
     if label_column is not None:
         _check_unit_interval(dataset[label_column], f"{name} column {label_column!r}")

@@ -3,9 +3,9 @@ read outside the folder it belongs to.
 
 [`text_lines`] reads a text file line by line and names the file and the line of a byte that is not UTF-8;
 [`check_text_file`] checks a whole file the same way (and, for JSON lines, each line's JSON) before a loader that would
-report neither reads it; [`looks_local`] tells a mistyped path from a Hub id. [`path_component`] refuses a name taken from data (a record's `model` or `dataset`) that would
-leave its folder once it is part of a path, and [`links_leaving`] lists the symbolic links below a folder that point
-outside it.
+report neither reads it; [`looks_local`] tells a mistyped path from a Hub id. [`path_component`] refuses a name taken
+from data (a record's `model` or `dataset`) that would leave its folder once it is part of a path, and
+[`links_leaving`] lists the symbolic links in a folder that point outside it.
 """
 
 from __future__ import annotations

@@ -51,11 +51,12 @@ def train_argv(tmp_path, elicitation: str, calibration: str, *extra: str) -> lis
       "one line on stderr, `elical-hf <command>: error: <message>`, exit status 2; `ELICAL_HF_TRACEBACK=1` shows the "
       "traceback too")
 def test_a_user_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
-    status, line = run(["evaluate", "--records", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "o")], capsys)
+    argv = ["evaluate", "--records", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "o")]
+    status, line = run(argv, capsys)
     assert status == 2 and line.startswith("elical-hf evaluate: error: ") and "Traceback" not in line
     monkeypatch.setenv("ELICAL_HF_TRACEBACK", "1")
     with pytest.raises(FileNotFoundError):
-        cli_main(["evaluate", "--records", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "o")])
+        cli_main(argv)
 
 
 @case("input", "a bug (any other exception, e.g. a `KeyError` inside a command)", "the traceback, as before")
@@ -83,7 +84,7 @@ def test_broken_yaml_config(tmp_path, capsys):
 
 @case("input", "a table without a `question` column (`train`, `sample`)",
       "exits 2: `The --elicitation_data (<file>) dataset lacks column(s) ['question', ...]; it has [...]` / "
-      "`<file> has no `question` column; it has [...]`")
+      "``<file> has no `question` column; it has [...]``")
 def test_missing_question_column(tmp_path, capsys):
     table = jsonl(tmp_path / "t.jsonl", [{"text": "x", "consistency": 0.5}] * 12)
     good = jsonl(tmp_path / "good.jsonl", table_rows())
@@ -116,6 +117,17 @@ def test_broken_json_line(tmp_path, capsys):
     status, line = run(["judge", "--records", str(records), "--output", str(tmp_path / "j.jsonl"),
                         "--correctness", "has_answer"], capsys)
     assert status == 2 and f"{records} line 2 is not valid JSON" in line
+
+
+@case("input", "a truncated records `.parquet` file (`judge`, `evaluate`)",
+      "exits 2: `<file> is not a readable parquet file: ...`")
+def test_truncated_records_parquet(tmp_path, capsys):
+    path = tmp_path / "records.parquet"
+    save_records([record(i) for i in range(4)], path)
+    path.write_bytes(path.read_bytes()[:-20])
+    status, line = run(["judge", "--records", str(path), "--output", str(tmp_path / "j.jsonl"),
+                        "--correctness", "has_answer"], capsys)
+    assert status == 2 and f"{path} is not a readable parquet file" in line
 
 
 @case("input", "a table or records file that is not UTF-8 (Latin-1)",
@@ -172,8 +184,8 @@ def test_unknown_dtype(tmp_path, capsys):
 
 
 @case("input", "`elical-hf train --per_device_train_batch_size -2`",
-      "exits 2 while parsing the options, no folder created: `per_device_train_batch_size` must be an integer >= 1, "
-      "got -2.")
+      "exits 2 while parsing the options, no folder created: ``per_device_train_batch_size` must be an integer >= 1, "
+      "got -2.``")
 def test_negative_batch_size_fails_before_any_folder(tmp_path, capsys):
     good = jsonl(tmp_path / "good.jsonl", table_rows())
     status, line = run(train_argv(tmp_path, good, good, "--per_device_train_batch_size", "-2"), capsys)
@@ -250,8 +262,8 @@ class CountingBackend:
         return [{"greedy_response": q, "sampling_response": [q] * settings.num_samples} for q in questions]
 
 
-@case("input", "repeated questions in `sample` (6 rows, 1 distinct question)",
-      "a warning, `5 of 6 questions repeat an earlier one (1 distinct repeated, e.g. 'same?' x6)`; each distinct "
+@case("input", "repeated questions in `sample` (`sample_records`; 7 rows, 2 distinct questions)",
+      "a warning, `5 of 7 questions repeat an earlier one (1 distinct repeated, e.g. 'same?' x6)`; each distinct "
       "question is sampled once per shard and its answers copied to every row (no blow-up)")
 def test_repeated_questions_are_sampled_once(tmp_path, caplog):
     from elical_hf.signals.generation import SamplingSettings
@@ -270,8 +282,8 @@ def test_repeated_questions_are_sampled_once(tmp_path, caplog):
 
 
 @case("silent", "`sampling_response` given as a string, not a list (a records file)",
-      "refused, naming the file and line: `<file> line 2: `sampling_response` must be a list (one item per sample), "
-      "got a str: 'paris'` (was: split into one-character samples)")
+      "refused, naming the file and line: ``<file> line 2: `sampling_response` must be a list (one item per sample), "
+      "got a str: 'paris'`` (was: split into one-character samples)")
 def test_sampling_response_as_a_string_is_refused(tmp_path, capsys):
     path = jsonl(tmp_path / "records.jsonl", [record(0), record(1, sampling_response="paris")])
     with pytest.raises(ValueError, match="line 2: `sampling_response` must be a list"):
@@ -284,8 +296,8 @@ def test_sampling_response_as_a_string_is_refused(tmp_path, capsys):
 
 
 @case("silent", "`elical-hf judge` on a question table (no `greedy_response`), not records",
-      "exits 2: `<file>: none of the 12 records has a `greedy_response`, which correctness judging reads; these are "
-      "not sampled records (a question table?)` (was: exit 0, judged 0)")
+      "exits 2: ``<file>: none of the 12 records has a `greedy_response`, which correctness judging reads; these are "
+      "not sampled records (a question table?)`` (was: exit 0, judged 0)")
 def test_judge_refuses_a_table_that_is_not_records(tmp_path, capsys):
     table = jsonl(tmp_path / "questions.jsonl", table_rows())
     status, line = run(["judge", "--records", table, "--output", str(tmp_path / "j.jsonl"),

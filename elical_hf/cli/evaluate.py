@@ -58,8 +58,8 @@ def _column_confidences(records: list[dict], name: str, column: str, where: str)
     missing = sum(column not in r for r in records)
     if missing:
         known = sorted({key for r in records for key in r})
-        raise ValueError(f"--field_sources {name}={column}: {missing} of {len(records)} test records in {where} have no "
-                         f"{column!r} field; they have {known}.")
+        raise ValueError(f"--field_sources {name}={column}: {missing} of {len(records)} test records in {where} "
+                         f"have no {column!r} field; they have {known}.")
     values = []
     for r in records:
         try:

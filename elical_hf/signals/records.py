@@ -262,7 +262,11 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """
     path = os.fspath(path)
     if record_format(path) == "parquet":
-        return [_normalized(row, f"{path} row {number}") for number, row in enumerate(pq.read_table(path).to_pylist())]
+        try:
+            table = pq.read_table(path)
+        except pa.ArrowException as error:  # truncated, corrupt or not parquet at all
+            raise ValueError(f"{path} is not a readable parquet file: {error}") from None
+        return [_normalized(row, f"{path} row {number}") for number, row in enumerate(table.to_pylist())]
     rows = []
     for number, line in text_lines(path):
         if line.strip():
