@@ -24,6 +24,12 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
     return status, errors[-1] if errors else err
 
 
+def judge(records, tmp_path, capsys) -> tuple[int, str]:
+    """`elical-hf judge --correctness has_answer` of `records`: its exit status and error line."""
+    return run(["judge", "--records", str(records), "--output", str(tmp_path / "j.jsonl"), "--correctness",
+                "has_answer"], capsys)
+
+
 def jsonl(path, rows) -> str:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return str(path)
@@ -105,8 +111,9 @@ def test_empty_file(tmp_path, capsys):
     assert status == 2 and f"{empty} is empty" in line
 
 
-@case("input", "a broken JSON line in a question table or a records file",
-      "exits 2: `<file> line 13 is not valid JSON: ...` (the file and its line number)")
+@case("input", "a broken JSON line in a question table or a records file; a truncated records `.parquet` file",
+      "exits 2: `<file> line 13 is not valid JSON: ...` (the file and its line number); `<file> is not a readable "
+      "parquet file: ...`")
 def test_broken_json_line(tmp_path, capsys):
     path = tmp_path / "q.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in table_rows()) + "{oops\n", encoding="utf-8")
@@ -114,20 +121,13 @@ def test_broken_json_line(tmp_path, capsys):
     assert status == 2 and f"{path} line 13 is not valid JSON" in line
     records = tmp_path / "records.jsonl"
     records.write_text(json.dumps(record(0)) + "\n" + '{"question": \n')
-    status, line = run(["judge", "--records", str(records), "--output", str(tmp_path / "j.jsonl"),
-                        "--correctness", "has_answer"], capsys)
+    status, line = judge(str(records), tmp_path, capsys)
     assert status == 2 and f"{records} line 2 is not valid JSON" in line
-
-
-@case("input", "a truncated records `.parquet` file (`judge`, `evaluate`)",
-      "exits 2: `<file> is not a readable parquet file: ...`")
-def test_truncated_records_parquet(tmp_path, capsys):
-    path = tmp_path / "records.parquet"
-    save_records([record(i) for i in range(4)], path)
-    path.write_bytes(path.read_bytes()[:-20])
-    status, line = run(["judge", "--records", str(path), "--output", str(tmp_path / "j.jsonl"),
-                        "--correctness", "has_answer"], capsys)
-    assert status == 2 and f"{path} is not a readable parquet file" in line
+    truncated = tmp_path / "records.parquet"
+    save_records([record(i) for i in range(4)], truncated)
+    truncated.write_bytes(truncated.read_bytes()[:-20])
+    status, line = judge(str(truncated), tmp_path, capsys)
+    assert status == 2 and f"{truncated} is not a readable parquet file" in line
 
 
 @case("input", "a table or records file that is not UTF-8 (Latin-1)",
@@ -138,8 +138,7 @@ def test_non_utf8_file(tmp_path, capsys):
     status, line = run(["sample", "--questions", str(path), "--output_dir", str(tmp_path / "s")], capsys)
     assert status == 2 and line.endswith(f"{path} line 2 is not UTF-8 text (byte 0xe9 at column 18); save the file "
                                          "as UTF-8.")
-    status, line = run(["judge", "--records", str(path), "--output", str(tmp_path / "j.jsonl"),
-                        "--correctness", "has_answer"], capsys)
+    status, line = judge(str(path), tmp_path, capsys)
     assert status == 2 and f"{path} line 2 is not UTF-8 text" in line
 
 
@@ -300,8 +299,7 @@ def test_sampling_response_as_a_string_is_refused(tmp_path, capsys):
       "not sampled records (a question table?)`` (was: exit 0, judged 0)")
 def test_judge_refuses_a_table_that_is_not_records(tmp_path, capsys):
     table = jsonl(tmp_path / "questions.jsonl", table_rows())
-    status, line = run(["judge", "--records", table, "--output", str(tmp_path / "j.jsonl"),
-                        "--correctness", "has_answer"], capsys)
+    status, line = judge(table, tmp_path, capsys)
     assert status == 2 and f"{table}: none of the 12 records has a `greedy_response`, which correctness judging " \
                            "reads; these are not sampled records" in line
     assert not (tmp_path / "j.jsonl").exists()
