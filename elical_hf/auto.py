@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftConfig, PeftModel
+from peft.utils import SAFETENSORS_WEIGHTS_NAME
+from safetensors import SafetensorError
 from transformers import AutoConfig
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -309,7 +311,13 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 "trained with that one's)."
             )
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
-        return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+        try:
+            return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+        except SafetensorError as error:  # a truncated or corrupt weights file: say which one
+            raise ValueError(
+                f"{os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)} is corrupt or truncated ({error}); save the model "
+                "again, or download it again."
+            ) from None
 
 
 def _check_requested_base(folder: str, trained_on: str | None, requested: str | None) -> None:

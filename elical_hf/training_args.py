@@ -24,6 +24,9 @@ class CalibrationTrainable(ExplicitEnum):
     ALL = "all"
 
 
+POSITIVE_ARGUMENTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+"""Training arguments that must be integers >= 1 (transformers finds a bad one only once training starts)."""
+
 DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "correctness"}
 
 
@@ -113,6 +116,10 @@ class ConfidenceTrainingArguments(TrainingArguments):
         return self.stage == Stage.ELICITATION or self.calibration_trainable == CalibrationTrainable.ALL
 
     def __post_init__(self) -> None:
+        for name in POSITIVE_ARGUMENTS:  # checked here, before a run creates any folder
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
         self.stage = Stage(self.stage)
         self.calibration_trainable = CalibrationTrainable(self.calibration_trainable)
         if self.label_column is None:

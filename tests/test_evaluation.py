@@ -240,8 +240,9 @@ def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama,
 
     records_and_model(tmp_path, tiny_llama)
     folder, model = str(tmp_path / "records"), str(tmp_path / "model")
-    with pytest.raises(ValueError, match="no 'train' records"):
-        cli_main(["threshold", "--model", model, "--records", folder])
+    assert cli_main(["threshold", "--model", model, "--records", folder]) == 2  # a user error: one line, exit 2
+    err = capsys.readouterr().err
+    assert "elical-hf threshold: error: " in err and "no 'train' records" in err
     assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test"]) == 0
     printed = capsys.readouterr().out
     assert "warning: choosing the threshold on 'in_domain_test'" in printed and "decision_threshold = " in printed

@@ -43,6 +43,12 @@ class EvaluateArguments:
                   "diagram in that folder's model card (README.md model-index), ready for `elical-hf push`."},
     )
 
+    def __post_init__(self) -> None:
+        if self.bootstrap < 0:
+            raise ValueError(f"--bootstrap must be >= 0 (0: no intervals), got {self.bootstrap}.")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}.")
+
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
     pairs = {}
@@ -52,6 +58,23 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
             raise ValueError(f"{what} must look like NAME=VALUE, got {item!r}.")
         pairs[name] = value
     return pairs
+
+
+def _column_confidences(records: list[dict], name: str, column: str, where: str) -> list[float]:
+    """The `--field_sources NAME=COLUMN` confidences: every test record's `column`, a number."""
+    missing = sum(column not in r for r in records)
+    if missing:
+        known = sorted({key for r in records for key in r})
+        raise ValueError(f"--field_sources {name}={column}: {missing} of {len(records)} test records in {where} "
+                         f"have no {column!r} field; they have {known}.")
+    values = []
+    for r in records:
+        try:
+            values.append(float(r[column]))
+        except (TypeError, ValueError):
+            raise ValueError(f"--field_sources {name}={column}: record {r.get('id', '?')!r} in {where} holds "
+                             f"{r[column]!r}, not a number.") from None
+    return values
 
 
 def label_curves(table: dict) -> dict[str, dict[int, float]]:
@@ -103,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:  # e.g. consis_sem without semantic judgements
             print(f"skipping baseline {name}: {error}")
     for name, column in columns.items():
-        sources[name] = [float(r[column]) for r in records]
-    questions = [r["question"] for r in records]
+        sources[name] = _column_confidences(records, name, column, options.records)
+    questions = [r.get("question") for r in records]
+    unusable = [i for i, q in enumerate(questions) if not isinstance(q, str) or not q.strip()]
+    if models and unusable:
+        raise ValueError(f"{len(unusable)} test records in {options.records} have no `question` text (first: record "
+                         f"{records[unusable[0]].get('id', unusable[0])!r}); a model scores the question.")
     for name, path in models.items():
         sources[name] = AutoModelForConfidence.from_pretrained(path).confidence(
             questions, batch_size=options.batch_size, progress=True

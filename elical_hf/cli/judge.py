@@ -67,8 +67,9 @@ def make_parser() -> ElicalArgumentParser:
 
 def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[str, dict]:
     """The judges `options` names, applied to `records` in place ([`~elical_hf.signals.judging.apply_judges`])."""
-    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.judging import apply_judges, check_judgeable
 
+    check_judgeable(records, options.correctness, options.consistency, source=options.records)
     return apply_judges(
         records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
         strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,

@@ -17,7 +17,7 @@ from typing import Any
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.generation import SamplingSettings
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, check_dtype_option
 
 
 @dataclass
@@ -63,6 +63,13 @@ class SampleCommandArguments:
         default=None, metadata={"help": "vLLM backend: model replicas on this machine (vllm.LLM's data_parallel_size)."}
     )
 
+    def __post_init__(self) -> None:
+        check_dtype_option(self.dtype)
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"--limit must be >= 0, got {self.limit}.")
+        if self.shard_size < 1:
+            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
+
 
 def make_parser() -> ElicalArgumentParser:
     dataclasses = (SampleCommandArguments, SamplingSettings)
@@ -105,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.runner import sample_records
 
     options, settings = make_parser().parse_with_config(argv)
-    if options.limit is not None and options.limit < 0:
-        raise ValueError(f"`limit` must be >= 0, got {options.limit}.")
     questions = load_questions(options.questions, options.dataset, options.limit)
     backend = make_backend(options.backend, options.model, dtype=options.dtype,
                            tensor_parallel_size=options.tensor_parallel_size,

@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
-from elical_hf.training_args import ConfidenceTrainingArguments
+from elical_hf.training_args import DEFAULT_LABEL_COLUMNS, ConfidenceTrainingArguments, Stage
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, check_dtype_option
 
 
 @dataclass
@@ -48,6 +48,9 @@ class TrainCommandArguments:
                   "--dtype; for 7B-class backbones on one GPU."},
     )
 
+    def __post_init__(self) -> None:
+        check_dtype_option(self.dtype)
+
 
 RECIPE_ARGUMENTS = ("output_dir", "seed", "calibration_trainable")
 """Training arguments that `train_elical` takes as its own parameters (it sets them per run)."""
@@ -69,7 +72,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.data import load_table
+    from elical_hf.data import load_table, validate_columns
     from elical_hf.precision import resolve_dtype
     from elical_hf.recipe import train_elical
 
@@ -79,10 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if fixed:
         parser.error(f"{', '.join('--' + name for name in fixed)}: set per run by the recipe, not an option here.")
     passed = {f.name for f in dataclasses.fields(ConfidenceTrainingArguments) if f.init} - set(RECIPE_ARGUMENTS)
+    tables = {}
+    for stage, option in ((Stage.ELICITATION, "elicitation_data"), (Stage.CALIBRATION, "calibration_data")):
+        source = getattr(options, option)
+        tables[stage] = load_table(source)  # both checked before stage 1 trains: a bad target fails in seconds
+        validate_columns(tables[stage], f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage])
     paths = train_elical(
         options.model_name_or_path,
-        load_table(options.elicitation_data),
-        load_table(options.calibration_data),
+        tables[Stage.ELICITATION],
+        tables[Stage.CALIBRATION],
         training_args.output_dir,
         num_labels=options.num_labels,
         calibration_trainable=training_args.calibration_trainable.value,

@@ -21,6 +21,7 @@ from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
 from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
+from ..files import looks_local, path_component
 from .records import (
     RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, iter_record_batches, normalize_record, read_records,
     record_features, record_files, training_columns,
@@ -224,6 +225,8 @@ def _download(repo_id: str, models: list[str] | None, revision: str | None) -> s
 
     from ..default_model import hub_offline
 
+    if looks_local(repo_id):  # a mistyped path, not a Hub id
+        raise FileNotFoundError(2, "No such file or folder", repo_id)
     patterns = [f"*{m}*.{ext}" for m in models or [""] for ext in ("jsonl", "parquet")]
     try:
         return snapshot_download(
@@ -527,7 +530,7 @@ def _group_records(
         batches.append(("records", {}, source))
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for origin, hint, records in batches:
-        for record in records:
+        for number, record in enumerate(records):
             row = normalize_record(record)
             model = row.get("model") or hint.get("model")
             raw = row.get("dataset") or hint.get("dataset")
@@ -537,6 +540,11 @@ def _group_records(
                     "pass {'<model>/<dataset>/<split>': records}."
                 )
             row["model"], row["dataset"] = str(model), canonical_dataset(raw) or str(raw)
+            try:  # both name folders of the dataset repository: never a way out of it
+                path_component(row["model"].replace("/", "--"), "model")
+                path_component(row["dataset"], "dataset")
+            except ValueError as error:
+                raise ValueError(f"{origin}, record {number}: {error}") from None
             row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
             key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
             groups.setdefault(key, []).append(row)

@@ -22,6 +22,7 @@ from datasets import Features, List, Value
 from datasets.features.features import generate_from_arrow_type
 
 from ..atomic import atomic_file
+from ..files import text_lines
 
 
 __all__ = [
@@ -81,6 +82,17 @@ def _flat_list(value: Any, name: str) -> list | None:
     return list(value)
 
 
+def _list(value: Any, name: str, item: Callable[[Any], Any]) -> list | None:
+    """A list field (`sampling_response`, ...) with each item converted; a string or any other non-list is refused
+    (a string would otherwise be read as one "sample" per character)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"`{name}` must be a list (one item per sample), got a {type(value).__name__}: {shown}")
+    return [item(v) for v in value]
+
+
 def _bool(value: Any, name: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -121,10 +133,10 @@ _NORMALIZERS: dict[str, Callable[[Any], Any]] = {
     "greedy_logprobs": lambda v: None if (v := _flat_list(v, "greedy_logprobs")) is None else [_float(x) for x in v],
     "greedy_cumulative_logprobs": lambda v: _float(_scalar(v, "greedy_cumulative_logprobs")),
     "greedy_correctness": lambda v: _bool(_scalar(v, "greedy_correctness"), "greedy_correctness"),
-    "sampling_response": lambda v: None if v is None else [None if s is None else str(s) for s in v],
-    "sampling_correctness": lambda v: None if v is None else [_bool(x, "sampling_correctness") for x in v],
-    "consistency_judgement": lambda v: None if v is None else [_judgement(x) for x in v],
-    "consistency_lexical": lambda v: None if v is None else [_float(x) for x in v],
+    "sampling_response": lambda v: _list(v, "sampling_response", lambda s: None if s is None else str(s)),
+    "sampling_correctness": lambda v: _list(v, "sampling_correctness", lambda x: _bool(x, "sampling_correctness")),
+    "consistency_judgement": lambda v: _list(v, "consistency_judgement", _judgement),
+    "consistency_lexical": lambda v: _list(v, "consistency_lexical", _float),
 }
 
 
@@ -251,29 +263,52 @@ def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) 
 
 def iter_record_batches(path: str | os.PathLike, batch_size: int = 10_000) -> Iterator[list[dict[str, Any]]]:
     """Normalized records of a `.parquet` or `.jsonl` file (official or ours), `batch_size` at a time: the file is
-    streamed (jsonl line by line, parquet by row batches), so memory holds one batch, whatever the file's size."""
+    streamed (jsonl line by line, parquet by row batches), so memory holds one batch, whatever the file's size.
+
+    Raises:
+        `ValueError`: naming the file and the line (jsonl) or row (parquet, counted from 0) of a line that is not
+            UTF-8 or not JSON, of a line that is not a JSON object, or of a record whose fields have the wrong shape
+            (e.g. `sampling_response` given as one string instead of a list); or a parquet file that cannot be read.
+    """
     path = os.fspath(path)
     if record_format(path) == "parquet":
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            yield [normalize_record(row) for row in batch.to_pylist()]
+        try:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+            start = 0
+            for batch in batches:
+                rows = batch.to_pylist()
+                yield [_normalized(row, f"{path} row {start + i}") for i, row in enumerate(rows)]
+                start += len(rows)
+        except pa.ArrowException as error:  # truncated, corrupt or not parquet at all
+            raise ValueError(f"{path} is not a readable parquet file: {error}") from None
         return
     rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    rows.append(normalize_record(json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
-            if len(rows) == batch_size:
-                yield rows
-                rows = []
+    for number, line in text_lines(path):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {number} is not a record (a JSON object): {line.strip()[:80]}")
+            rows.append(_normalized(row, f"{path} line {number}"))
+        if len(rows) == batch_size:
+            yield rows
+            rows = []
     if rows:
         yield rows
 
 
+def _normalized(record: Mapping[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return normalize_record(record)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records."""
+    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records (errors as in
+    [`iter_record_batches`])."""
     return [record for batch in iter_record_batches(path) for record in batch]
 
 

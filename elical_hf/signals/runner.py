@@ -74,6 +74,22 @@ def _prepare_questions(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return prepared
 
 
+def _warn_repeats(questions: list[dict[str, Any]]) -> None:
+    """Warn (with the count) when questions repeat: each is sampled once per shard and its answers copied, since the
+    samples are seeded by the question and would be the same."""
+    counts: dict[str, int] = {}
+    for question in questions:
+        counts[question["question"]] = counts.get(question["question"], 0) + 1
+    repeats = {text: n for text, n in counts.items() if n > 1}
+    if repeats:
+        text, n = max(repeats.items(), key=lambda item: item[1])
+        logger.warning(
+            "%d of %d questions repeat an earlier one (%d distinct repeated, e.g. %r x%d); each is sampled once per "
+            "shard and its answers copied (samples are seeded by the question). Deduplicate the table if the "
+            "repeats are a mistake.", sum(repeats.values()) - len(repeats), len(questions), len(repeats), text[:80], n,
+        )
+
+
 def questions_fingerprint(questions: list[dict[str, Any]]) -> str:
     """SHA-256 of the question rows (all their fields, in order): what a rerun must match to resume."""
     digest = hashlib.sha256()
@@ -207,6 +223,7 @@ def sample_records(
         raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
     _check_worker(num_workers, worker_index)
     questions = _prepare_questions(list(questions))
+    _warn_repeats(questions)
     fingerprint, total = questions_fingerprint(questions), len(questions)
     worker = _single_worker(total)
     if num_workers > 1:
@@ -250,11 +267,14 @@ def sample_records(
             if records is not None:
                 continue
             shard_start = time.perf_counter()
-            answers = backend.generate([q["question"] for q in chunk], settings, progress=False)
+            distinct = list(dict.fromkeys(q["question"] for q in chunk))  # a repeated question is sampled once
+            answers = backend.generate(distinct, settings, progress=False)
             seconds = time.perf_counter() - shard_start
-            if len(answers) != len(chunk):
-                raise RuntimeError(f"The backend returned {len(answers)} answers for {len(chunk)} questions.")
-            tokens = sum(int(a.get("num_generated_tokens", 0)) for a in answers)
+            if len(answers) != len(distinct):
+                raise RuntimeError(f"The backend returned {len(answers)} answers for {len(distinct)} questions.")
+            tokens = sum(int(a.get("num_generated_tokens", 0)) for a in answers)  # tokens generated, once each
+            by_question = dict(zip(distinct, answers))
+            answers = [dict(by_question[q["question"]]) for q in chunk]
             timing = {"model": backend.name, "shard": index, "shard_seconds": seconds, "shard_tokens": tokens}
             records = [normalize_record({**q, **a, **timing}) for q, a in zip(chunk, answers)]
             save_records(records, shard_path(output_dir, index))
