@@ -293,6 +293,8 @@ def render_model_card(
         base_on_hub=bool(base) and is_hub_id(base),
         base_weights_source=config.base_weights_source,
         threshold=config.decision_threshold,
+        retrieve_threshold=config.retrieve_threshold,
+        risk_control=config.risk_control,
         prompt_template=config.prompt_template,
         use_chat_template=config.use_chat_template,
         history=_history_rows(config),
