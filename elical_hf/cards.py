@@ -205,7 +205,8 @@ def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
     rows = []
     for number, entry in enumerate(config.training_history, 1):
         stage = entry.get("stage", "?")
-        trainable = "LoRA + head" if entry.get("lora_trainable") else "head only (LoRA frozen)"
+        frozen = "head only (LoRA frozen)" if config.use_lora else "head only (no LoRA)"
+        trainable = "LoRA + head" if entry.get("lora_trainable") else frozen
         dev = entry.get("dev_metrics") or {}
         rows.append(
             {

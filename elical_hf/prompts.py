@@ -12,6 +12,10 @@ from typing import Any
 QA_PROMPT = "Answer the following question.\nQuestion: {question}"
 """Free-form QA prompt (the paper's default, used for sampling answers and for the confidence head)."""
 
+CONTEXT_QA_PROMPT = "Answer the following question using the context.\nContext: {context}\nQuestion: {question}"
+"""QA prompt with retrieved context: what the gate ([`~elical_hf.gate.answer_questions`]) answers with after a
+`retrieve` decision (not from the paper)."""
+
 SEMANTIC_CONSISTENCY_PROMPT = (
     "Are the following two answers to the same question semantically equivalent?\n"
     'If the two answers are semantically equivalent, answer "certain". Otherwise, answer "uncertain". '
