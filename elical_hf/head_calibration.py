@@ -255,7 +255,9 @@ def calibrate_head(
             alignment to the dev metrics, as in the Trainer.
         output_dir (`str`, *optional*): Where to save the calibrated model; `None` only updates `model`.
         args ([`ConfidenceTrainingArguments`], *optional*): The training settings (see [`fit_head`]); they must say
-            `stage="calibration"` and `calibration_trainable="head"`. Defaults to [`head_training_args`] of
+            `stage="calibration"` and `calibration_trainable="head"`, except for a model without LoRA
+            (`use_lora=False`), whose every stage trains the head alone: there `stage="elicitation"` (with
+            `label_column="consistency"`) runs stage 1 on cached features too. Defaults to [`head_training_args`] of
             `label_column`, `question_column`, `seed` and `fit_kwargs`, which cannot be combined with `args`.
         label_column (`str`, *optional*, defaults to `"correctness"`): The target column.
         question_column (`str`, *optional*, defaults to `"question"`): The question column.
@@ -276,7 +278,7 @@ def calibrate_head(
 
     named = {"label_column": label_column, "question_column": question_column, "seed": seed}
     args = head_training_args(args, **{k: v for k, v in named.items() if v is not None}, **fit_kwargs)
-    uses_lora = _inner(model).confidence_config.use_lora
+    uses_lora = getattr(getattr(_inner(model), "confidence_config", None), "use_lora", True)
     if uses_lora and (args.stage != Stage.CALIBRATION or args.calibration_trainable != CalibrationTrainable.HEAD):
         raise ValueError("calibrate_head trains the head alone: `args` must have stage='calibration' and "
                          f"calibration_trainable='head', got {args.stage.value!r} and {args.calibration_trainable.value!r}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 from typing import Any
 
@@ -34,10 +35,14 @@ HEAD_SETTINGS = {"learning_rate": 1e-3, "batch_size": 16, "num_train_epochs": 50
 """The replication's head-only calibration settings (`examples/reproduce_paper.py` defaults)."""
 
 
-def load_replication(records_path: str, correctness: str = "has_answer") -> tuple[list[dict], list[dict]]:
+def load_replication(
+    records_path: str, pool_size: int | None = None, test_per_split: int | None = None, seed: int = 0,
+    correctness: str = "has_answer",
+) -> tuple[list[dict], list[dict]]:
     """Train and test rows (`question`, `dataset`, `split`, training columns) of the replication records, with the
     correctness re-judged by `correctness` (the main replication's `has_answer`). Test rows keep their file order
-    within a dataset (alignment reads it)."""
+    within a dataset (alignment reads it). `pool_size` / `test_per_split` keep a seeded random subset of the train
+    rows / of each test split (`in_domain_test`, `ood_test`), for a CPU-time budget; `None` keeps all."""
     from elical_hf.signals import training_columns
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
@@ -54,7 +59,17 @@ def load_replication(records_path: str, correctness: str = "has_answer") -> tupl
         return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
                  **training_columns(r)} for r in chosen]
 
-    return rows("train"), rows("test")
+    train, test = rows("train"), rows("test")
+    rng = random.Random(seed)
+    if pool_size is not None and pool_size < len(train):
+        train = [train[i] for i in sorted(rng.sample(range(len(train)), pool_size))]
+    if test_per_split is not None:
+        keep = set()
+        for split in ("in_domain_test", "ood_test"):
+            members = [i for i, r in enumerate(test) if r["split"] == split]
+            keep.update(rng.sample(members, min(test_per_split, len(members))))
+        test = [r for i, r in enumerate(test) if i in keep]
+    return train, test
 
 
 def cached_features(model: Any, questions: list[str], path: str) -> dict[str, Any]:
@@ -140,6 +155,14 @@ def markdown(summary: dict[str, Any], baseline: str, title: str, notes: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def add_subset_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--pool_size`, `--test_per_split`, `--subset_seed`: the subsets of [`load_replication`]."""
+    parser.add_argument("--pool_size", type=int, default=None, help="Train questions kept (default: all 4,800).")
+    parser.add_argument("--test_per_split", type=int, default=None,
+                        help="Test questions kept per split, in-domain and OOD (default: all 1,000 + 1,050).")
+    parser.add_argument("--subset_seed", type=int, default=0, help="Seed of those subsets.")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default=RECORDS, help="The replication's HonestyBench records folder.")
@@ -148,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 250], help="Label budgets.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="Seeds (>= 3).")
     parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
+    add_subset_arguments(parser)
     args = parser.parse_args(argv)
 
     from elical_hf import AutoModelForConfidence
@@ -156,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.label_selection import SELECTION_STRATEGIES, select_for_labelling
 
     os.makedirs(args.output_dir, exist_ok=True)
-    train, test = load_replication(args.records)
+    train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)
     model = AutoModelForConfidence.from_pretrained(args.stage1)
     features = cached_features(model, [r["question"] for r in train + test],
                                os.path.join(args.output_dir, "features-stage1.pt"))
@@ -174,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                              "chosen_mean_confidence": float(np.mean([pool_confidences[i] for i in chosen]))})
     summary = summarize(runs[1:], "random", list(SELECTION_STRATEGIES), args.budgets)
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
-              "train_pool": len(train), "test": len(test), "head_settings": settings,
+              "train_pool": len(train), "test": len(test), "subset_seed": args.subset_seed, "head_settings": settings,
               "eli_only": runs[0]["metrics"], "summary": summary, "runs": runs}
     atomic_write_text(os.path.join(args.output_dir, "label_selection.json"), json.dumps(result, indent=2) + "\n")
     eli = runs[0]["metrics"]["in-domain avg"]["auroc"]

@@ -26,8 +26,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
-    HEAD_SETTINGS, RECORDS, STAGE1, cached_features, calibrated, head_confidences, load_replication, markdown,
-    summarize, test_metrics,
+    HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, calibrated, head_confidences,
+    load_replication, markdown, summarize, test_metrics,
 )
 
 
@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", default="outputs/gate", help="Results and cached features go here.")
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 250, 1000, 4800], help="Label budgets.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of the label draws.")
-    parser.add_argument("--stage1_questions", type=int, default=STAGE1_QUESTIONS)
+    parser.add_argument("--stage1_questions", type=int, default=STAGE1_QUESTIONS,
+                        help="No-LoRA stage-1 questions: the adapter's own 1,600; with --pool_size, the pool instead.")
     parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
+    add_subset_arguments(parser)
     args = parser.parse_args(argv)
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
@@ -53,15 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.recipe import take_labels
 
     os.makedirs(args.output_dir, exist_ok=True)
-    train, test = load_replication(args.records)
+    train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)
     questions = [r["question"] for r in train + test]
     settings = {**HEAD_SETTINGS, "num_train_epochs": args.head_epochs}
-    stage1_rows = random.Random(STAGE1_SEED).sample(train, min(args.stage1_questions, len(train)))
+    if args.pool_size is None:  # the adapter's own stage-1 questions
+        stage1_rows = random.Random(STAGE1_SEED).sample(train, min(args.stage1_questions, len(train)))
+    else:  # a CPU budget: the pool's consistency targets (no labels), whose features are computed anyway
+        stage1_rows = train
 
-    lora = AutoModelForConfidence.from_pretrained(args.stage1)
-    lora_features = cached_features(lora, questions, os.path.join(args.output_dir, "features-stage1.pt"))
     plain = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False)
     plain_features = cached_features(plain, questions, os.path.join(args.output_dir, "features-base.pt"))
+    lora = AutoModelForConfidence.from_pretrained(args.stage1)
+    lora_features = cached_features(lora, questions, os.path.join(args.output_dir, "features-stage1.pt"))
     calibrate_head(plain, stage1_rows, None, features=plain_features, stage="elicitation", seed=STAGE1_SEED,
                    **settings)  # stage 1 of the no-LoRA head: consistency targets, head only
     test_questions = [r["question"] for r in test]
@@ -78,11 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     eli_only = {r["method"]: r["metrics"] for r in runs if r["labels"] == 0}
     summary = summarize([r for r in runs if r["labels"]], "LoRA + head", ["LoRA + head", "no LoRA"], args.budgets)
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
-              "base": args.base or DEFAULT_MODEL, "stage1_questions": len(stage1_rows), "test": len(test),
+              "base": args.base or DEFAULT_MODEL, "stage1_questions": len(stage1_rows), "train_pool": len(train),
+              "test": len(test), "subset_seed": args.subset_seed,
               "head_settings": settings, "eli_only": eli_only, "summary": summary, "runs": runs}
     atomic_write_text(os.path.join(args.output_dir, "no_lora_head.json"), json.dumps(result, indent=2) + "\n")
-    notes = ("Stage 1 on the consistency targets of the same "
-             f"{len(stage1_rows)} train questions (LoRA + head: the shipped adapter; no LoRA: head only, "
+    notes = (f"Stage 1 on consistency targets (LoRA + head: the shipped adapter, 1,600 train questions; no LoRA: head "
+             f"only, {len(stage1_rows)} train questions, "
              f"{settings}); Eli-Only in-domain AUROC: " + ", ".join(
                  f"{m} {v['in-domain avg']['auroc']:.2f}" for m, v in eli_only.items())
              + f". Stage 2: head-only calibration on random label draws, seeds {args.seeds}; test: {len(test)} "
