@@ -155,6 +155,15 @@ def markdown(summary: dict[str, Any], baseline: str, title: str, notes: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def write_outputs(output_dir: str, stem: str, result: dict[str, Any], text: str) -> None:
+    """`<stem>.json` and `<stem>.md` into `output_dir` (atomically), and the Markdown to stdout."""
+    from elical_hf.atomic import atomic_write_text
+
+    atomic_write_text(os.path.join(output_dir, f"{stem}.json"), json.dumps(result, indent=2) + "\n")
+    atomic_write_text(os.path.join(output_dir, f"{stem}.md"), text)
+    print(text)
+
+
 def add_subset_arguments(parser: argparse.ArgumentParser) -> None:
     """`--pool_size`, `--test_per_split`, `--subset_seed`: the subsets of [`load_replication`]."""
     parser.add_argument("--pool_size", type=int, default=None, help="Train questions kept (default: all 4,800).")
@@ -175,7 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from elical_hf import AutoModelForConfidence
-    from elical_hf.atomic import atomic_write_text
     from elical_hf.head_calibration import confidence_head_module
     from elical_hf.label_selection import SELECTION_STRATEGIES, select_for_labelling
 
@@ -200,14 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
               "train_pool": len(train), "test": len(test), "subset_seed": args.subset_seed, "head_settings": settings,
               "eli_only": runs[0]["metrics"], "summary": summary, "runs": runs}
-    atomic_write_text(os.path.join(args.output_dir, "label_selection.json"), json.dumps(result, indent=2) + "\n")
     eli = runs[0]["metrics"]["in-domain avg"]["auroc"]
     notes = (f"Stage-1 model `{os.path.relpath(args.stage1)}` (Eli-Only in-domain AUROC {eli:.2f}); pool: "
              f"{len(train)} train questions; test: {len(test)} questions; head-only calibration on cached features "
              f"({settings}); mean ± sd over seeds {args.seeds}; metrics x100.")
     text = markdown(summary, "random", "Which questions to label: stratified by stage-1 confidence vs random", notes)
-    atomic_write_text(os.path.join(args.output_dir, "label_selection.md"), text)
-    print(text)
+    write_outputs(args.output_dir, "label_selection", result, text)
     return 0
 
 

@@ -17,7 +17,6 @@ Writes `no_lora_head.json` and `no_lora_head.md` to `--output_dir` (features cac
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -27,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
     HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, calibrated, head_confidences,
-    load_replication, markdown, summarize, test_metrics,
+    load_replication, markdown, summarize, test_metrics, write_outputs,
 )
 
 
@@ -50,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
-    from elical_hf.atomic import atomic_write_text
     from elical_hf.head_calibration import confidence_head_module
     from elical_hf.recipe import take_labels
 
@@ -86,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
               "base": args.base or DEFAULT_MODEL, "stage1_questions": len(stage1_rows), "train_pool": len(train),
               "test": len(test), "subset_seed": args.subset_seed,
               "head_settings": settings, "eli_only": eli_only, "summary": summary, "runs": runs}
-    atomic_write_text(os.path.join(args.output_dir, "no_lora_head.json"), json.dumps(result, indent=2) + "\n")
     notes = (f"Stage 1 on consistency targets (LoRA + head: the shipped adapter, 1,600 train questions; no LoRA: head "
              f"only, {len(stage1_rows)} train questions, "
              f"{settings}); Eli-Only in-domain AUROC: " + ", ".join(
@@ -94,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
              + f". Stage 2: head-only calibration on random label draws, seeds {args.seeds}; test: {len(test)} "
              "questions; mean ± sd over seeds; metrics x100.")
     text = markdown(summary, "LoRA + head", "The zero-overhead (no-LoRA) head vs LoRA + head", notes)
-    atomic_write_text(os.path.join(args.output_dir, "no_lora_head.md"), text)
-    print(text)
+    write_outputs(args.output_dir, "no_lora_head", result, text)
     return 0
 
 

@@ -38,7 +38,7 @@ def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tm
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "gate_overhead.py"), "--model", tiny_llama,
                            "--stage1", str(tmp_path / "stage1"), "--questions", "3", "--max_new_tokens", "3",
-                           "--repeats", "1"], capture_output=True, text=True, timeout=300)
+                           "--repeats", "1"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Machine: cpu=")
