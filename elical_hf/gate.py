@@ -160,7 +160,7 @@ def _generation_config(model: Any) -> Any:
 
     try:
         return GenerationConfig.from_pretrained(resolve_model_path(model.config._name_or_path)[0])
-    except OSError:
+    except (OSError, ValueError):  # no generation_config.json (or the base is unreachable)
         return GenerationConfig.from_model_config(model.config)
 
 
