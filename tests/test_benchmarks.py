@@ -43,5 +43,5 @@ def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tm
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Machine: cpu=")
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in lines if line.startswith("| ")}
-    assert rows["plain greedy generation"] == "1.0"
+    assert float(rows["plain greedy generation"]) == 1.0
     assert float(rows["zero-overhead gate (no LoRA)"]) > 0 and float(rows["LoRA gate (LoRA + head)"]) > 0
