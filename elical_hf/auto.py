@@ -116,6 +116,13 @@ class PeftModelForConfidence(PeftModel):
 
         return push_model(self, repo_id, **kwargs)
 
+    @property
+    def uses_lora(self) -> bool:
+        """`False` for a model without LoRA (`ConfidenceConfig.use_lora`): only its head ever trains, on the frozen
+        backbone's own hidden states."""
+        config = self.get_base_model().confidence_config
+        return config is None or config.use_lora
+
     def trainable_parts(self) -> dict[str, list[Any]]:
         """The LoRA and head parameters, by part (`"lora"`, `"head"`)."""
         parts: dict[str, list[Any]] = {"lora": [], "head": []}
@@ -127,10 +134,11 @@ class PeftModelForConfidence(PeftModel):
         return parts
 
     def set_trainable(self, lora: bool, head: bool = True) -> None:
-        """Freeze or unfreeze the LoRA weights and the head; the backbone always stays frozen."""
+        """Freeze or unfreeze the LoRA weights and the head; the backbone always stays frozen, and so does the LoRA of
+        a model without LoRA ([`uses_lora`])."""
         parts = self.trainable_parts()
         for parameter in parts["lora"]:
-            parameter.requires_grad_(lora)
+            parameter.requires_grad_(lora and self.uses_lora)
         for parameter in parts["head"]:
             parameter.requires_grad_(head)
 
@@ -171,6 +179,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         lora_dropout: float = 0.0,
         target_modules: list[str] | None = None,
         confidence_config: ConfidenceConfig | None = None,
+        use_lora: bool | None = None,
         base_model_name_or_path: str | None = None,
         is_trainable: bool = False,
         load_in_4bit: bool = False,
@@ -192,6 +201,12 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 Modules to adapt; defaults to every linear layer of the backbone.
             confidence_config ([`ConfidenceConfig`], *optional*):
                 Prompt template and pooling of a fresh model.
+            use_lora (`bool`, *optional*):
+                `False` builds a fresh model without LoRA (recorded as `confidence_config.use_lora`): stage 1 and 2
+                train only the head, on the frozen backbone's hidden states, and `model.answer` then reads the
+                confidence from the prefill that starts the answer (the gate's zero-overhead mode). PEFT needs one
+                adapted module, so the model carries a rank-1 LoRA on one projection that is zero, frozen and switched
+                off. Defaults to `confidence_config.use_lora` (`True`).
             base_model_name_or_path (`str`, *optional*):
                 For a saved model: load its adapter onto this base instead, a local folder with a copy of the model
                 it was trained on. Refused when it is another Hub model, or when its architecture differs.
@@ -226,7 +241,16 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 + (": it holds only the checkpoints of an interrupted `elical-hf train` stage; rerun the same command to "
                    "resume it." if os.path.isdir(os.path.join(name, "checkpoints")) else ".")
             )
-        model = cls._load_base(name, confidence_config or ConfidenceConfig(), **kwargs)
+        confidence_config = confidence_config or ConfidenceConfig()
+        if use_lora is not None:
+            confidence_config.use_lora = use_lora
+        model = cls._load_base(name, confidence_config, **kwargs)
+        if not confidence_config.use_lora:
+            if peft_config is not None:
+                raise ValueError("`peft_config` configures LoRA, but this model is built without LoRA (use_lora=False).")
+            # PEFT adapts at least one module: a rank-1 LoRA on one projection, zero at init and never trained.
+            peft_config = LoraConfig(r=1, lora_alpha=1, target_modules=default_lora_targets(model)[:1],
+                                     modules_to_save=[HEAD_MODULE])
         if peft_config is None:
             peft_config = LoraConfig(
                 r=lora_r,
@@ -238,7 +262,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             )
         elif HEAD_MODULE not in (peft_config.modules_to_save or []):
             peft_config.modules_to_save = [*(peft_config.modules_to_save or []), HEAD_MODULE]
-        return PeftModelForConfidence(model, peft_config)
+        return switch_off_unused_lora(PeftModelForConfidence(model, peft_config))
 
     @classmethod
     def _load_base(cls, name: str, confidence_config: ConfidenceConfig, **kwargs: Any) -> Any:
@@ -312,12 +336,26 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             )
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         try:
-            return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+            loaded = PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
         except SafetensorError as error:  # a truncated or corrupt weights file: say which one
             raise ValueError(
                 f"{os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)} is corrupt or truncated ({error}); save the model "
                 "again, or download it again."
             ) from None
+        return switch_off_unused_lora(loaded)
+
+
+def switch_off_unused_lora(model: PeftModelForConfidence) -> PeftModelForConfidence:
+    """For a model without LoRA ([`PeftModelForConfidence.uses_lora`]): freeze its placeholder LoRA and switch its
+    layers off, so the backbone computes exactly the base model (and no LoRA branch runs). Returns `model`."""
+    if not model.uses_lora:
+        from peft.tuners.lora import LoraLayer
+
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                module.enable_adapters(False)
+        model.set_trainable(lora=False, head=any(p.requires_grad for p in model.trainable_parts()["head"]))
+    return model
 
 
 def _check_requested_base(folder: str, trained_on: str | None, requested: str | None) -> None:

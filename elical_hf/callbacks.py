@@ -25,7 +25,9 @@ DEV_PREFIX = "eval"
 history (`training_logs`, `dev_metrics`), never evaluation results of the card."""
 
 
-def history_entry(args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any]) -> dict[str, Any]:
+def history_entry(
+    args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any], uses_lora: bool = True
+) -> dict[str, Any]:
     """
     The `training_history` entry a run records before it trains (so that its checkpoints carry it): stage, target
     column, number of training rows, what trains and the precision. [`ConfidenceTrainer`] and
@@ -35,7 +37,7 @@ def history_entry(args: ConfidenceTrainingArguments, num_examples: int, precisio
         "stage": args.stage.value,
         "label_column": args.label_column,
         "num_examples": num_examples,
-        "lora_trainable": args.trains_lora,
+        "lora_trainable": args.trains_lora and uses_lora,  # a model without LoRA only ever trains its head
     }
     if args.stage == Stage.CALIBRATION:
         entry["calibration_trainable"] = args.calibration_trainable.value

@@ -13,7 +13,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
-                                    "data_scale"])
+                                    "data_scale", "gate_overhead"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -41,3 +41,18 @@ def test_data_scale_benchmark_builds_the_table_in_a_fresh_process(tmp_path):
     result = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     assert result["rows"] == 300 and result["train_rows"] + result["dev_rows"] == 300 and result["peak_rss_mib"] > 0
     assert not (tmp_path / "w").exists()  # removed unless --keep
+
+
+def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tmp_path):
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "gate_overhead.py"), "--model", tiny_llama,
+                           "--stage1", str(tmp_path / "stage1"), "--questions", "3", "--max_new_tokens", "3",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Machine: cpu=")
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in lines if line.startswith("| ")}
+    assert float(rows["plain greedy generation"]) == 1.0
+    assert float(rows["zero-overhead gate (no LoRA)"]) > 0 and float(rows["LoRA gate (LoRA + head)"]) > 0

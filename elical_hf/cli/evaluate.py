@@ -1,7 +1,12 @@
-"""`elical-hf evaluate`: test records + confidence sources -> the paper's table (JSON + Markdown) and plots."""
+"""`elical-hf evaluate`: test records + confidence sources -> the paper's table (JSON + Markdown) and plots.
+
+For each `--model` with a saved `decision_threshold` it also reports what that answer/abstain rule does on the test
+records: the error rate among answered questions and the coverage (`decisions.json`, and a table in `report.md`),
+next to the alpha a risk-controlled threshold was chosen to guarantee."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -94,7 +99,10 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.auto import AutoModelForConfidence
-    from elical_hf.evaluation import evaluate_table, table_to_markdown, write_report
+    from elical_hf.atomic import atomic_write_text
+    from elical_hf.evaluation import (
+        decision_table, decision_table_to_markdown, evaluate_table, table_to_markdown, write_report,
+    )
     from elical_hf.signals.baselines import BASELINES, compute_baselines
     from elical_hf.signals.honestybench import load_honestybench
 
@@ -132,18 +140,27 @@ def main(argv: list[str] | None = None) -> int:
     if models and unusable:
         raise ValueError(f"{len(unusable)} test records in {options.records} have no `question` text (first: record "
                          f"{records[unusable[0]].get('id', unusable[0])!r}); a model scores the question.")
+    configs = {}
     for name, path in models.items():
-        sources[name] = AutoModelForConfidence.from_pretrained(path).confidence(
-            questions, batch_size=options.batch_size, progress=True
-        )
+        model = AutoModelForConfidence.from_pretrained(path)
+        sources[name] = model.confidence(questions, batch_size=options.batch_size, progress=True)
+        configs[name] = model.confidence_config
 
     correct = [int(r["greedy_correct"]) for r in records]
     table = evaluate_table(
         correct, [r["dataset"] for r in records], [r["split"] for r in records], sources, bootstrap=options.bootstrap
     )
+    decisions = decision_table(correct, [r["split"] for r in records], sources, configs)
+    notes = ""
+    if decisions:  # the saved answer/abstain rules, applied to these test records
+        notes = f"## Decisions at the saved thresholds\n\n{decision_table_to_markdown(decisions)}\n"
     paths = write_report(
-        table, options.output_dir, correct=correct, confidences=sources, label_curves=label_curves(table)
+        table, options.output_dir, correct=correct, confidences=sources, label_curves=label_curves(table), notes=notes
     )
+    if decisions:
+        paths["decisions"] = os.path.join(options.output_dir, "decisions.json")
+        atomic_write_text(paths["decisions"], json.dumps(decisions, indent=2) + "\n")
+        print(decision_table_to_markdown(decisions) + "\n")
     if options.update_model_cards:
         _update_model_cards(models, table, sources, correct, options.records)
     print(table_to_markdown(table, "auroc"))
