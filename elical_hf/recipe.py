@@ -11,12 +11,13 @@ import re
 import shutil
 from typing import Any
 
+from accelerate import PartialState
 from datasets import Dataset
 from transformers import set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_text
-from .auto import AutoModelForConfidence, find_saved_model
+from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
 from .bundled import question_parts
 from .data import as_dataset
 from .trainer import ConfidenceTrainer
@@ -164,10 +165,11 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool) -> list[str]:
+def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool, main: bool = True) -> list[str]:
     """Check that `output_dir` is new, empty, or holds this same run (then return the stages it finished), and write
     the run manifest. Anything else is refused unless `overwrite`, which starts over: it forgets the finished stages
-    and removes the checkpoints we wrote (nothing else)."""
+    and removes the checkpoints we wrote (nothing else). Only the main process (`main`) removes or writes anything;
+    the others run after it and read what it wrote."""
     path = os.path.join(output_dir, RUN_MANIFEST_NAME)
     found = None
     if os.path.isfile(path):
@@ -197,10 +199,12 @@ def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool) -> 
                 f"{output_dir} is not empty and holds no `elical-hf train` run ({RUN_MANIFEST_NAME}): training would "
                 "write over what is there. Use an empty or new --output_dir, or pass --overwrite_output_dir."
             )
-        for folder in STAGE_DIRS.values():
-            remove_checkpoints(os.path.join(output_dir, folder, "checkpoints"))
+        if main:
+            for folder in STAGE_DIRS.values():
+                remove_checkpoints(os.path.join(output_dir, folder, "checkpoints"))
         done = []
-    _write_run_manifest(output_dir, run, done)
+    if main:
+        _write_run_manifest(output_dir, run, done)
     return done
 
 
@@ -278,7 +282,11 @@ def train_elical(
         "elicitation_data": data_fingerprint(elicitation_data, "elicitation"),
         "calibration_data": data_fingerprint(labelled, "calibration"),
     })
-    done = _claim_output_dir(output_dir, run, overwrite_output_dir)
+    if init.get("load_in_4bit"):
+        check_four_bit_support()  # before anything is written: bitsandbytes or CUDA may be missing
+    state = PartialState()  # under `accelerate launch`, one per process; only the main process writes
+    with state.main_process_first():
+        done = _claim_output_dir(output_dir, run, overwrite_output_dir, main=state.is_main_process)
 
     def finished(key: str) -> bool:
         if key in done and find_saved_model(paths[key]) is not None:
@@ -290,8 +298,10 @@ def train_elical(
         train_stage(model, data, paths[key], stage, dev_fraction=dev_fraction, seed=seed, training_args=settings,
                     calibration_trainable=trainable, keep_checkpoints=True, resume=True)
         done.append(key)
-        _write_run_manifest(output_dir, run, done)  # before the checkpoints go: a kill in between loses nothing
-        remove_checkpoints(os.path.join(paths[key], "checkpoints"))
+        if state.is_main_process:
+            _write_run_manifest(output_dir, run, done)  # before the checkpoints go: a kill in between loses nothing
+            remove_checkpoints(os.path.join(paths[key], "checkpoints"))
+        state.wait_for_everyone()
 
     if not finished("elicitation"):
         if "elical" in done:  # built on an older stage 1

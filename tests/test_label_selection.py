@@ -51,7 +51,7 @@ def test_bad_requests_are_refused():
         select_for_labelling([0.1, 0.2], 3)
 
 
-def test_select_labels_command(tiny_llama, tmp_path):
+def test_select_labels_command(tiny_llama, tmp_path, raise_user_errors):
     from elical_hf.signals.records import load_records, save_records
 
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")

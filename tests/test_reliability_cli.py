@@ -14,6 +14,7 @@ from elical_hf.cli import main as cli_main
 from elical_hf.signals.records import read_records, save_records
 from elical_hf.signals.runner import sample_records
 from tests.reliability import case
+from tests.tiny import mark_trained
 
 
 def run(argv: list[str], capsys) -> tuple[int, str]:
@@ -239,6 +240,7 @@ def test_mistyped_local_path(tmp_path, capsys, monkeypatch):
 def test_truncated_adapter_names_the_file(tiny_llama, tmp_path, capsys):
     folder = tmp_path / "model"
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    mark_trained(folder)  # evaluate refuses untrained heads before it loads any weights
     weights = folder / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     with pytest.raises(ValueError, match=f"{weights} is corrupt or truncated"):

@@ -145,7 +145,7 @@ def small_run(tmp_path, tiny_llama, output_dir, **overrides):
 @case("data", "`elical-hf train --output_dir` a non-empty folder that holds no training run",
       "refused before training: `… is not empty and holds no elical-hf train run … pass --overwrite_output_dir`; "
       "nothing in it is touched")
-def test_train_refuses_a_foreign_non_empty_folder(tiny_llama, tmp_path):
+def test_train_refuses_a_foreign_non_empty_folder(tiny_llama, tmp_path, raise_user_errors):
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("{}")
@@ -200,7 +200,7 @@ def test_remove_checkpoints_keeps_other_files(tmp_path):
 @case("data", "`elical-hf evaluate --output_dir` a folder that already holds `results.json` (an earlier run)",
       "refused: `--output_dir … already holds the results of an earlier run; use a new folder or pass "
       "--overwrite_output_dir`; the earlier results stay")
-def test_evaluate_does_not_overwrite_earlier_results(tmp_path):
+def test_evaluate_does_not_overwrite_earlier_results(tmp_path, raise_user_errors):
     from tests.test_reliability_silent import judged_records
 
     records, out = judged_records(tmp_path), tmp_path / "report"

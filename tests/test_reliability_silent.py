@@ -52,7 +52,7 @@ def judged_records(tmp_path, unjudged: int = 0) -> str:
 @case("silent", "`elical-hf evaluate --model EliCal=<a base model folder>` (or a saved model that was never trained)",
       "refused before scoring: `--model EliCal=…: not a trained confidence model (no confidence_config.json); a base "
       "model would be scored with a freshly initialised, random head` / `… never trained (empty training_history)`")
-def test_evaluate_refuses_a_model_without_a_trained_head(tiny_llama, tmp_path, trained_model):
+def test_evaluate_refuses_a_model_without_a_trained_head(tiny_llama, tmp_path, trained_model, raise_user_errors):
     records = judged_records(tmp_path)
     argv = ["evaluate", "--records", records, "--baselines", "prob"]
     with pytest.raises(ValueError, match="not a trained confidence model .*random head"):
@@ -98,7 +98,7 @@ def unfinished_sample(tmp_path) -> str:
       "refused: `… is an unfinished elical-hf sample run …: 24 of 40 questions sampled, 16 missing. Rerun … or pass "
       "--allow_incomplete`; with `--allow_incomplete` / `allow_incomplete=True` it is read with a warning that says "
       "`16 rows dropped`")
-def test_unfinished_sample_folders_are_refused_unless_allowed(unfinished_sample, tmp_path, caplog):
+def test_unfinished_sample_folders_are_refused_unless_allowed(unfinished_sample, tmp_path, caplog, raise_user_errors):
     with pytest.raises(ValueError, match="unfinished `elical-hf sample` run .*24 of 40 questions sampled, 16 missing"):
         load_honestybench(unfinished_sample, progress=False)
     for argv in (["judge", "--records", unfinished_sample, "--output", str(tmp_path / "j.jsonl"),

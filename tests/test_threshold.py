@@ -10,6 +10,7 @@ import pytest
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
 from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from tests.tiny import mark_trained
 
 
 def write_judged(folder, split: str, n: int, wrong_every: int) -> None:
@@ -35,6 +36,7 @@ def judged(tmp_path, tiny_llama):
     write_judged(records, "train", 60, wrong_every=10)  # 10% wrong
     write_judged(records, "test", 40, wrong_every=10)
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+    mark_trained(tmp_path / "model")  # evaluate refuses untrained heads
     return tmp_path
 
 
@@ -72,7 +74,7 @@ def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_eval
     assert saved_config(model).risk_control is None
 
 
-def test_an_alpha_that_cannot_be_certified_writes_nothing(judged):
+def test_an_alpha_that_cannot_be_certified_writes_nothing(judged, raise_user_errors):
     model = judged / "model"
     before = (model / CONFIDENCE_CONFIG_NAME).read_text()
     with pytest.raises(ValueError, match="Nothing was written"):
