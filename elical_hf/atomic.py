@@ -1,7 +1,8 @@
 """Atomic writes: a reader (or a rerun after a crash) sees the old file or folder, or the complete new one, never a part.
 
 Everything is written under a temporary name next to its target and moved into place with `os.replace`, which is
-atomic on one file system. [`atomic_write_text`] writes a text file, [`atomic_file`] lends a temporary path to any
+atomic on one file system. New files get the permissions of a plain `open` (0666 less the umask), not the 0600 of a
+temporary file. [`atomic_write_text`] writes a text file, [`atomic_file`] lends a temporary path to any
 writer (parquet, safetensors), and [`atomic_folder`] builds a whole folder before it appears.
 """
 
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask"]
 
 
 @contextmanager
@@ -39,7 +40,10 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600; a new file gets what `open` would give it
+    finally:
+        os.close(fd)
     try:
         yield tmp
         with open(tmp, "rb+") as handle:
@@ -48,6 +52,20 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def current_umask() -> int:
+    """The process's umask (read without changing it where Linux shows it in `/proc/self/status`)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe for that instant)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -10,6 +10,7 @@ A saved confidence model is an adapter folder, never a backbone copy:
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from collections import OrderedDict
@@ -17,6 +18,8 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftConfig, PeftModel
+from peft.utils import SAFETENSORS_WEIGHTS_NAME
+from safetensors import SafetensorError
 from transformers import AutoConfig
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -35,6 +38,31 @@ logger = logging.getLogger(__name__)
 HEAD_MODULE = "confidence_head"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
 """The `from_pretrained` keyword arguments that locate files on the Hub (passed to the config and tokenizer too)."""
+
+def check_four_bit_support() -> None:
+    """Raise one clear error where a 4-bit (QLoRA) backbone cannot be loaded: `ImportError` without bitsandbytes,
+    `RuntimeError` without a CUDA GPU (bitsandbytes' 4-bit kernels run on CUDA)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError(
+            "load_in_4bit (QLoRA) needs bitsandbytes and a CUDA GPU: `pip install bitsandbytes`. Without them, load the "
+            "backbone in bf16 or float32 (leave load_in_4bit off)."
+        )
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "load_in_4bit (QLoRA) needs a CUDA GPU (bitsandbytes' 4-bit kernels), and none is visible here. Leave "
+            "load_in_4bit off to load the backbone in bf16 or float32."
+        )
+
+
+def four_bit_config(compute_dtype: torch.dtype) -> Any:
+    """QLoRA's quantization: NF4 weights with double quantization, matmuls in `compute_dtype` (a
+    `transformers.BitsAndBytesConfig`); raises as [`check_four_bit_support`] where that cannot run."""
+    check_four_bit_support()
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute_dtype)
+
 
 MODEL_FOR_CONFIDENCE_MAPPING_NAMES = OrderedDict(
     (model_type, confidence_class_name(model_type)) for model_type in CONFIDENCE_BACKBONES
@@ -63,10 +91,11 @@ class PeftModelForConfidence(PeftModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs: Any) -> None:
         save_directory = os.fspath(save_directory)
-        os.makedirs(save_directory, exist_ok=True)
         marker = os.path.join(save_directory, CONFIDENCE_CONFIG_NAME)
-        if os.path.exists(marker):  # invalidate first: a crash below must not leave old marker + new weights
-            os.remove(marker)
+        if kwargs.get("is_main_process", True):  # other processes of a distributed run only join the gathers
+            os.makedirs(save_directory, exist_ok=True)
+            if os.path.exists(marker):  # invalidate first: a crash below must not leave old marker + new weights
+                os.remove(marker)
         inner = self.get_base_model()
         for peft_config in self.peft_config.values():
             peft_config.base_model_name_or_path = inner.confidence_config.base_model_name_or_path
@@ -87,6 +116,13 @@ class PeftModelForConfidence(PeftModel):
 
         return push_model(self, repo_id, **kwargs)
 
+    @property
+    def uses_lora(self) -> bool:
+        """`False` for a model without LoRA (`ConfidenceConfig.use_lora`): only its head ever trains, on the frozen
+        backbone's own hidden states."""
+        config = self.get_base_model().confidence_config
+        return config is None or config.use_lora
+
     def trainable_parts(self) -> dict[str, list[Any]]:
         """The LoRA and head parameters, by part (`"lora"`, `"head"`)."""
         parts: dict[str, list[Any]] = {"lora": [], "head": []}
@@ -98,10 +134,11 @@ class PeftModelForConfidence(PeftModel):
         return parts
 
     def set_trainable(self, lora: bool, head: bool = True) -> None:
-        """Freeze or unfreeze the LoRA weights and the head; the backbone always stays frozen."""
+        """Freeze or unfreeze the LoRA weights and the head; the backbone always stays frozen, and so does the LoRA of
+        a model without LoRA ([`uses_lora`])."""
         parts = self.trainable_parts()
         for parameter in parts["lora"]:
-            parameter.requires_grad_(lora)
+            parameter.requires_grad_(lora and self.uses_lora)
         for parameter in parts["head"]:
             parameter.requires_grad_(head)
 
@@ -142,8 +179,10 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         lora_dropout: float = 0.0,
         target_modules: list[str] | None = None,
         confidence_config: ConfidenceConfig | None = None,
+        use_lora: bool | None = None,
         base_model_name_or_path: str | None = None,
         is_trainable: bool = False,
+        load_in_4bit: bool = False,
         **kwargs: Any,
     ) -> PeftModelForConfidence:
         r"""
@@ -162,11 +201,21 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 Modules to adapt; defaults to every linear layer of the backbone.
             confidence_config ([`ConfidenceConfig`], *optional*):
                 Prompt template and pooling of a fresh model.
+            use_lora (`bool`, *optional*):
+                `False` builds a fresh model without LoRA (recorded as `confidence_config.use_lora`): stage 1 and 2
+                train only the head, on the frozen backbone's hidden states, and `model.answer` then reads the
+                confidence from the prefill that starts the answer (the gate's zero-overhead mode). PEFT needs one
+                adapted module, so the model carries a rank-1 LoRA on one projection that is zero, frozen and switched
+                off. Defaults to `confidence_config.use_lora` (`True`).
             base_model_name_or_path (`str`, *optional*):
                 For a saved model: load its adapter onto this base instead, a local folder with a copy of the model
                 it was trained on. Refused when it is another Hub model, or when its architecture differs.
             is_trainable (`bool`, *optional*, defaults to `False`):
                 For a saved model: keep the adapter trainable.
+            load_in_4bit (`bool`, *optional*, defaults to `False`):
+                Load the frozen backbone in 4 bits (QLoRA: NF4, double quantization, [`four_bit_config`]) on the
+                current CUDA device, computing in `dtype`; LoRA and head stay in full precision. For 7B-class
+                backbones on one GPU. Needs bitsandbytes and a CUDA GPU (a clear error otherwise).
             kwargs:
                 Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...). `dtype`
                 defaults to `"auto"`, which here means the library's precision policy
@@ -175,6 +224,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         """
         name = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
+        if load_in_4bit:
+            check_four_bit_support()  # before anything is read or loaded
+            kwargs["load_in_4bit"] = True
         saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
             return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)
@@ -183,7 +235,22 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 f"{name} holds an adapter but no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model "
                 "(an interrupted save, or a plain PEFT adapter; see `elical-hf convert-official` for the paper's)."
             )
-        model = cls._load_base(name, confidence_config or ConfidenceConfig(), **kwargs)
+        if os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(
+                f"{name} is neither a confidence model (no {CONFIDENCE_CONFIG_NAME}) nor a base model (no config.json)"
+                + (": it holds only the checkpoints of an interrupted `elical-hf train` stage; rerun the same command to "
+                   "resume it." if os.path.isdir(os.path.join(name, "checkpoints")) else ".")
+            )
+        confidence_config = confidence_config or ConfidenceConfig()
+        if use_lora is not None:
+            confidence_config.use_lora = use_lora
+        model = cls._load_base(name, confidence_config, **kwargs)
+        if not confidence_config.use_lora:
+            if peft_config is not None:
+                raise ValueError("`peft_config` configures LoRA, but this model is built without LoRA (use_lora=False).")
+            # PEFT adapts at least one module: a rank-1 LoRA on one projection, zero at init and never trained.
+            peft_config = LoraConfig(r=1, lora_alpha=1, target_modules=default_lora_targets(model)[:1],
+                                     modules_to_save=[HEAD_MODULE])
         if peft_config is None:
             peft_config = LoraConfig(
                 r=lora_r,
@@ -195,7 +262,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             )
         elif HEAD_MODULE not in (peft_config.modules_to_save or []):
             peft_config.modules_to_save = [*(peft_config.modules_to_save or []), HEAD_MODULE]
-        return PeftModelForConfidence(model, peft_config)
+        return switch_off_unused_lora(PeftModelForConfidence(model, peft_config))
 
     @classmethod
     def _load_base(cls, name: str, confidence_config: ConfidenceConfig, **kwargs: Any) -> Any:
@@ -208,10 +275,20 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         config = AutoConfig.from_pretrained(path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        four_bit = kwargs.pop("load_in_4bit", False)
+        if four_bit:
+            kwargs.setdefault("device_map", {"": torch.cuda.current_device()})
         device_map = kwargs.get("device_map")
         device = device_map if isinstance(device_map, (str, torch.device)) and device_map != "auto" else None
-        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), device)
+        kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), "cuda" if four_bit else device)
+        if four_bit:
+            kwargs["quantization_config"] = four_bit_config(kwargs["dtype"])
         model = super().from_pretrained(path, config=config, **kwargs)
+        if four_bit:
+            from peft import prepare_model_for_kbit_training
+
+            # PEFT's k-bit recipe: the backbone frozen, its norms in float32; checkpointing is the Trainer's option.
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path
         model.tokenizer = load_tokenizer(path, **hub_kwargs)
@@ -248,9 +325,37 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         # What the adapter was trained with wins; only the provenance of this load's weights is new.
         saved_config.base_weights_source = loading_config.base_weights_source
         model.confidence_config = saved_config
-        model.tokenizer = load_tokenizer(folder, fallback=model.tokenizer)  # the adapter's own, else the base's
+        base_tokenizer = model.tokenizer
+        model.tokenizer = load_tokenizer(folder, fallback=base_tokenizer)  # the adapter's own, else the base's
+        if saved_config.use_chat_template and base_tokenizer.chat_template and not model.tokenizer.chat_template:
+            raise ValueError(
+                f"{folder} holds a tokenizer without its chat template (no chat_template.jinja), but the model was "
+                f"trained on chat-templated prompts: scoring with another template gives other confidences. Put the "
+                f"chat_template.jinja it was trained with back into {folder} (from its base model {base!r} if it was "
+                "trained with that one's)."
+            )
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
-        return PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+        try:
+            loaded = PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)
+        except SafetensorError as error:  # a truncated or corrupt weights file: say which one
+            raise ValueError(
+                f"{os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)} is corrupt or truncated ({error}); save the model "
+                "again, or download it again."
+            ) from None
+        return switch_off_unused_lora(loaded)
+
+
+def switch_off_unused_lora(model: PeftModelForConfidence) -> PeftModelForConfidence:
+    """For a model without LoRA ([`PeftModelForConfidence.uses_lora`]): freeze its placeholder LoRA and switch its
+    layers off, so the backbone computes exactly the base model (and no LoRA branch runs). Returns `model`."""
+    if not model.uses_lora:
+        from peft.tuners.lora import LoraLayer
+
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                module.enable_adapters(False)
+        model.set_trainable(lora=False, head=any(p.requires_grad for p in model.trainable_parts()["head"]))
+    return model
 
 
 def _check_requested_base(folder: str, trained_on: str | None, requested: str | None) -> None:

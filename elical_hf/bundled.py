@@ -117,6 +117,43 @@ def load_bundled_questions(
     return rows
 
 
+def question_parts(questions: Iterable[str], fractions: Mapping[str, float], seed: int = 42) -> list[str]:
+    """
+    The part of each question in [`split_questions`]'s rule, from the question texts alone (one short string per
+    row, so a 560k-row table is split with `Dataset.select` instead of a Python list of its rows).
+
+    Args:
+        questions (`Iterable[str]`): The question of each row.
+        fractions (`Mapping[str, float]`): Part name -> fraction, all positive, summing to 1.
+        seed (`int`, *optional*, defaults to 42): Seed of the shuffle.
+
+    Returns:
+        `list[str]`: the part name of each row, in input order.
+
+    Raises:
+        `ValueError`: if `fractions` is empty, has a non-positive value, or does not sum to 1 (±1e-9).
+    """
+    if not fractions:
+        raise ValueError("fractions must not be empty.")
+    if any(not (float(v) > 0) for v in fractions.values()):
+        raise ValueError(f"All fractions must be positive, got {dict(fractions)}.")
+    if abs(sum(float(v) for v in fractions.values()) - 1.0) > 1e-9:
+        raise ValueError(f"fractions must sum to 1, got {sum(fractions.values())}.")
+    normalized = [normalize_question(q) for q in questions]
+    keys = sorted(set(normalized))
+    random.Random(seed).shuffle(keys)
+    names = list(fractions)
+    assignment: dict[str, str] = {}
+    cumulative, start = 0.0, 0
+    for i, part in enumerate(names):
+        cumulative += float(fractions[part])
+        end = len(keys) if i == len(names) - 1 else round(cumulative * len(keys))
+        for key in keys[start:end]:
+            assignment[key] = part
+        start = max(start, end)
+    return [assignment[key] for key in normalized]
+
+
 def split_questions(
     rows: Iterable[dict[str, Any]], fractions: Mapping[str, float], seed: int = 42
 ) -> dict[str, list[dict[str, Any]]]:
@@ -125,7 +162,7 @@ def split_questions(
 
     The distinct normalized questions are shuffled with `random.Random(seed)` (after sorting, so the
     result does not depend on input order) and cut into consecutive blocks sized by `fractions`; each
-    row goes to the part of its question. Within a part, rows keep their input order.
+    row goes to the part of its question ([`question_parts`]). Within a part, rows keep their input order.
 
     Args:
         rows (`Iterable[dict]`):
@@ -141,25 +178,8 @@ def split_questions(
     Raises:
         `ValueError`: if `fractions` is empty, has a non-positive value, or does not sum to 1 (±1e-9).
     """
-    if not fractions:
-        raise ValueError("fractions must not be empty.")
-    if any(not (float(v) > 0) for v in fractions.values()):
-        raise ValueError(f"All fractions must be positive, got {dict(fractions)}.")
-    if abs(sum(float(v) for v in fractions.values()) - 1.0) > 1e-9:
-        raise ValueError(f"fractions must sum to 1, got {sum(fractions.values())}.")
     rows = list(rows)
-    keys = sorted({normalize_question(r["question"]) for r in rows})
-    random.Random(seed).shuffle(keys)
-    names = list(fractions)
-    assignment: dict[str, str] = {}
-    cumulative, start = 0.0, 0
-    for i, part in enumerate(names):
-        cumulative += float(fractions[part])
-        end = len(keys) if i == len(names) - 1 else round(cumulative * len(keys))
-        for key in keys[start:end]:
-            assignment[key] = part
-        start = max(start, end)
-    out: dict[str, list[dict[str, Any]]] = {part: [] for part in names}
-    for r in rows:
-        out[assignment[normalize_question(r["question"])]].append(r)
+    out: dict[str, list[dict[str, Any]]] = {part: [] for part in fractions}
+    for row, part in zip(rows, question_parts([r["question"] for r in rows], fractions, seed)):
+        out[part].append(row)
     return out

@@ -7,6 +7,7 @@ any hand editing.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -17,7 +18,16 @@ from .metrics import METRIC_NAMES
 from .training_args import ConfidenceTrainingArguments, Stage
 
 
-def history_entry(args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any]) -> dict[str, Any]:
+logger = logging.getLogger(__name__)
+
+DEV_PREFIX = "eval"
+"""The Trainer's metric prefix for its `eval_dataset` (the dev split of early stopping): such metrics are training
+history (`training_logs`, `dev_metrics`), never evaluation results of the card."""
+
+
+def history_entry(
+    args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any], uses_lora: bool = True
+) -> dict[str, Any]:
     """
     The `training_history` entry a run records before it trains (so that its checkpoints carry it): stage, target
     column, number of training rows, what trains and the precision. [`ConfidenceTrainer`] and
@@ -27,7 +37,7 @@ def history_entry(args: ConfidenceTrainingArguments, num_examples: int, precisio
         "stage": args.stage.value,
         "label_column": args.label_column,
         "num_examples": num_examples,
-        "lora_trainable": args.trains_lora,
+        "lora_trainable": args.trains_lora and uses_lora,  # a model without LoRA only ever trains its head
     }
     if args.stage == Stage.CALIBRATION:
         entry["calibration_trainable"] = args.calibration_trainable.value
@@ -75,7 +85,9 @@ class ConfidenceCardCallback(TrainerCallback):
     - `on_init_end`: marks the card as generated from the trainer, adds the trainer's tags and `hub_model_id`.
     - `on_train_begin`: drops evaluation results recorded before (they describe the model before this training).
     - `on_evaluate`: during training, appends a row to `training_logs` and keeps the last as `dev_metrics`; after
-      training (`trainer.evaluate(test_sets)`), records each named set as an evaluation result of the card.
+      training, records each set evaluated with another prefix than `eval` (`trainer.evaluate(test_set,
+      metric_key_prefix="test_nq")`) as an evaluation result of the card. Metrics prefixed `eval` (the default
+      prefix, e.g. `trainer.evaluate()` on the dev split) are never recorded as results: `push` would publish them.
     - `on_train_end`: completes this run's entry of `confidence_config.training_history` with epochs, steps, learning
       rate, effective batch size and the dev metrics of the final (best, when early stopping restored it) model.
 
@@ -129,6 +141,10 @@ class ConfidenceCardCallback(TrainerCallback):
             return
         for prefix, values in groups.items():  # an evaluation of the trained model, e.g. on test sets
             split, _, name = prefix.partition("_")
+            if split == DEV_PREFIX:  # the trainer's own dev sets (`trainer.evaluate()`): training history, not results
+                logger.info("Not recording %r metrics in the model card: pass metric_key_prefix='test_<name>' to "
+                            "record an evaluation result.", prefix)
+                continue
             data.add_evaluation(name or split, values, split=split)
 
     def on_train_end(

@@ -205,7 +205,8 @@ def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
     rows = []
     for number, entry in enumerate(config.training_history, 1):
         stage = entry.get("stage", "?")
-        trainable = "LoRA + head" if entry.get("lora_trainable") else "head only (LoRA frozen)"
+        frozen = "head only (LoRA frozen)" if config.use_lora else "head only (no LoRA)"
+        trainable = "LoRA + head" if entry.get("lora_trainable") else frozen
         dev = entry.get("dev_metrics") or {}
         rows.append(
             {
@@ -293,6 +294,8 @@ def render_model_card(
         base_on_hub=bool(base) and is_hub_id(base),
         base_weights_source=config.base_weights_source,
         threshold=config.decision_threshold,
+        retrieve_threshold=config.retrieve_threshold,
+        risk_control=config.risk_control,
         prompt_template=config.prompt_template,
         use_chat_template=config.use_chat_template,
         history=_history_rows(config),

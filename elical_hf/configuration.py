@@ -67,7 +67,20 @@ class ConfidenceConfig:
         base_weights_source (`str`, *optional*):
             Where the backbone weights really came from (e.g. a dequantized GGUF when the Hub was unreachable).
         decision_threshold (`float`, *optional*):
-            Answer when confidence >= threshold, abstain otherwise (set from an alignment evaluation).
+            Answer when confidence >= threshold (set by `elical-hf threshold`: the alignment rule, or a guaranteed
+            error rate with `--alpha`); below it abstain, or retrieve (see `retrieve_threshold`).
+        retrieve_threshold (`float`, *optional*):
+            The gate's third decision ([`~elical_hf.gate.decide`]): confidences in `[retrieve_threshold,
+            decision_threshold)` retrieve context before answering, lower ones abstain. `None`: never retrieve; `0.0`:
+            retrieve instead of abstaining.
+        risk_control (`dict`, *optional*):
+            How `decision_threshold` was chosen when it carries a guarantee ([`~elical_hf.metrics.
+            risk_controlling_threshold`]): `alpha`, `delta`, `n`, `coverage`, `risk`, `risk_upper_bound`, `method`,
+            `records`, `split`. Cleared when the threshold is set another way.
+        use_lora (`bool`, *optional*, defaults to `True`):
+            `False`: no LoRA, only the head trains, on the frozen backbone's own hidden states (the gate's zero-overhead
+            mode: the prefill that starts the answer also gives the confidence). PEFT needs one adapted module, so such
+            a model carries a rank-1 LoRA on one projection that stays zero, frozen and switched off.
         training_history (`list[dict]`, *optional*):
             One entry per training run: stage, label column, number of examples, what was trainable.
     """
@@ -84,6 +97,9 @@ class ConfidenceConfig:
     base_model_signature: dict[str, Any] | None = None
     base_weights_source: str | None = None
     decision_threshold: float | None = None
+    retrieve_threshold: float | None = None
+    risk_control: dict[str, Any] | None = None
+    use_lora: bool = True
     training_history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -99,6 +115,12 @@ class ConfidenceConfig:
             raise ValueError(f"`max_length` must be at least 8 tokens, got {self.max_length}.")
         if self.decision_threshold is not None and not 0.0 <= self.decision_threshold <= 1.0:
             raise ValueError(f"`decision_threshold` must lie in [0, 1], got {self.decision_threshold}.")
+        if self.retrieve_threshold is not None:
+            if not 0.0 <= self.retrieve_threshold <= 1.0:
+                raise ValueError(f"`retrieve_threshold` must lie in [0, 1], got {self.retrieve_threshold}.")
+            if self.decision_threshold is not None and self.retrieve_threshold > self.decision_threshold:
+                raise ValueError(f"`retrieve_threshold` ({self.retrieve_threshold}) must not exceed "
+                                 f"`decision_threshold` ({self.decision_threshold}).")
 
     @property
     def trained_stages(self) -> list[str]:

@@ -13,6 +13,7 @@ import torch
 from datasets import Dataset
 
 from .configuration import ConfidenceConfig
+from .files import check_text_file, looks_local
 
 
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
@@ -64,9 +65,9 @@ def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceC
     cut = sum(len(ids) > limit for ids in input_ids)
     if cut:
         logger.warning(
-            "%d of %d prompts are longer than max_length=%d tokens and were cut from the left (their start, with the "
-            "instruction, is lost): raise `confidence_config.max_length` or shorten the questions.",
-            cut, len(input_ids), limit,
+            "%d of %d prompts are longer than max_length=%d tokens (the longest: %d) and were cut from the left (their "
+            "start, with the instruction, is lost): raise `confidence_config.max_length` or shorten the questions.",
+            cut, len(input_ids), limit, max(len(ids) for ids in input_ids),
         )
     return [list(ids[-limit:]) for ids in input_ids]
 
@@ -131,9 +132,13 @@ def load_table(source: str, split: str = "train") -> Dataset:
     """
     Load a question table from a file (`.jsonl`, `.json`, `.parquet`, `.csv`, `.arrow`), a folder written by
     `Dataset.save_to_disk`, or a dataset on the Hub (`split` of it).
-    """
-    import os
 
+    Raises:
+        `ValueError`: an unknown format, an empty file, a line of a `.jsonl` file that is not JSON (file and line
+            named), a text file that is not UTF-8, or a name that is neither here nor on the Hub.
+        `FileNotFoundError`: `source` does not exist and looks like a local path, not a Hub id
+            ([`~elical_hf.files.looks_local`]).
+    """
     from datasets import load_dataset, load_from_disk
 
     if os.path.isdir(source) and os.path.isfile(os.path.join(source, "dataset_info.json")):
@@ -142,10 +147,33 @@ def load_table(source: str, split: str = "train") -> Dataset:
         extension = os.path.splitext(source)[1].lower()
         if extension not in TABLE_FORMATS:
             raise ValueError(f"Unknown table format {extension!r} for {source}; use one of {sorted(TABLE_FORMATS)}.")
-        return load_dataset(TABLE_FORMATS[extension], data_files=source, split="train")
+        if os.path.getsize(source) == 0:
+            raise ValueError(f"{source} is empty: a question table needs a header or rows.")
+        from datasets.exceptions import DatasetGenerationError
+
+        text = extension in (".jsonl", ".json", ".csv")
+        if text:
+            check_text_file(source)  # pyarrow's readers load bytes that are not UTF-8 and fail only when read
+        try:
+            return load_dataset(TABLE_FORMATS[extension], data_files=source, split="train")
+        except (DatasetGenerationError, UnicodeDecodeError) as error:  # name the file and the line
+            if text:
+                check_text_file(source, json_lines=extension == ".jsonl")
+            cause = error.__cause__ or error
+            raise ValueError(f"Cannot read {source} as a {extension} table: {type(cause).__name__}: {cause}") from error
     if os.path.exists(source):
         raise ValueError(f"{source} is neither a data file nor a folder saved with `Dataset.save_to_disk`.")
-    return load_dataset(source, split=split)
+    if looks_local(source):
+        raise FileNotFoundError(2, "No such file or folder", source)
+    from datasets.exceptions import DatasetNotFoundError
+
+    try:
+        return load_dataset(source, split=split)
+    except (ConnectionError, DatasetNotFoundError) as error:
+        raise ValueError(
+            f"{source} is not a file or folder here, and not a dataset the Hub gave ({type(error).__name__}: {error}). "
+            "Check the path; a Hub dataset needs the network or the local cache."
+        ) from None
 
 
 def validate_columns(
@@ -162,15 +190,33 @@ def validate_columns(
         )
     for row, question in enumerate(dataset[question_column]):
         if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"The {name} dataset has an empty or non-string question at row {row}: {question!r}.")
+            named = f"; id {dataset[row]['id']!r}" if "id" in dataset.column_names else ""
+            where = f"row {row} (counting from 0{named})"
+            raise ValueError(f"The {name} dataset has an empty or non-string question at {where}: {question!r}.")
     if label_column is not None:
         _check_unit_interval(dataset[label_column], f"{name} column {label_column!r}")
+        _warn_contradicting_duplicates(dataset[question_column], dataset[label_column], name, label_column)
     if EVAL_LABEL_COLUMN in dataset.column_names:
         for row, value in enumerate(dataset[EVAL_LABEL_COLUMN]):
             if value is not None and value not in (0, 1, True, False):
                 raise ValueError(
                     f"The {name} column {EVAL_LABEL_COLUMN!r} must hold 0/1 (or None), got {value!r} at row {row}."
                 )
+
+
+def _warn_contradicting_duplicates(questions: Sequence[str], targets: Sequence[Any], name: str, column: str) -> None:
+    """Warn (with a count and an example) when one question appears several times with different targets."""
+    seen: dict[str, set[float]] = {}
+    for question, target in zip(questions, targets):
+        seen.setdefault(question.strip(), set()).add(float(target))
+    clashes = {question: values for question, values in seen.items() if len(values) > 1}
+    if clashes:
+        example, values = next(iter(clashes.items()))
+        logger.warning(
+            "The %s dataset has %d question(s) that appear more than once with different %r targets (e.g. %r: %s); "
+            "the model is trained toward their mean. Deduplicate them if that is not what you want.",
+            name, len(clashes), column, example[:80], sorted(values),
+        )
 
 
 def _check_unit_interval(values: Sequence[Any], what: str) -> None:

@@ -359,16 +359,110 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Cannot serialise {type(value).__name__}")
 
 
-def set_decision_threshold(model_dir: str, confidences: Sequence[float], correct: Sequence[int]) -> float:
+def decision_table(
+    correct: Sequence[int],
+    splits: Sequence[str],
+    confidences: Mapping[str, Sequence[float]],
+    configs: Mapping[str, ConfidenceConfig],
+) -> dict[str, dict[str, Any]]:
     """
-    Choose the answer/abstain threshold on these rows (a dev split, never the test set) and store it as
-    `decision_threshold` in the saved model's `confidence_config.json`; returns it.
+    What each model's saved decision rule does on test records: its error rate among answered questions (`risk`) and
+    the share it answers (`coverage`), per split and over all rows, next to the `alpha` it was chosen to guarantee.
+
+    Args:
+        correct (`list[int]`), splits (`list[str]`): 0/1 correctness and split of each record.
+        confidences (`dict[str, list[float]]`): Model name -> one confidence per record.
+        configs (`dict[str, ConfidenceConfig]`): Model name -> its config; models without a `decision_threshold`
+            are left out.
+
+    Returns:
+        `dict`: model -> `{"threshold", "alpha", "delta", "columns": {split or "all": {"risk", "coverage", "answered",
+        "n"}}}`.
     """
+    from .metrics import selective_risk
+
+    out: dict[str, dict[str, Any]] = {}
+    split_array = np.asarray(splits)
+    for name, config in configs.items():
+        if config.decision_threshold is None:
+            continue
+        scores = np.asarray(confidences[name], dtype=np.float64)
+        labels = np.asarray(correct, dtype=np.int64)
+        columns = {}
+        for column in [*dict.fromkeys(splits), "all"]:
+            mask = np.ones(len(labels), bool) if column == "all" else split_array == column
+            columns[column] = {**selective_risk(scores[mask], labels[mask], config.decision_threshold),
+                               "n": int(mask.sum())}
+        guarantee = config.risk_control or {}
+        out[name] = {"threshold": config.decision_threshold, "alpha": guarantee.get("alpha"),
+                     "delta": guarantee.get("delta"), "columns": columns}
+    return out
+
+
+def decision_table_to_markdown(decisions: Mapping[str, Mapping[str, Any]]) -> str:
+    """[`decision_table`] as Markdown: one row per model and column, error rate among answered and coverage."""
+    lines = ["| model | threshold | guarantee | rows | answered | coverage | error rate among answered |",
+             "|---|---:|---|---|---:|---:|---:|"]
+    for name, entry in decisions.items():
+        guarantee = f"<= {entry['alpha']} w.p. {1 - entry['delta']:.2f}" if entry["alpha"] is not None else "alignment rule"
+        for column, cell in entry["columns"].items():
+            lines.append(f"| {name} | {entry['threshold']:.2f} | {guarantee} | {column} ({cell['n']}) | "
+                         f"{cell['answered']} | {100 * cell['coverage']:.1f}% | {_fmt(cell['risk'])} |")
+    return "\n".join(lines)
+
+
+def set_decision_threshold(
+    model_dir: str,
+    confidences: Sequence[float],
+    correct: Sequence[int],
+    *,
+    alpha: float | None = None,
+    delta: float = 0.1,
+    source: Mapping[str, Any] | None = None,
+) -> float:
+    """
+    Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
+    as `decision_threshold` in the saved model's `confidence_config.json` (and its generated card); returns it.
+
+    Args:
+        model_dir (`str`): A saved confidence model folder.
+        confidences (`list[float]`), correct (`list[int]`): The model's confidences and 0/1 correctness of the rows.
+        alpha (`float`, *optional*): With it, the threshold guarantees an error rate among answered questions of at
+            most `alpha` with probability `1 - delta` ([`~elical_hf.metrics.risk_controlling_threshold`]), recorded as
+            `risk_control`. Without it, the alignment rule ([`~elical_hf.metrics.select_threshold`]); an earlier
+            `risk_control` record is removed.
+        delta (`float`, *optional*, defaults to 0.1): The guarantee's failure probability (with `alpha`).
+        source (`dict`, *optional*): Where the rows came from (e.g. `{"records": ..., "split": ...}`), kept in
+            `risk_control`.
+
+    Raises:
+        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified at `alpha` (nothing is
+        written then).
+    """
+    from .cards import GENERATED_MARKER, write_folder_card
+    from .metrics import risk_controlling_threshold
+
     path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
     if not os.path.isfile(path):
         raise ValueError(f"{model_dir} is not a saved confidence model (no {CONFIDENCE_CONFIG_NAME}).")
-    threshold = select_threshold(confidences, correct)
     config = ConfidenceConfig.from_json_file(path)
+    if alpha is None:
+        threshold, record = select_threshold(confidences, correct), None
+    else:
+        record = {**risk_controlling_threshold(confidences, correct, alpha=alpha, delta=delta), **(source or {})}
+        threshold = record.pop("threshold")
+        if threshold is None:
+            raise ValueError(
+                f"No threshold keeps the error rate among answered questions below alpha={alpha} with probability "
+                f"1 - delta = {1 - delta:.2f} on these {len(confidences)} rows: use more labelled rows, or a larger "
+                "alpha or delta. Nothing was written."
+            )
     config.decision_threshold = threshold
+    config.risk_control = record
+    if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
+        config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
     config.save_pretrained(model_dir)
+    readme = os.path.join(model_dir, "README.md")
+    if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
+        write_folder_card(model_dir)
     return threshold

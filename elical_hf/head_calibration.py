@@ -255,7 +255,9 @@ def calibrate_head(
             alignment to the dev metrics, as in the Trainer.
         output_dir (`str`, *optional*): Where to save the calibrated model; `None` only updates `model`.
         args ([`ConfidenceTrainingArguments`], *optional*): The training settings (see [`fit_head`]); they must say
-            `stage="calibration"` and `calibration_trainable="head"`. Defaults to [`head_training_args`] of
+            `stage="calibration"` and `calibration_trainable="head"`, except for a model without LoRA
+            (`use_lora=False`), whose every stage trains the head alone: there `stage="elicitation"` (with
+            `label_column="consistency"`) runs stage 1 on cached features too. Defaults to [`head_training_args`] of
             `label_column`, `question_column`, `seed` and `fit_kwargs`, which cannot be combined with `args`.
         label_column (`str`, *optional*, defaults to `"correctness"`): The target column.
         question_column (`str`, *optional*, defaults to `"question"`): The question column.
@@ -276,9 +278,11 @@ def calibrate_head(
 
     named = {"label_column": label_column, "question_column": question_column, "seed": seed}
     args = head_training_args(args, **{k: v for k, v in named.items() if v is not None}, **fit_kwargs)
-    if args.stage != Stage.CALIBRATION or args.calibration_trainable != CalibrationTrainable.HEAD:
+    uses_lora = getattr(getattr(_inner(model), "confidence_config", None), "use_lora", True)
+    if uses_lora and (args.stage != Stage.CALIBRATION or args.calibration_trainable != CalibrationTrainable.HEAD):
         raise ValueError("calibrate_head trains the head alone: `args` must have stage='calibration' and "
-                         f"calibration_trainable='head', got {args.stage.value!r} and {args.calibration_trainable.value!r}.")
+                         f"calibration_trainable='head', got {args.stage.value!r} and {args.calibration_trainable.value!r}"
+                         " (a model without LoRA, `use_lora=False`, may also run stage 1, elicitation, here).")
     label_column, question_column = args.label_column, args.question_column
     dataset = as_dataset(train_data, "calibration")
     for column in (question_column, label_column):
@@ -297,7 +301,7 @@ def calibrate_head(
     head = confidence_head_module(model)
     inner = _inner(model)
     precision = precision_report(inner.get_input_embeddings().weight.dtype, head.weight.device)
-    entry = {**history_entry(args, len(train), precision), "method": "cached-features"}
+    entry = {**history_entry(args, len(train), precision, uses_lora=uses_lora), "method": "cached-features"}
     dev_features = stack(dev) if dev is not None else None
     summary = fit_head(head, stack(train), train[label_column], dev_features,
                        dev[label_column] if dev is not None else None, args=args)

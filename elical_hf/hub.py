@@ -20,6 +20,7 @@ from typing import Any
 
 from .cards import GENERATED_MARKER, write_folder_card
 from .configuration import CONFIDENCE_CONFIG_NAME
+from .files import links_leaving
 
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def _stage_model_folder(folder: str, staging: Path) -> None:
     missing = [name for name in ADAPTER_FILES if not (root / name).is_file()]
     if missing:
         raise ValueError(f"{folder} is missing {missing}; save the model with `save_pretrained` first.")
+    _refuse_links_leaving(folder, recursive=False)
     before = marker.stat()
     for path in sorted(root.iterdir()):
         if path.name.startswith(".") or not path.is_file():
@@ -145,6 +147,17 @@ def _stage_model_folder(folder: str, staging: Path) -> None:
         before.st_ino,
     ):
         raise ValueError(f"{folder} changed while it was being staged (a save in progress?); retry once it is done.")
+
+
+def _refuse_links_leaving(folder: str | os.PathLike, recursive: bool) -> None:
+    """Raise a `ValueError` when `folder` holds symbolic links to files or folders outside it: publishing the folder
+    would upload what they point to (a key, another project's files)."""
+    leaving = links_leaving(folder, recursive=recursive)
+    if leaving:
+        raise ValueError(
+            f"{folder} holds symbolic links to outside it ({', '.join(leaving)}): refusing to publish what they point "
+            "to. Copy the files into the folder, or remove the links."
+        )
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
@@ -285,6 +298,10 @@ def push_honestybench(
     from .signals.honestybench import write_honestybench
 
     validate_hub_repo_id(repo_id)
+    roots = [source] if isinstance(source, (str, os.PathLike)) else source if isinstance(source, (list, tuple)) else []
+    for root in roots:
+        if isinstance(root, (str, os.PathLike)) and os.path.isdir(root):
+            _refuse_links_leaving(root, recursive=True)
     with tempfile.TemporaryDirectory(prefix="elical-hf-dataset-") as tmp:
         parts = write_honestybench(source, tmp, path_parser=path_parser, pretty_name=pretty_name)
         message = commit_message or f"Upload {pretty_name}: {sum(p['num_examples'] for p in parts):,} records"
@@ -331,6 +348,7 @@ def push_metric_space(
     missing = [f for f in (f"{name}.py", *METRIC_SPACE_FILES) if not (folder / f).is_file()]
     if missing:
         raise FileNotFoundError(f"The metric folder {folder} lacks {missing}.")
+    _refuse_links_leaving(folder, recursive=False)
     module = repo_id.split("/")[1]
     with tempfile.TemporaryDirectory(prefix="elical-hf-space-") as tmp:
         staging = Path(tmp)

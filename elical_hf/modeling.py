@@ -259,6 +259,21 @@ class ForConfidenceMixin:
         outputs = self._map_prompts(questions, head, batch_size, tokenizer, progress)
         return torch.cat(outputs).tolist() if outputs else []
 
+    def answer(self, questions: Sequence[str] | str, **kwargs: Any) -> list[dict[str, Any]]:
+        """
+        Decide for each question, before answering, whether to answer, retrieve or abstain (the saved
+        `decision_threshold` / `retrieve_threshold`), and answer with the *unadapted* base model when it says so.
+
+        Arguments as in [`~elical_hf.gate.answer_questions`] (`threshold`, `retrieve_threshold`, `retrieve`,
+        `settings`, `max_new_tokens`, `batch_size`, `progress`).
+
+        Returns:
+            `list[dict]`: per question `question`, `confidence`, `decision`, `answer` (or `None`) and `context`.
+        """
+        from .gate import answer_questions
+
+        return answer_questions(self, questions, **kwargs)
+
     @torch.no_grad()  # not inference_mode: the features are meant to enter autograd as a head's inputs
     def prompt_features(
         self,

@@ -23,6 +23,7 @@ with [`ConfidenceEstimationPipeline.from_pretrained`] instead (or pass `pipeline
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,6 +32,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, find_saved_model
 from .data import encode_prompts, ensure_pad_token
+from .gate import answer_questions, decide
 from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 
 
@@ -77,13 +79,20 @@ class ConfidenceEstimationPipeline(Pipeline):
     answers.
 
     Call it with a question or a list of questions; each gives `{"confidence": float}`, plus
-    `"decision": "answer" | "abstain"` when a threshold is known (the model's
-    `confidence_config.decision_threshold`, or `threshold=` at call time).
+    `"decision": "answer" | "retrieve" | "abstain"` when a threshold is known (the model's
+    `confidence_config.decision_threshold` and `retrieve_threshold`, or `threshold=` at call time).
+
+    With `generate=True` it is the gate ([`~elical_hf.gate.answer_questions`]): each question also gets `"answer"`,
+    the unadapted base model's greedy answer when the decision is to answer (else `None`), and `"context"` (what a
+    `retrieve=` callback returned for a retrieve decision, answered with it).
 
     Args:
         model ([`PeftModelForConfidence`]): A model from [`AutoModelForConfidence`].
         tokenizer (*optional*): Defaults to the model's own tokenizer.
         threshold (`float`, *optional*): Overrides the model's decision threshold.
+        generate (`bool`, *optional*, defaults to `False`): Answer the questions the gate lets through.
+        retrieve (`Callable[[str], str | None]`, *optional*), max_new_tokens (`int`, *optional*, defaults to 64):
+            With `generate=True`, see [`~elical_hf.gate.answer_questions`].
     """
 
     _load_tokenizer = False  # the confidence model carries the tokenizer its prompts were rendered with
@@ -127,25 +136,43 @@ class ConfidenceEstimationPipeline(Pipeline):
         kwargs.setdefault("task", TASK)
         return cls(model, **kwargs)
 
-    def _sanitize_parameters(self, threshold: float | None = None, **kwargs: Any) -> tuple[dict, dict, dict]:
+    def _sanitize_parameters(
+        self,
+        threshold: float | None = None,
+        generate: bool | None = None,
+        retrieve: Callable[[str], str | None] | None = None,
+        max_new_tokens: int | None = None,
+        **kwargs: Any,
+    ) -> tuple[dict, dict, dict]:
         if threshold is not None and not 0.0 <= threshold <= 1.0:
             raise ValueError(f"`threshold` must lie in [0, 1], got {threshold}.")
-        # Only what is given: a call without `threshold=` keeps the one given when the pipeline was built.
-        return {}, {}, ({"threshold": threshold} if threshold is not None else {})
+        # Only what is given: a call without an option keeps the one given when the pipeline was built.
+        given = {"threshold": threshold, "generate": generate, "retrieve": retrieve, "max_new_tokens": max_new_tokens}
+        forward = {key: value for key, value in given.items() if value is not None}
+        return {}, forward, ({"threshold": threshold} if threshold is not None else {})
 
-    def preprocess(self, question: str) -> dict[str, torch.Tensor]:
+    def preprocess(self, question: str) -> dict[str, Any]:
         ids = encode_prompts([question], self.tokenizer, self.model.confidence_config)[0]
-        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+        return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+                "question": question}
 
-    def _forward(self, model_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"confidence": self.model(**model_inputs).confidence}
+    def _forward(self, model_inputs: dict[str, Any], generate: bool = False, **gate: Any) -> dict[str, Any]:
+        if generate:  # `question` is a list when the pipeline batches (`batch_size > 1`)
+            question = model_inputs["question"]
+            gated = answer_questions(self.model, question, **gate)
+            return {"gated": gated[0] if isinstance(question, str) else gated}
+        return {"confidence": self.model(input_ids=model_inputs["input_ids"],
+                                         attention_mask=model_inputs["attention_mask"]).confidence}
 
-    def postprocess(self, model_outputs: dict[str, torch.Tensor], threshold: float | None = None) -> dict[str, Any]:
+    def postprocess(self, model_outputs: dict[str, Any], threshold: float | None = None) -> dict[str, Any]:
+        if "gated" in model_outputs:
+            return {key: value for key, value in model_outputs["gated"].items() if key != "question"}
         confidence = float(model_outputs["confidence"].reshape(-1)[0])
         result: dict[str, Any] = {"confidence": confidence}
-        threshold = threshold if threshold is not None else self.model.confidence_config.decision_threshold
+        config = self.model.confidence_config
+        threshold = threshold if threshold is not None else config.decision_threshold
         if threshold is not None:
-            result["decision"] = "answer" if confidence >= threshold else "abstain"
+            result["decision"] = decide(confidence, threshold, config.retrieve_threshold)
         return result
 
 

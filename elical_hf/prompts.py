@@ -17,6 +17,10 @@ REFERENCE_PROMPT_TAIL = "\nAnswer: "
 appends it to the QA prompt (only the `none` text is formatted), so elical-hf's QA prompt has no tail by default;
 [`~elical_hf.ConfidenceConfig`]'s `prompt_tail` and `elical-hf convert-official --answer_tail` add it."""
 
+CONTEXT_QA_PROMPT = "Answer the following question using the context.\nContext: {context}\nQuestion: {question}"
+"""QA prompt with retrieved context: what the gate ([`~elical_hf.gate.answer_questions`]) answers with after a
+`retrieve` decision (not from the paper)."""
+
 SEMANTIC_CONSISTENCY_PROMPT = (
     "Are the following two answers to the same question semantically equivalent?\n"
     'If the two answers are semantically equivalent, answer "certain". Otherwise, answer "uncertain". '

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import random
+import re
 import shutil
 from typing import Any
 
+from accelerate import PartialState
 from datasets import Dataset
 from transformers import set_seed
+from transformers.trainer import TRAINER_STATE_NAME
 
-from .auto import AutoModelForConfidence
-from .bundled import split_questions
+from .atomic import atomic_write_text
+from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
+from .bundled import question_parts
 from .data import as_dataset
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
@@ -21,6 +27,14 @@ from .training_args import ConfidenceTrainingArguments
 logger = logging.getLogger(__name__)
 
 STAGE_DIRS = {"elicitation": "elicitation", "elical": "elical", "cal_only": "cal-only"}
+RUN_MANIFEST_NAME = "elical_run.json"
+RUN_MANIFEST_FORMAT = "elical-hf/train-run"
+FREE_TRAINING_ARGS = (
+    "logging_steps", "logging_dir", "disable_tqdm", "report_to", "dataloader_num_workers", "per_device_eval_batch_size",
+)
+"""Training arguments a resumed run may change (they do not change the trained weights)."""
+
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
 
 def paper_epochs(num_examples: int) -> int:
@@ -37,8 +51,9 @@ def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dat
         raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
     if dev_fraction == 0.0 or len(dataset) < 10:
         return dataset, None
-    parts = split_questions(dataset.to_list(), {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
-    return Dataset.from_list(parts["train"]), Dataset.from_list(parts["dev"]) if parts["dev"] else None
+    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
+    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
+    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
 
 
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
@@ -64,12 +79,15 @@ def train_stage(
     training_args: dict[str, Any] | None = None,
     calibration_trainable: str = "all",
     keep_checkpoints: bool = False,
+    resume: bool = False,
 ) -> ConfidenceTrainer:
     """Train one stage with a dev set for early stopping, and save the final model to `output_dir`.
 
     The dev set is `dev_data` when given, else a seeded `dev_fraction` of `train_data` (by question). Checkpoints go
-    to `output_dir/checkpoints` while training (for `resume_from_checkpoint`) and are removed once the final model is
-    saved, unless `keep_checkpoints`.
+    to `output_dir/checkpoints` while training and are removed once the final model is saved, unless
+    `keep_checkpoints` (only the `checkpoint-<step>` folders the Trainer wrote are removed, nothing else there).
+    With `resume`, training continues from the last complete checkpoint there ([`last_complete_checkpoint`]), if any:
+    the caller must make sure it was written by the same settings and data ([`train_elical`] does).
     """
     if dev_data is not None:
         train, dev = as_dataset(train_data, stage), as_dataset(dev_data, f"{stage} dev")
@@ -91,11 +109,109 @@ def train_stage(
         output_dir=checkpoints, stage=stage, calibration_trainable=calibration_trainable, **settings
     )
     trainer = ConfidenceTrainer(model, args=args, train_dataset=train, eval_dataset=dev)
-    trainer.train()
-    trainer.save_model(output_dir)
-    if not keep_checkpoints:
-        shutil.rmtree(checkpoints, ignore_errors=True)
+    checkpoint = last_complete_checkpoint(checkpoints) if resume else None
+    if checkpoint is not None:
+        logger.warning("%s: resuming from %s (step %d), not from scratch.", stage, checkpoint, checkpoint_step(checkpoint))
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(output_dir)  # written by the main process only
+    trainer.accelerator.wait_for_everyone()  # every process loads this folder next; no one still reads a checkpoint
+    if not keep_checkpoints and trainer.is_world_process_zero():
+        remove_checkpoints(checkpoints)
     return trainer
+
+
+def checkpoint_step(path: str) -> int:
+    """The global step of a Trainer checkpoint folder `.../checkpoint-<step>`."""
+    return int(_CHECKPOINT.fullmatch(os.path.basename(os.path.normpath(path))).group(1))
+
+
+def _checkpoint_folders(folder: str) -> list[str]:
+    """The Trainer's `checkpoint-<step>` folders in `folder`, by step."""
+    if not os.path.isdir(folder):
+        return []
+    names = [n for n in os.listdir(folder) if _CHECKPOINT.fullmatch(n) and os.path.isdir(os.path.join(folder, n))]
+    return sorted((os.path.join(folder, n) for n in names), key=checkpoint_step)
+
+
+def last_complete_checkpoint(folder: str) -> str | None:
+    """The highest-step `checkpoint-<step>` folder in `folder` that holds `trainer_state.json` (the Trainer writes it
+    last, so its absence marks a checkpoint cut off mid-save, which is skipped with a warning); `None` if there is none.
+    """
+    for path in reversed(_checkpoint_folders(folder)):
+        if os.path.isfile(os.path.join(path, TRAINER_STATE_NAME)):
+            return path
+        logger.warning("Skipping %s: no %s (cut off mid-save).", path, TRAINER_STATE_NAME)
+    return None
+
+
+def remove_checkpoints(folder: str) -> None:
+    """Delete the Trainer's `checkpoint-<step>` folders in `folder`, then `folder` itself if nothing else is left in it
+    (files a user put there stay)."""
+    for path in _checkpoint_folders(folder):
+        shutil.rmtree(path)
+    if os.path.isdir(folder) and not os.listdir(folder):
+        os.rmdir(folder)
+
+
+def data_fingerprint(data: Any, name: str) -> str:
+    """SHA-256 of a table's rows (every column, in order): what a resumed run must match."""
+    digest = hashlib.sha256()
+    for batch in as_dataset(data, name).iter(batch_size=10_000):
+        digest.update(json.dumps(batch, sort_keys=True, default=str, ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool, main: bool = True) -> list[str]:
+    """Check that `output_dir` is new, empty, or holds this same run (then return the stages it finished), and write
+    the run manifest. Anything else is refused unless `overwrite`, which starts over: it forgets the finished stages
+    and removes the checkpoints we wrote (nothing else). Only the main process (`main`) removes or writes anything;
+    the others run after it and read what it wrote."""
+    path = os.path.join(output_dir, RUN_MANIFEST_NAME)
+    found = None
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = json.load(handle)
+        except (OSError, json.JSONDecodeError):
+            found = None
+        if not isinstance(found, dict) or found.get("format") != RUN_MANIFEST_FORMAT:
+            found = None
+    if found is not None and not overwrite:
+        differences = [f"{key}: {before.get(key)!r} -> {value!r}"
+                       for key, value in run.items() if (before := found.get("run") or {}).get(key) != value]
+        trained = found.get("done") or any(
+            _checkpoint_folders(os.path.join(output_dir, folder, "checkpoints")) for folder in STAGE_DIRS.values()
+        )
+        if differences and trained:
+            raise ValueError(
+                f"{output_dir} holds an `elical-hf train` run with other settings or data, so it cannot be resumed: "
+                + "; ".join(differences) + ". Use a fresh --output_dir, or pass --overwrite_output_dir to train anew "
+                "there (replacing its models)."
+            )
+        done = list(found.get("done", [])) if not differences else []
+    else:
+        if found is None and os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+            raise ValueError(
+                f"{output_dir} is not empty and holds no `elical-hf train` run ({RUN_MANIFEST_NAME}): training would "
+                "write over what is there. Use an empty or new --output_dir, or pass --overwrite_output_dir."
+            )
+        if main:
+            for folder in STAGE_DIRS.values():
+                remove_checkpoints(os.path.join(output_dir, folder, "checkpoints"))
+        done = []
+    if main:
+        _write_run_manifest(output_dir, run, done)
+    return done
+
+
+def _write_run_manifest(output_dir: str, run: dict[str, Any], done: list[str]) -> None:
+    os.makedirs(output_dir, exist_ok=True)
+    manifest = {"format": RUN_MANIFEST_FORMAT, "run": run, "done": done}
+    atomic_write_text(os.path.join(output_dir, RUN_MANIFEST_NAME), json.dumps(manifest, indent=2) + "\n")
 
 
 def train_elical(
@@ -112,9 +228,15 @@ def train_elical(
     training_args: dict[str, Any] | None = None,
     calibration_training_args: dict[str, Any] | None = None,
     model_init_kwargs: dict[str, Any] | None = None,
+    overwrite_output_dir: bool = False,
 ) -> dict[str, str]:
     """
-    Run EliCal end to end and save each model.
+    Run EliCal end to end and save each model; a rerun after a crash resumes where the first run stopped.
+
+    `output_dir/elical_run.json` records the run's settings, a fingerprint of its data and the stages finished. A
+    rerun with the same settings and data skips the finished stages and resumes the others from their last complete
+    checkpoint (`<stage>/checkpoints/checkpoint-<step>`, see [`last_complete_checkpoint`]); a rerun with other
+    settings, or a non-empty `output_dir` that holds no run, is refused unless `overwrite_output_dir`.
 
     Args:
         model_name_or_path (`str`):
@@ -141,6 +263,9 @@ def train_elical(
             Overrides for stage 2 and Cal-Only.
         model_init_kwargs (`dict`, *optional*):
             Passed to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`).
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            Train anew in an `output_dir` that holds other files or another run (its models are replaced; files we
+            did not write are left alone).
 
     Returns:
         `dict[str, str]`: the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`.
@@ -149,24 +274,54 @@ def train_elical(
     stage2_args = {**(training_args or {}), **(calibration_training_args or {})}
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
     init = model_init_kwargs or {}
+    run = _jsonable({
+        "model_name_or_path": model_name_or_path, "num_labels": num_labels, "calibration_trainable": calibration_trainable,
+        "dev_fraction": dev_fraction, "seed": seed, "model_init_kwargs": init,
+        "training_args": {k: v for k, v in (training_args or {}).items() if k not in FREE_TRAINING_ARGS},
+        "calibration_training_args": {k: v for k, v in stage2_args.items() if k not in FREE_TRAINING_ARGS},
+        "elicitation_data": data_fingerprint(elicitation_data, "elicitation"),
+        "calibration_data": data_fingerprint(labelled, "calibration"),
+    })
+    if init.get("load_in_4bit"):
+        check_four_bit_support()  # before anything is written: bitsandbytes or CUDA may be missing
+    state = PartialState()  # under `accelerate launch`, one per process; only the main process writes
+    with state.main_process_first():
+        done = _claim_output_dir(output_dir, run, overwrite_output_dir, main=state.is_main_process)
 
-    logger.info("Stage 1 (elicitation) on %d questions", len(as_dataset(elicitation_data, "elicitation")))
-    set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
-    model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
-    train_stage(model, elicitation_data, paths["elicitation"], "elicitation", dev_fraction=dev_fraction, seed=seed,
-                training_args=training_args)
+    def finished(key: str) -> bool:
+        if key in done and find_saved_model(paths[key]) is not None:
+            logger.warning("%s: already trained in %s; skipped.", key, paths[key])
+            return True
+        return False
 
-    logger.info("Stage 2 (calibration, %s) on %d labels", calibration_trainable, len(labelled))
-    model = AutoModelForConfidence.from_pretrained(paths["elicitation"], is_trainable=True, **init)
-    train_stage(model, labelled, paths["elical"], "calibration", dev_fraction=dev_fraction, seed=seed,
-                training_args=stage2_args, calibration_trainable=calibration_trainable)
+    def train(key: str, model: Any, data: Any, stage: str, settings: dict[str, Any] | None, trainable: str) -> None:
+        train_stage(model, data, paths[key], stage, dev_fraction=dev_fraction, seed=seed, training_args=settings,
+                    calibration_trainable=trainable, keep_checkpoints=True, resume=True)
+        done.append(key)
+        if state.is_main_process:
+            _write_run_manifest(output_dir, run, done)  # before the checkpoints go: a kill in between loses nothing
+            remove_checkpoints(os.path.join(paths[key], "checkpoints"))
+        state.wait_for_everyone()
+
+    if not finished("elicitation"):
+        if "elical" in done:  # built on an older stage 1
+            done.remove("elical")
+        logger.info("Stage 1 (elicitation) on %d questions", len(as_dataset(elicitation_data, "elicitation")))
+        set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
+        model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
+        train("elicitation", model, elicitation_data, "elicitation", training_args, "all")
+
+    if not finished("elical"):
+        logger.info("Stage 2 (calibration, %s) on %d labels", calibration_trainable, len(labelled))
+        model = AutoModelForConfidence.from_pretrained(paths["elicitation"], is_trainable=True, **init)
+        train("elical", model, labelled, "calibration", stage2_args, calibration_trainable)
 
     if not cal_only:
         paths.pop("cal_only")
         return paths
-    logger.info("Cal-Only on the same %d labels", len(labelled))
-    set_seed(seed)
-    model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
-    train_stage(model, labelled, paths["cal_only"], "calibration", dev_fraction=dev_fraction, seed=seed,
-                training_args=stage2_args, calibration_trainable="all")
+    if not finished("cal_only"):
+        logger.info("Cal-Only on the same %d labels", len(labelled))
+        set_seed(seed)
+        model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
+        train("cal_only", model, labelled, "calibration", stage2_args, "all")
     return paths

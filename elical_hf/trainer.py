@@ -146,6 +146,7 @@ class ConfidenceTrainer(Trainer):
         if (
             args.stage == Stage.CALIBRATION
             and args.calibration_trainable == CalibrationTrainable.HEAD
+            and model.confidence_config.use_lora  # without LoRA every stage trains the head alone anyway
             and Stage.ELICITATION.value not in model.confidence_config.trained_stages
         ):
             raise ValueError(
@@ -260,7 +261,8 @@ class ConfidenceTrainer(Trainer):
         mixed = "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else None
         precision = precision_report(backbone_dtype, self.args.device, mixed_precision=mixed)
         num_examples = len(self.train_dataset) if self.train_dataset is not None else 0
-        entry = history_entry(self.args, num_examples, precision)
+        uses_lora = self.accelerator.unwrap_model(self.model).confidence_config.use_lora
+        entry = history_entry(self.args, num_examples, precision, uses_lora=uses_lora)
         # Recorded before training so that checkpoints carry it too; `ConfidenceCardCallback` adds the results.
         self.accelerator.unwrap_model(self.model).confidence_config.training_history.append(entry)
         return super().train(*args, **kwargs)

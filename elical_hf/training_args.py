@@ -24,6 +24,9 @@ class CalibrationTrainable(ExplicitEnum):
     ALL = "all"
 
 
+POSITIVE_ARGUMENTS = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+"""Training arguments that must be integers >= 1 (transformers finds a bad one only once training starts)."""
+
 DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "correctness"}
 
 
@@ -58,7 +61,18 @@ class ConfidenceTrainingArguments(TrainingArguments):
     > Defaults that differ from [`~transformers.TrainingArguments`]
 
     `weight_decay=0.1`, `warmup_steps=0.1` (a ratio), `remove_unused_columns=False`, `logging_steps=10` — the
-    paper's recipe where it is known (its learning rate is the default 5e-5 with a linear schedule).
+    paper's recipe where it is known (its learning rate is the default 5e-5 with a linear schedule) — and
+    `ddp_find_unused_parameters=False`.
+
+    > Scale
+
+    Multi-process training is the Trainer's own: `accelerate launch --multi_gpu --num_processes N` (DDP; FSDP and
+    DeepSpeed ZeRO-2 through an accelerate config file, see `examples/configs/`) runs the same script, each process
+    on `per_device_train_batch_size` rows, only the main one writing checkpoints, cards and `confidence_config.json`.
+    `activation_checkpointing=True` (transformers' name; `gradient_checkpointing` is its deprecated alias)
+    recomputes each layer's activations in the backward pass: it works with LoRA + head, and the prompt prefix a
+    batch shares then runs once per row instead of once per batch (a KV cache cannot be kept under checkpointing).
+    A 4-bit (QLoRA) backbone is a loading option: `AutoModelForConfidence.from_pretrained(..., load_in_4bit=True)`.
 
     Head-only calibration on cached features ([`~elical_hf.head_calibration.fit_head`]) reads these same arguments
     (optimizer, schedule, warm-up, clipping, batch, epochs, early stopping, seed) with its own defaults for the
@@ -89,6 +103,11 @@ class ConfidenceTrainingArguments(TrainingArguments):
         default=False, metadata={"help": "Kept False: the trainer prepares its own columns."}
     )
     logging_steps: float = field(default=10, metadata={"help": "Log every N steps (a value below 1 is a ratio)."})
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={"help": "Kept False: every trainable parameter (LoRA, head) gets a gradient at every step, so DDP "
+                  "need not search the graph for unused ones."},
+    )
 
     @property
     def trains_lora(self) -> bool:
@@ -97,6 +116,10 @@ class ConfidenceTrainingArguments(TrainingArguments):
         return self.stage == Stage.ELICITATION or self.calibration_trainable == CalibrationTrainable.ALL
 
     def __post_init__(self) -> None:
+        for name in POSITIVE_ARGUMENTS:  # checked here, before a run creates any folder
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
         self.stage = Stage(self.stage)
         self.calibration_trainable = CalibrationTrainable(self.calibration_trainable)
         if self.label_column is None:

@@ -11,8 +11,10 @@ Stage 2 (calibration) from the stage-1 model, on a small correctness-labelled se
         --stage calibration --calibration_trainable head --output_dir out/elical
 
 Every option of `ConfidenceTrainingArguments` (and so of `transformers.TrainingArguments`) is a flag, and
-`--config examples/configs/smollm2-cpu.yaml` reads defaults from a YAML file. Multi-GPU: `accelerate launch
-examples/train_elical.py ...`.
+`--config examples/configs/smollm2-cpu.yaml` reads defaults from a YAML file. `--resume_from_checkpoint
+out/elicitation/checkpoint-500` continues an interrupted run. Multi-GPU: `accelerate launch --multi_gpu
+--num_processes 4 examples/train_elical.py ...` (or `--config_file examples/configs/accelerate-fsdp.yaml` /
+`accelerate-deepspeed-zero2.yaml`); see docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     model = AutoModelForConfidence.from_pretrained(script_args.model_name_or_path, is_trainable=True)
     trainer = ConfidenceTrainer(model, args=training_args, train_dataset=train, eval_dataset=dev)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if dev is not None:
         print(trainer.evaluate())

@@ -53,3 +53,12 @@ def cpu_bf16(monkeypatch):
     monkeypatch.undo()
     precision.cpu_capability.cache_clear()
     precision.log_once.cache_clear()
+
+
+@pytest.fixture
+def raise_user_errors(monkeypatch):
+    """`elical_hf.cli.main` re-raises user errors (instead of printing one line and returning 2), so a test can match
+    the exception; the one-line form is tested in `tests/test_reliability_cli.py`."""
+    from elical_hf.cli import TRACEBACK_ENV
+
+    monkeypatch.setenv(TRACEBACK_ENV, "1")

@@ -171,3 +171,27 @@ def test_vllm_backend_complete(fake_vllm, hf, tiny_llama):
 def test_vllm_availability_probe(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
     assert vllm_available() is False
+
+
+def test_vllm_parallel_options_reach_vllm_and_are_refused_by_hf(fake_vllm, tiny_llama):
+    make_backend("vllm", tiny_llama, tensor_parallel_size=2, data_parallel_size=3)
+    assert FakeLLM.instances[0].kwargs == {"tensor_parallel_size": 2, "data_parallel_size": 3}
+    with pytest.raises(ValueError, match="tensor_parallel_size.*options of the vLLM backend"):
+        make_backend("hf", tiny_llama, tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="`data_parallel_size` must be an integer >= 1"):
+        VLLMBackend(tiny_llama, data_parallel_size=0)
+
+
+def test_vllm_requests_are_valid_for_the_real_sampling_params():
+    """The request building of the vLLM backend against vLLM's own `SamplingParams` (where vLLM imports)."""
+    vllm = pytest.importorskip("vllm")
+    from elical_hf.signals.backends import vllm_request_params
+
+    settings = SamplingSettings(num_samples=3, max_new_tokens=5, top_k=0, stop_strings=["\n"])
+    greedy, sampling = vllm_request_params(vllm.SamplingParams, PROMPTS[:2], settings)
+    assert isinstance(greedy, vllm.SamplingParams) and all(isinstance(p, vllm.SamplingParams) for p in sampling)
+    assert (greedy.n, greedy.temperature, greedy.logprobs, greedy.max_tokens) == (1, 0.0, 0, 5)
+    first = sampling[0]
+    assert (first.n, first.temperature, first.top_p, first.max_tokens, first.stop) == (3, 1.0, 0.95, 5, ["\n"])
+    assert first.top_k in (-1, 0)  # vLLM's "no top-k" (some versions store 0)
+    assert first.seed == sample_seed(settings.seed, PROMPTS[0], 0) % 2**31 != sampling[1].seed

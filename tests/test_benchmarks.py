@@ -12,7 +12,8 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall"])
+@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
+                                    "data_scale", "gate_overhead"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -29,3 +30,29 @@ def test_metrics_benchmark_prints_the_machine_and_its_table():
     rows = [line.split() for line in lines if line.startswith(("auroc", "ece"))]
     assert [row[:2] for row in rows] == [["auroc", "2,000"], ["ece", "2,000"]]
     assert all(float(row[4]) > 0 for row in rows)  # ours / baseline ratios
+
+
+def test_data_scale_benchmark_builds_the_table_in_a_fresh_process(tmp_path):
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "data_scale.py"), "--num_records", "300",
+                           "--samples", "3", "--no_tokenize", "--workdir", str(tmp_path / "w")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "records: 300 x 3 samples" in done.stdout
+    result = __import__("json").loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"] == 300 and result["train_rows"] + result["dev_rows"] == 300 and result["peak_rss_mib"] > 0
+    assert not (tmp_path / "w").exists()  # removed unless --keep
+
+
+def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tmp_path):
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "gate_overhead.py"), "--model", tiny_llama,
+                           "--stage1", str(tmp_path / "stage1"), "--questions", "3", "--max_new_tokens", "3",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Machine: cpu=")
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in lines if line.startswith("| ")}
+    assert float(rows["plain greedy generation"]) == 1.0
+    assert float(rows["zero-overhead gate (no LoRA)"]) > 0 and float(rows["LoRA gate (LoRA + head)"]) > 0

@@ -249,5 +249,5 @@ def test_convert_from_the_hub_and_cli(hub, release, tmp_path, tiny_llama, capsys
     assert cli_main(["convert-official", "authors/Honest-Tiny", str(tmp_path / "out"), "--base_model", tiny_llama]) == 0
     scores = AutoModelForConfidence.from_pretrained(capsys.readouterr().out.strip()).confidence(QUESTIONS)
     assert max(abs(a - b) for a, b in zip(scores, reference)) < 1e-6
-    assert cli_main(["convert-official", "authors/Honest-Tiny", str(tmp_path / "out")]) == 1  # not empty
+    assert cli_main(["convert-official", "authors/Honest-Tiny", str(tmp_path / "out")]) == 2  # not empty
     assert "not empty" in capsys.readouterr().err

@@ -130,7 +130,13 @@ def records_and_model(tmp_path, tiny_llama):
     records.mkdir(parents=True)
     write_records(records, "nq", 30, 0)
     write_records(records, "squad", 20, 1)
-    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
+    from elical_hf.recipe import train_stage
+    from tests.test_trainer import make_rows
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)  # `evaluate` refuses a model that was never trained
+    train_stage(model, make_rows(4), str(tmp_path / "model"), "elicitation", dev_fraction=0.0,
+                training_args={"num_train_epochs": 1, "per_device_train_batch_size": 4, "report_to": "none",
+                               "use_cpu": True, "disable_tqdm": True, "save_strategy": "no"})
 
 
 def test_evaluate_command(tiny_llama, tmp_path):
@@ -234,8 +240,9 @@ def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama,
 
     records_and_model(tmp_path, tiny_llama)
     folder, model = str(tmp_path / "records"), str(tmp_path / "model")
-    with pytest.raises(ValueError, match="no 'train' records"):
-        cli_main(["threshold", "--model", model, "--records", folder])
+    assert cli_main(["threshold", "--model", model, "--records", folder]) == 2  # a user error: one line, exit 2
+    err = capsys.readouterr().err
+    assert "elical-hf threshold: error: " in err and "no 'train' records" in err
     assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test"]) == 0
     printed = capsys.readouterr().out
     assert "warning: choosing the threshold on 'in_domain_test'" in printed and "decision_threshold = " in printed

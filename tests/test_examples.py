@@ -141,3 +141,29 @@ def test_judge_rule_agreement_counts_by_hand(tmp_path, capsys):
     assert result["stored_greedy_correctness_equals_squad"] == "1/1"
     assert result["examples"]["greedy/only_reference"] == [{"answer": "Paris-based", "gold": ["Paris", "The"]}]
     assert "| greedy | 2 | 0 | 1 | 1 | 0 | 2 (100.00%) |" in capsys.readouterr().out
+
+
+def test_gate_measurement_scripts_run(tiny_llama, tmp_path):
+    """`label_selection.py` and `no_lora_head.py` end to end on a slice of the committed replication records, with
+    a tiny model standing in for the stage-1 adapter and the base model."""
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.signals.records import load_records, save_records
+
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    chosen = [r for r in records if r["partition"] == "train"][:40]
+    chosen += [r for r in records if r["source_split"] == "in_domain_test"][:12]
+    chosen += [r for r in records if r["source_split"] == "ood_test"][:12]
+    save_records(chosen, tmp_path / "records" / "slice.parquet")
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    common = ["--records", str(tmp_path / "records"), "--stage1", str(tmp_path / "stage1"), "--output_dir",
+              str(tmp_path / "out"), "--seeds", "0", "1", "--head_epochs", "2"]
+    assert load_example("label_selection").main([*common, "--budgets", "10", "20"]) == 0
+    result = json.loads((tmp_path / "out" / "label_selection.json").read_text())
+    assert set(result["summary"]) == {f"{s}@{n}" for s in ("random", "quantile", "uniform") for n in (10, 20)}
+    assert len(result["summary"]["quantile@10"]["in-domain auroc - random"]) == 2  # paired by seed
+    assert (tmp_path / "out" / "features-stage1.pt").is_file()
+    assert load_example("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10",
+                                              "--stage1_questions", "20"]) == 0
+    result = json.loads((tmp_path / "out" / "no_lora_head.json").read_text())
+    assert set(result["eli_only"]) == {"LoRA + head", "no LoRA"} and "no LoRA@10" in result["summary"]
+    assert "beats LoRA + head" in (tmp_path / "out" / "no_lora_head.md").read_text()

@@ -203,13 +203,13 @@ def test_no_code_runs_from_the_repo(hub, tmp_path):
 def test_cli_push(hub, tmp_path, tiny_llama, capsys):
     folder = tmp_path / "model"
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
-    assert cli_main(["push", str(folder), "alice/cli"]) == 1
+    assert cli_main(["push", str(folder), "alice/cli"]) == 2  # a user error: one line, exit 2
     assert "--base_model" in capsys.readouterr().err
     assert cli_main(["push", str(folder), "alice/cli", "--base_model", "tiny/llama", "--private"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["commit"] == hub.history("alice/cli")[0].oid and hub.repo("alice/cli").private
     hub.fail_next_commits(1)
-    assert cli_main(["push", str(folder), "alice/cli-flaky", "--base_model", "tiny/llama"]) == 1
+    assert cli_main(["push", str(folder), "alice/cli-flaky", "--base_model", "tiny/llama"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "failed" in err and "single commit" in err  # nothing printed as published
     assert "adapter_model.safetensors" not in hub.files("alice/cli-flaky")

@@ -313,3 +313,27 @@ def test_load_records_reads_a_file_or_every_records_file_below_a_folder(tmp_path
         load_records(tmp_path / "run" / "notes.txt")
     with pytest.raises(ValueError, match="does not exist"):
         load_records(tmp_path / "missing")
+
+
+def test_load_honestybench_streams_into_memory_mapped_arrow(official_folder, tmp_path, monkeypatch):
+    """Files are read a batch at a time into Arrow files that the splits map from disk; a second load of the same
+    files reads those back without parsing a record."""
+    from elical_hf.signals import honestybench
+
+    reference = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "one")
+    monkeypatch.setattr(honestybench, "RECORD_BATCH_SIZE", 2)  # every file spans several batches
+    batched = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "two")
+    assert batched.num_rows == reference.num_rows
+    for name, split in batched.items():
+        assert split.cache_files and all(f["filename"].startswith(str(tmp_path / "two")) for f in split.cache_files)
+        assert split.to_list() == reference[name].to_list()  # same rows, same order, batch size aside
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("the cached Arrow files should have been used")
+
+    monkeypatch.setattr(honestybench, "iter_record_batches", no_parsing)
+    again = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "two")
+    assert again["train"].to_list() == reference["train"].to_list()
+    write_jsonl(official_folder / MODELS[0] / "train" / "nq.jsonl", [official_record(i) for i in range(6)])
+    with pytest.raises(AssertionError, match="cached Arrow files"):  # a changed file is read again
+        load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "two")

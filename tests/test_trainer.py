@@ -261,3 +261,62 @@ def test_train_stage_uses_a_given_dev_set(tiny_llama, tmp_path):
     assert len(trainer.train_dataset) == 24 and len(trainer.eval_dataset) == 6
     assert os.path.isfile(tmp_path / "out" / "confidence_config.json")
     assert not os.path.exists(tmp_path / "out" / "checkpoints")
+
+
+def test_activation_checkpointing_trains_the_same_lora_and_head(tiny_llama, tmp_path):
+    """With checkpointing the backbone recomputes its activations in the backward pass and the batch's shared prompt
+    prefix runs per row (no KV cache under checkpointing); without it the prefix runs once. Same weights after."""
+    from elical_hf import ConfidenceConfig
+    from elical_hf.modeling import ForConfidenceMixin
+
+    system = " ".join(["you are a helpful assistant who answers the question of the user"] * 4)  # >= 32 shared tokens
+    rows, finals, paths = make_rows(12), [], []
+    original = ForConfidenceMixin._pooled_with_shared_prefix
+
+    def spy(self, *args, **kwargs):
+        paths.append("shared")
+        return original(self, *args, **kwargs)
+
+    for checkpointing in (False, True):
+        set_seed(0)
+        model = AutoModelForConfidence.from_pretrained(tiny_llama, confidence_config=ConfidenceConfig(system_prompt=system))
+        before = snapshot(model)
+        args = make_args(tmp_path, f"ckpt-{checkpointing}", num_train_epochs=1, activation_checkpointing=checkpointing)
+        trainer = ConfidenceTrainer(model, args=args, train_dataset=rows)
+        paths.clear()
+        ForConfidenceMixin._pooled_with_shared_prefix = spy
+        try:
+            trainer.train()
+        finally:
+            ForConfidenceMixin._pooled_with_shared_prefix = original
+        assert model.get_base_model().is_activation_checkpointing == checkpointing
+        assert bool(paths) == (not checkpointing)  # the shared-prefix path only without checkpointing
+        assert changed(before, model) == lora_names(model) | head_names(model)
+        finals.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    for name, value in finals[0].items():
+        torch.testing.assert_close(finals[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_four_bit_loading_says_what_is_missing(tiny_llama, tmp_path, monkeypatch):
+    import importlib.util
+
+    from elical_hf.cli import main as cli_main
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else
+                        real_find_spec(name, *a))
+    with pytest.raises(ImportError, match="load_in_4bit .QLoRA. needs bitsandbytes and a CUDA GPU"):
+        AutoModelForConfidence.from_pretrained(tiny_llama, load_in_4bit=True)
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(__import__("json").dumps(row) + "\n" for row in make_rows(8)))
+    out = tmp_path / "out"
+    with pytest.raises(ImportError, match="pip install bitsandbytes"):
+        cli_main(["train", "--model_name_or_path", tiny_llama, "--elicitation_data", str(data), "--calibration_data",
+                  str(data), "--output_dir", str(out), "--load_in_4bit", "true", "--use_cpu", "true"])
+    assert not out.exists()  # nothing written
+    # With bitsandbytes installed but no CUDA device: the other half of the message.
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "bitsandbytes" else
+                        real_find_spec(name, *a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        AutoModelForConfidence.from_pretrained(tiny_llama, load_in_4bit=True)

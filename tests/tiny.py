@@ -114,3 +114,17 @@ def make_tiny_causal_lm(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = None
     return model.eval()
+
+
+def mark_trained(folder) -> None:
+    """Give a saved, untrained confidence model a training-history entry, so `elical-hf evaluate` (which refuses
+    untrained heads) scores it in tests whose subject is something else."""
+    import json
+    import os
+
+    path = os.path.join(folder, "confidence_config.json")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    config["training_history"] = [{"stage": "calibration", "label_column": "correctness", "num_examples": 1}]
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(config, handle, indent=2)

@@ -1,8 +1,17 @@
-"""`elical-hf` command line: one module per subcommand, each with `make_parser()` and `main(argv)`."""
+"""`elical-hf` command line: one module per subcommand, each with `make_parser()` and `main(argv)`.
+
+Errors: [`main`] is the one handler of every command. A user error, an exception of [`USER_ERRORS`] (a bad argument,
+a missing, unreadable or malformed file, bad data in it, a failed download or upload), prints one line,
+`elical-hf <command>: error: <message>`, on stderr and exits 2 (as argparse does for a bad flag). Anything else is a
+bug and keeps its traceback. Library code therefore raises `ValueError` with a message that says what is wrong and
+where (file, line, row, option), and lets `OSError`s about files carry their file name. Set `ELICAL_HF_TRACEBACK=1`
+to see the traceback of a user error too.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 
@@ -15,8 +24,21 @@ COMMANDS = {
     "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10."),
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
     "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
+    "select-labels": ("elical_hf.cli.select_labels", "Choose which questions to send for correctness labels (stage 2)."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
+    "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_shards N` run."),
 }
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+"""What the command line reports as a user error (one line, exit 2): `ValueError` is what elical-hf raises for bad
+arguments, files and data (`UnicodeDecodeError` and `json.JSONDecodeError` are among them, so readers name the file);
+`OSError` covers missing or unreadable files and failed Hub transfers (`HubPublishError`). Every other exception is a
+bug: its traceback is shown."""
+
+TRACEBACK_ENV = "ELICAL_HF_TRACEBACK"
+"""Set to `1` to get the traceback of a user error as well."""
+
+USER_ERROR_EXIT = 2
 
 
 def _usage() -> str:
@@ -39,8 +61,26 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         print(f"elical-hf: unknown command {argv[0]!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    command = argv[0]
+    try:
+        module = importlib.import_module(COMMANDS[command][0])
+        return int(module.main(argv[1:]) or 0)
+    except USER_ERRORS as error:
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        print(f"elical-hf {command}: error: {user_message(error)}", file=sys.stderr)
+        return USER_ERROR_EXIT
+
+
+def user_message(error: BaseException) -> str:
+    """The one line a user error prints: its message (an `OSError`'s strerror and file name), on one line."""
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.strerror}: {error.filename}"
+    else:
+        text = str(error) or type(error).__name__
+    if isinstance(error, (FileNotFoundError, PermissionError)) or type(error) in (ValueError, OSError):
+        return " ".join(text.split())
+    return " ".join(f"{type(error).__name__}: {text}".split())
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
-from .records_command import run_records_command
+from .records_command import allow_incomplete_field, run_records_command
 
 
 @dataclass
@@ -33,6 +33,7 @@ class BaselinesArguments:
     parser: str = field(default="paper", metadata={"help": "Verbal score parser: 'paper' (its regex) or 'robust'."})
     seed: int = field(default=42, metadata={"help": "Seed of the demonstration draw."})
     batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the verbal baselines."})
+    allow_incomplete: bool = allow_incomplete_field()
 
     def __post_init__(self):
         from elical_hf.signals.baselines import BASELINES, SCORE_PARSERS
@@ -60,7 +61,9 @@ def compute(options: BaselinesArguments, records: list[dict], complete=None) -> 
     from elical_hf.signals.baselines import BASELINES, compute_baselines
     from elical_hf.signals.records import load_records
 
-    train = load_records(options.train_records) if options.train_records else None
+    train = None
+    if options.train_records:
+        train = load_records(options.train_records, allow_incomplete=options.allow_incomplete)
     if complete is None and any(BASELINES[name].needs_model for name in options.names):
         complete = HFBackend(options.model).complete
     verbal_summaries: dict = {}

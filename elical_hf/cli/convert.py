@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
-from .parser import ElicalArgumentParser
+from .parser import TOKEN_HELP, ElicalArgumentParser, warn_token_on_command_line
 
 
 @dataclass
@@ -18,7 +17,7 @@ class ConvertArguments:
     base_model: str | None = field(default=None, metadata={"help": "Base model (Hub id or folder); defaults to the release's."})
     subfolder: str | None = field(default=None, metadata={"help": "Folder of the release inside SRC when it holds several."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision of SRC."})
-    token: str | None = field(default=None, metadata={"help": "Hub token."})
+    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
     prompt_template: str | None = field(
         default=None, metadata={"help": "Prompt with a {question} field (default: the paper's QA prompt)."}
     )
@@ -52,19 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.prompts import REFERENCE_PROMPT_TAIL
 
     (options,) = make_parser().parse_with_config(argv)
+    warn_token_on_command_line(argv)
     settings = {"use_chat_template": not options.no_chat_template, "system_prompt": options.system_prompt}
     if options.prompt_template is not None:
         settings["prompt_template"] = options.prompt_template
     if options.answer_tail:
         settings["prompt_tail"] = REFERENCE_PROMPT_TAIL
-    try:
-        folder = convert_official(
-            options.src, options.dst, options.base_model, ConfidenceConfig(**settings),
-            subfolder=options.subfolder, revision=options.revision, token=options.token,
-            reference_special_tokens=options.reference_special_tokens,
-        )
-    except (ValueError, OSError) as error:
-        print(f"elical-hf convert-official: error: {error}", file=sys.stderr)
-        return 1
+    folder = convert_official(
+        options.src, options.dst, options.base_model, ConfidenceConfig(**settings),
+        subfolder=options.subfolder, revision=options.revision, token=options.token,
+        reference_special_tokens=options.reference_special_tokens,
+    )
     print(folder)
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
-from .records_command import run_records_command
+from .records_command import allow_incomplete_field, run_records_command
 
 
 CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
@@ -47,6 +47,7 @@ class JudgeArguments:
     )
     batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the LLM judge."})
     max_new_tokens: int = field(default=16, metadata={"help": "Longest LLM judge reply in tokens."})
+    allow_incomplete: bool = allow_incomplete_field()
 
     def __post_init__(self):
         from elical_hf.signals.records import record_format
@@ -66,8 +67,9 @@ def make_parser() -> ElicalArgumentParser:
 
 def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[str, dict]:
     """The judges `options` names, applied to `records` in place ([`~elical_hf.signals.judging.apply_judges`])."""
-    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.judging import apply_judges, check_judgeable
 
+    check_judgeable(records, options.correctness, options.consistency, source=options.records)
     return apply_judges(
         records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
         strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,

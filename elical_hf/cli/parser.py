@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from typing import Any
 
 import yaml
@@ -11,6 +12,34 @@ from transformers import HfArgumentParser
 
 
 _NOT_GIVEN = object()
+
+
+TOKEN_HELP = (
+    "Hub token; better left out: without it, the HF_TOKEN environment variable or the token of `hf auth login` is "
+    "used. A token given here is visible to other users of the machine (`ps`) and stays in the shell history."
+)
+"""The `--token` help of the commands that talk to the Hub."""
+
+
+def warn_token_on_command_line(argv: list[str] | None) -> None:
+    """Print a warning when `--token` was given on the command line (not in a `--config` file)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg == "--token" or arg.startswith("--token=") for arg in argv):
+        print("warning: --token on the command line is visible to other users (`ps`) and kept in the shell history; "
+              "set HF_TOKEN or run `hf auth login` instead.", file=sys.stderr)
+
+
+def check_dtype_option(value: str) -> str:
+    """Return a `--dtype` value (`auto`, `float32`, `bfloat16`, `float16`, ...) once it is known to name a dtype,
+    so that a typo fails when the options are parsed, before any data or model is loaded."""
+    from elical_hf.precision import AUTO, parse_dtype
+
+    if value != AUTO:
+        try:
+            parse_dtype(value)
+        except ValueError as error:
+            raise ValueError(f"--dtype: {error}") from None
+    return value
 
 
 class ElicalArgumentParser(HfArgumentParser):
@@ -55,8 +84,11 @@ class ElicalArgumentParser(HfArgumentParser):
         known, rest = pre.parse_known_args(argv)
         from_file: set[str] = set()
         if known.config is not None:
-            with open(known.config, encoding="utf-8") as handle:
-                values = yaml.safe_load(handle) or {}
+            try:
+                with open(known.config, encoding="utf-8") as handle:
+                    values = yaml.safe_load(handle) or {}
+            except (yaml.YAMLError, UnicodeDecodeError) as error:
+                raise ValueError(f"{known.config} is not a valid YAML file: {error}") from None
             if not isinstance(values, dict):
                 raise ValueError(f"{known.config} must hold a mapping of option names to values.")
             fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype)}

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .parser import ElicalArgumentParser
+from .parser import TOKEN_HELP, ElicalArgumentParser, warn_token_on_command_line
 
 
 @dataclass
@@ -22,7 +21,7 @@ class PushArguments:
         default=None, metadata={"help": "Hub id of the base model, when the model folder names a local path."}
     )
     private: bool = field(default=False, metadata={"help": "Create the repository as private."})
-    token: str | None = field(default=None, metadata={"help": "Hub token; without one, the logged-in one."})
+    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
     revision: str | None = field(default=None, metadata={"help": "Branch to commit to (models and datasets)."})
     commit_message: str | None = field(default=None, metadata={"help": "Commit message."})
 
@@ -37,21 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.hub import push_folder, push_honestybench, push_metric_space
 
     (options,) = make_parser().parse_with_config(argv)
+    warn_token_on_command_line(argv)
     # Without --private, `None`: a new repository gets the Hub's default visibility, an existing one keeps its own.
     common = {"private": options.private or None, "token": options.token, "commit_message": options.commit_message}
-    try:
-        if options.kind == "model":
-            info = push_folder(options.source, options.repo_id, revision=options.revision,
-                               base_model_name_or_path=options.base_model, **common)
-        elif options.kind == "honestybench":
-            info = push_honestybench(options.source, options.repo_id, revision=options.revision, **common)
-        elif os.path.isdir(options.source):
-            name = os.path.basename(os.path.normpath(options.source))
-            info = push_metric_space(name, options.repo_id, folder=options.source, **common)
-        else:
-            info = push_metric_space(options.source, options.repo_id, **common)
-    except (ValueError, OSError) as error:
-        print(f"elical-hf push: error: {error}", file=sys.stderr)
-        return 1
+    if options.kind == "model":
+        info = push_folder(options.source, options.repo_id, revision=options.revision,
+                           base_model_name_or_path=options.base_model, **common)
+    elif options.kind == "honestybench":
+        info = push_honestybench(options.source, options.repo_id, revision=options.revision, **common)
+    elif os.path.isdir(options.source):
+        name = os.path.basename(os.path.normpath(options.source))
+        info = push_metric_space(name, options.repo_id, folder=options.source, **common)
+    else:
+        info = push_metric_space(options.source, options.repo_id, **common)
     print(json.dumps({"repo_id": options.repo_id, "commit": info.oid, "commit_url": info.commit_url}, indent=2))
     return 0

@@ -2,6 +2,10 @@
 
 Only sampling: the records it writes are raw (no correctness or consistency judgement yet). Rerun the same command
 after an interruption to finish the missing shards.
+
+On N workers (GPUs or machines), run the same command on each with `--num_shards N --shard_index i` and its own
+`--output_dir`: worker i samples the questions whose id hashes to i, and `elical-hf merge` combines the N folders
+into exactly the records one worker would have written.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.generation import SamplingSettings
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, check_dtype_option
 
 
 @dataclass
@@ -44,6 +48,27 @@ class SampleCommandArguments:
         metadata={"help": "Weights dtype: 'auto' (the precision policy: bf16 where it is native and faster, else "
                   "float32 on a CPU), or 'float32' / 'bfloat16' / 'float16'."},
     )
+    num_workers: int = field(
+        default=1,
+        metadata={"aliases": ["--num_shards"], "help": "Split the questions across N workers by a hash of their id "
+                  "(each runs this command with its own --shard_index and --output_dir; then `elical-hf merge`)."},
+    )
+    worker_index: int = field(
+        default=0, metadata={"aliases": ["--shard_index"], "help": "Which of the N workers this is (0 to N-1)."}
+    )
+    tensor_parallel_size: int | None = field(
+        default=None, metadata={"help": "vLLM backend: GPUs per model replica (vllm.LLM's tensor_parallel_size)."}
+    )
+    data_parallel_size: int | None = field(
+        default=None, metadata={"help": "vLLM backend: model replicas on this machine (vllm.LLM's data_parallel_size)."}
+    )
+
+    def __post_init__(self) -> None:
+        check_dtype_option(self.dtype)
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"--limit must be >= 0, got {self.limit}.")
+        if self.shard_size < 1:
+            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -87,12 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.runner import sample_records
 
     options, settings = make_parser().parse_with_config(argv)
-    if options.limit is not None and options.limit < 0:
-        raise ValueError(f"`limit` must be >= 0, got {options.limit}.")
     questions = load_questions(options.questions, options.dataset, options.limit)
-    backend = make_backend(options.backend, options.model, dtype=options.dtype)
-    records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size)
+    backend = make_backend(options.backend, options.model, dtype=options.dtype,
+                           tensor_parallel_size=options.tensor_parallel_size,
+                           data_parallel_size=options.data_parallel_size)
+    records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size,
+                             num_workers=options.num_workers, worker_index=options.worker_index)
     out = options.output_dir
+    if options.num_workers > 1:
+        print(f"\nWorker {options.worker_index} of {options.num_workers}: wrote {len(records)} of {len(questions)} "
+              f"records to {out}/shards/. When every worker is done: elical-hf merge --inputs <their folders> "
+              "--output_dir <merged>")
+        return 0
     print(
         f"\nWrote {len(records)} records (greedy answer + {settings.num_samples} samples, {backend.kind} backend, "
         f"{backend.name}) to {out}/shards/ (manifest: {out}/manifest.json).\nLoad them with:\n"

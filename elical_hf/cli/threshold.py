@@ -1,26 +1,40 @@
 """`elical-hf threshold`: choose a saved model's answer/abstain threshold on labelled records and store it.
 
-The threshold maximises the accuracy of "answer when confidence >= t" on the records given (the rule of the paper's
-alignment metric, `select_threshold`) and is written as `decision_threshold` into the model's
-`confidence_config.json`, where `model.confidence` users and the `confidence-estimation` pipeline read it. Choose it
-on a labelled split that is not the test set you report (`train` by default: held-out labelled questions).
+By default the threshold maximises the accuracy of "answer when confidence >= t" on the records given (the rule of
+the paper's alignment metric, `select_threshold`). With `--alpha` it is the lowest threshold whose error rate among
+answered questions is at most alpha with probability at least 1 - delta over the draw of these records
+(`risk_controlling_threshold`: Learn-Then-Test with binomial p-values); alpha, delta, the number of records and the
+coverage reached are stored with it as `risk_control`. Either way it is written as `decision_threshold` into the
+model's `confidence_config.json` (and its generated card), where `model.answer`, `model.confidence` users and the
+`confidence-estimation` pipeline read it. Choose it on a labelled split that is not the test set you report
+(`train` by default: held-out labelled questions).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser
+from .records_command import allow_incomplete_field
 
 
 @dataclass
 class ThresholdArguments:
     """Options of `elical-hf threshold` (also settable from `--config file.yaml`)."""
 
-    model: str = field(metadata={"help": "A saved confidence model folder (gets decision_threshold)."})
+    model: str = field(metadata={"positional": True, "help": "A saved confidence model folder (gets decision_threshold); "
+                                 "`--model FOLDER` is accepted too."})
     records: str = field(metadata={"help": "Judged records: a file or folder (HonestyBench layout or our records)."})
     split: str = field(default="train", metadata={"help": "Which split of the records to choose it on (not your test set)."})
+    alpha: float | None = field(
+        default=None,
+        metadata={"help": "Guarantee an error rate among answered questions of at most ALPHA (with probability "
+                  "1 - DELTA); without it, the alignment rule."},
+    )
+    delta: float = field(default=0.1, metadata={"help": "Allowed probability that the --alpha guarantee fails."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring."})
+    allow_incomplete: bool = allow_incomplete_field()
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -29,11 +43,17 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.auto import AutoModelForConfidence
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
     from elical_hf.evaluation import set_decision_threshold
+    from elical_hf.metrics import selective_risk
     from elical_hf.signals.honestybench import load_honestybench
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--model" in argv[:-1]:  # the earlier spelling, `--model FOLDER`
+        at = argv.index("--model")
+        argv = [argv[at + 1], *argv[:at], *argv[at + 2 :]]
     (options,) = make_parser().parse_with_config(argv)
-    loaded = load_honestybench(options.records)
+    loaded = load_honestybench(options.records, allow_incomplete=options.allow_incomplete)
     if options.split not in loaded:
         raise ValueError(f"{options.records} has no {options.split!r} records (found {list(loaded)}).")
     rows = [r for r in loaded[options.split] if r.get("greedy_correct") is not None]
@@ -45,10 +65,20 @@ def main(argv: list[str] | None = None) -> int:
         [r["question"] for r in rows], batch_size=options.batch_size, progress=True
     )
     correct = [int(r["greedy_correct"]) for r in rows]
-    threshold = set_decision_threshold(options.model, confidences, correct)
+    threshold = set_decision_threshold(
+        options.model, confidences, correct, alpha=options.alpha, delta=options.delta,
+        source={"records": options.records, "split": options.split},
+    )
     answered = sum(c >= threshold for c in confidences)
-    accuracy = 100 * sum((c >= threshold) == bool(y) for c, y in zip(confidences, correct)) / len(rows)
-    print(f"decision_threshold = {threshold:.2f} written to {options.model}/confidence_config.json "
-          f"(on {len(rows)} {options.split} records: answers {answered} of them; answer/abstain decisions "
-          f"{accuracy:.1f}% right).")
+    print(f"decision_threshold = {threshold:.2f} written to {options.model}/{CONFIDENCE_CONFIG_NAME} "
+          f"(on {len(rows)} {options.split} records: answers {answered} of them).")
+    if options.alpha is None:
+        accuracy = 100 * sum((c >= threshold) == bool(y) for c, y in zip(confidences, correct)) / len(rows)
+        print(f"The alignment rule: answer/abstain decisions {accuracy:.1f}% right on these records.")
+    else:
+        record = ConfidenceConfig.from_json_file(f"{options.model}/{CONFIDENCE_CONFIG_NAME}").risk_control
+        measured = selective_risk(confidences, correct, threshold)
+        print(f"Guarantee: error rate among answered <= {options.alpha} with probability >= {1 - options.delta:.2f}; "
+              f"here coverage {100 * measured['coverage']:.1f}%, error rate {measured['risk']:.3f} "
+              f"(upper bound {record['risk_upper_bound']:.3f}).")
     return 0

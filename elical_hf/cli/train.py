@@ -4,6 +4,10 @@ Every option of `ConfidenceTrainingArguments` (and so of `transformers.TrainingA
 all three runs, except what the recipe sets per run: `--output_dir` gets elicitation/, elical/ and cal-only/,
 `--seed` seeds the label subset, the dev splits and training, and `--calibration_trainable` is what stage 2 trains.
 Options left unset keep the recipe's defaults (e.g. the paper's number of epochs for the data size).
+
+A rerun with the same data and options resumes: finished models are kept and an interrupted one continues from its
+last complete checkpoint. A non-empty `--output_dir` that holds another run (or no run) is refused unless
+`--overwrite_output_dir`.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import json
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
-from elical_hf.training_args import ConfidenceTrainingArguments
+from elical_hf.training_args import DEFAULT_LABEL_COLUMNS, ConfidenceTrainingArguments, Stage
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, check_dtype_option
 
 
 @dataclass
@@ -28,11 +32,24 @@ class TrainCommandArguments:
     num_labels: int | None = field(default=None, metadata={"help": "Stage-2 label budget (default: all rows)."})
     cal_only: bool = field(default=True, metadata={"help": "Also train Cal-Only on the same labels."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of rows held out (by question) for early stopping."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train anew in an --output_dir that is not empty or holds a run with other data or options "
+                  "(its models are replaced). Without it such a folder is refused, and the same run is resumed."},
+    )
     dtype: str = field(
         default="auto",
         metadata={"help": "Backbone dtype: 'auto' (the precision policy: bf16 on GPUs that support it and on CPUs where "
                   "it is native and faster, else float32), or 'float32' / 'bfloat16' / 'float16'."},
     )
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={"help": "Load the frozen backbone in 4 bits (QLoRA: NF4, bitsandbytes, one CUDA GPU), computing in "
+                  "--dtype; for 7B-class backbones on one GPU."},
+    )
+
+    def __post_init__(self) -> None:
+        check_dtype_option(self.dtype)
 
 
 RECIPE_ARGUMENTS = ("output_dir", "seed", "calibration_trainable")
@@ -55,7 +72,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.data import load_table
+    from elical_hf.data import load_table, validate_columns
     from elical_hf.precision import resolve_dtype
     from elical_hf.recipe import train_elical
 
@@ -65,10 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     if fixed:
         parser.error(f"{', '.join('--' + name for name in fixed)}: set per run by the recipe, not an option here.")
     passed = {f.name for f in dataclasses.fields(ConfidenceTrainingArguments) if f.init} - set(RECIPE_ARGUMENTS)
+    tables = {}
+    for stage, option in ((Stage.ELICITATION, "elicitation_data"), (Stage.CALIBRATION, "calibration_data")):
+        source = getattr(options, option)
+        tables[stage] = load_table(source)  # both checked before stage 1 trains: a bad target fails in seconds
+        validate_columns(tables[stage], f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage])
     paths = train_elical(
         options.model_name_or_path,
-        load_table(options.elicitation_data),
-        load_table(options.calibration_data),
+        tables[Stage.ELICITATION],
+        tables[Stage.CALIBRATION],
         training_args.output_dir,
         num_labels=options.num_labels,
         calibration_trainable=training_args.calibration_trainable.value,
@@ -76,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         dev_fraction=options.dev_fraction,
         seed=training_args.seed,
         training_args={name: value for name, value in given.items() if name in passed},  # each run derives the rest
-        model_init_kwargs={"dtype": resolve_dtype(options.dtype)},
+        model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
+        overwrite_output_dir=options.overwrite_output_dir,
     )
     print(json.dumps(paths, indent=2))
     return 0

@@ -1,4 +1,5 @@
-"""Confidence-quality metrics (AUROC, ECE, Brier, alignment, AUPRC, AURC, PRR) and bootstrap intervals."""
+"""Confidence-quality metrics (AUROC, ECE, Brier, alignment, AUPRC, AURC, PRR), bootstrap intervals, and
+thresholds with a guaranteed error rate among answered questions (`risk_control`)."""
 
 from .functional import (
     METRICS,
@@ -20,9 +21,18 @@ from .functional import (
     reliability_bins,
     risk_coverage_curve,
 )
+from .risk_control import (
+    RISK_CONTROL_METHOD, binomial_cdf, clopper_pearson_upper, min_answered, risk_controlling_threshold, selective_risk,
+)
 
 
 __all__ = [
+    "RISK_CONTROL_METHOD",
+    "binomial_cdf",
+    "clopper_pearson_upper",
+    "min_answered",
+    "risk_controlling_threshold",
+    "selective_risk",
     "METRICS",
     "METRIC_NAMES",
     "alignment",

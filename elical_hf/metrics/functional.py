@@ -199,9 +199,29 @@ def brier(confidences: ArrayLike, correct: ArrayLike) -> float:
     return float(np.mean((conf - y) ** 2))
 
 
+MIN_THRESHOLD_ROWS = 5
+"""Fewer rows than this choose the alignment threshold with a warning (the paper's 20% rule needs n >= 25 for 5)."""
+
+
+def _warn_threshold_rows(conf: np.ndarray, y: np.ndarray, fallback: bool) -> None:
+    """Warn when the rows choosing a threshold are too few (< [`MIN_THRESHOLD_ROWS`]) or hold one class."""
+    classes = len(np.unique(y))
+    if not fallback and conf.size >= MIN_THRESHOLD_ROWS and classes == 2:
+        return
+    what = "no threshold separates them, so t = 0.5 is used" if fallback else "the threshold is unreliable"
+    warnings.warn(
+        f"The alignment threshold is chosen on {conf.size} row(s) holding {classes} class(es) (at least "
+        f"{MIN_THRESHOLD_ROWS} rows with both correct and wrong answers are needed): {what}.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
 def _best_threshold(conf: np.ndarray, y: np.ndarray, thresholds: np.ndarray) -> float:
-    """Threshold maximising the accuracy of `conf >= t` as a predictor of `y`; see [`alignment`]."""
+    """Threshold maximising the accuracy of `conf >= t` as a predictor of `y`; see [`alignment`]. Warns when the
+    rows are too few or one class ([`_warn_threshold_rows`])."""
     if conf.size == 0:
+        _warn_threshold_rows(conf, y, fallback=True)
         return 0.5
     pos, neg = np.sort(conf[y == 1]), np.sort(conf[y == 0])
     pos_ge = pos.size - np.searchsorted(pos, thresholds, side="left")  # correct rows predicted 1
@@ -209,6 +229,7 @@ def _best_threshold(conf: np.ndarray, y: np.ndarray, thresholds: np.ndarray) -> 
     predicted_one = pos_ge + neg_ge
     hits = pos_ge + (neg.size - neg_ge)
     valid = (predicted_one > 0) & (predicted_one < conf.size)
+    _warn_threshold_rows(conf, y, fallback=not valid.any())
     if not valid.any():
         return 0.5
     best = hits[valid].max()
@@ -219,7 +240,8 @@ def select_threshold(confidences: ArrayLike, correct: ArrayLike, thresholds: Arr
     """
     The answer/abstain threshold that [`alignment`] would pick on these rows (e.g. a dev split), for a model to
     carry as its decision rule: maximises the accuracy of `(confidence >= t) == correct`, skipping thresholds that
-    predict all 0 or all 1; ties go to the smallest `t`; 0.5 when none is valid.
+    predict all 0 or all 1; ties go to the smallest `t`; 0.5 when none is valid. A `UserWarning` says so when the
+    rows are fewer than [`MIN_THRESHOLD_ROWS`] or hold one class.
 
     Args:
         confidences (`ArrayLike`): Confidences in [0, 1].
@@ -246,8 +268,9 @@ def alignment(
     The first `int(calibration_fraction * n)` rows (in the given order, or after
     `np.random.default_rng(shuffle_seed).permutation(n)` when `shuffle_seed` is set) pick the threshold `t` maximising
     the accuracy of `(confidence >= t) == correct`, skipping thresholds that predict all 0 or all 1 on those rows; ties
-    go to the smallest `t`, and `t = 0.5` when no threshold is valid (or the prefix is empty). The rule is then scored on
-    the remaining rows.
+    go to the smallest `t`, and `t = 0.5` when no threshold is valid (or the prefix is empty); a `UserWarning` says so
+    when the prefix holds fewer than [`MIN_THRESHOLD_ROWS`] rows or one class. The rule is then scored on the remaining
+    rows.
 
     Args:
         confidences (`ArrayLike`): Confidences in [0, 1].

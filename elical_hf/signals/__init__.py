@@ -28,7 +28,7 @@ from .honestybench import DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, load
 from .judging import apply_judges
 from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
 from .records import RECORD_FEATURES, load_records, normalize_record, read_records, save_records, training_columns
-from .runner import TIMING_FIELDS, sample_records
+from .runner import TIMING_FIELDS, merge_samples, sample_records, worker_of
 
 
 __all__ = [
@@ -65,12 +65,14 @@ __all__ = [
     "reference_tokens",
     "resolve_autocast_dtype",
     "rouge_l",
+    "merge_samples",
     "sample_records",
     "sample_seed",
     "save_records",
     "token_f1",
     "training_columns",
     "vllm_available",
+    "worker_of",
     "BASELINES",
     "EmbeddingJudge",
     "compute_baselines",

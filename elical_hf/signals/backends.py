@@ -23,7 +23,10 @@ from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
 
 
-__all__ = ["BACKENDS", "GenerationBackend", "HFBackend", "VLLMBackend", "make_backend", "vllm_available"]
+__all__ = [
+    "BACKENDS", "GenerationBackend", "HFBackend", "VLLM_PARALLEL_OPTIONS", "VLLMBackend", "make_backend",
+    "vllm_available", "vllm_request_params",
+]
 
 VLLM_INSTALL_HINT = 'pip install "elical-hf[vllm]"'
 
@@ -129,6 +132,38 @@ def vllm_available() -> bool:
         return False
 
 
+def vllm_request_params(sampling_params: Any, questions: list[str], settings: SamplingSettings) -> tuple[Any, list[Any]]:
+    """The vLLM requests of [`VLLMBackend.generate`]: one greedy `SamplingParams` (temperature 0, `logprobs=0`: the
+    chosen tokens' log-probabilities) for every question, and one sampling `SamplingParams` per question (`n=k`, the
+    settings' temperature, top-p, top-k, repetition penalty and stop strings, seeded from the settings' seed and the
+    question text, so a question's samples do not depend on the other questions or on the worker that samples it).
+
+    Args:
+        sampling_params (`type`): `vllm.SamplingParams` (or a stand-in with the same keyword arguments).
+        questions (`list[str]`): The questions.
+        settings ([`SamplingSettings`]): Decoding settings.
+
+    Returns:
+        `tuple`: the greedy parameters and the list of per-question sampling parameters.
+    """
+    stop = list(settings.stop_strings) or None
+    greedy = sampling_params(n=1, temperature=0.0, max_tokens=settings.max_new_tokens, logprobs=0, stop=stop)
+    sampling = [
+        sampling_params(
+            n=settings.num_samples,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k if settings.top_k > 0 else -1,
+            repetition_penalty=settings.repetition_penalty,
+            max_tokens=settings.max_new_tokens,
+            seed=sample_seed(settings.seed, question, 0) % (2**31),
+            stop=stop,
+        )
+        for question in questions
+    ]
+    return greedy, sampling
+
+
 def _import_vllm():
     try:
         import vllm
@@ -150,7 +185,12 @@ class VLLMBackend:
         model (`str`): A Hub id or folder (resolved with [`~elical_hf.default_model.resolve_model_path`]).
         revision (`str`, *optional*): Hub revision.
         dtype (`str`, *optional*): vLLM's `dtype` (e.g. `"bfloat16"`; default `"auto"`).
-        llm_kwargs: Other arguments of `vllm.LLM` (`gpu_memory_utilization`, `tensor_parallel_size`, ...).
+        tensor_parallel_size (`int`, *optional*): GPUs one model replica is split over (`vllm.LLM`'s own option,
+            for models that do not fit one GPU).
+        data_parallel_size (`int`, *optional*): `vllm.LLM`'s data-parallel replicas. Across GPUs or machines,
+            running one worker per GPU with `sample_records(num_workers=N, worker_index=i)` (`elical-hf sample
+            --num_shards N --shard_index i`) does the same without vLLM's multi-process launch.
+        llm_kwargs: Other arguments of `vllm.LLM` (`gpu_memory_utilization`, `max_model_len`, ...).
 
     Raises:
         `ImportError`: when vLLM is not installed.
@@ -158,11 +198,25 @@ class VLLMBackend:
 
     kind = "vllm"
 
-    def __init__(self, model: str, *, revision: str | None = None, dtype: Any = None, **llm_kwargs: Any):
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        dtype: Any = None,
+        tensor_parallel_size: int | None = None,
+        data_parallel_size: int | None = None,
+        **llm_kwargs: Any,
+    ):
         self._vllm = _import_vllm()
         path, self.weights_source = resolve_model_path(model, revision)
         if dtype is not None:
             llm_kwargs["dtype"] = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
+        for name, size in (("tensor_parallel_size", tensor_parallel_size), ("data_parallel_size", data_parallel_size)):
+            if size is not None:
+                if not isinstance(size, int) or size < 1:
+                    raise ValueError(f"`{name}` must be an integer >= 1, got {size!r}.")
+                llm_kwargs[name] = size
         self.name = model
         self.llm = self._vllm.LLM(model=path, **llm_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -183,23 +237,8 @@ class VLLMBackend:
         questions = list(questions)
         if not questions:
             return []
-        SamplingParams = self._vllm.SamplingParams
         prompt_ids = build_prompt_ids(self.tokenizer, questions, settings)
-        stop = list(settings.stop_strings) or None
-        greedy = SamplingParams(n=1, temperature=0.0, max_tokens=settings.max_new_tokens, logprobs=0, stop=stop)
-        sampling = [
-            SamplingParams(
-                n=settings.num_samples,
-                temperature=settings.temperature,
-                top_p=settings.top_p,
-                top_k=settings.top_k if settings.top_k > 0 else -1,
-                repetition_penalty=settings.repetition_penalty,
-                max_tokens=settings.max_new_tokens,
-                seed=sample_seed(settings.seed, question, 0) % (2**31),
-                stop=stop,
-            )
-            for question in questions
-        ]
+        greedy, sampling = vllm_request_params(self._vllm.SamplingParams, questions, settings)
         greedy_outputs = self._run(prompt_ids, greedy, progress)
         sample_outputs = self._run(prompt_ids, sampling, progress)
         records = []
@@ -245,13 +284,17 @@ class VLLMBackend:
 
 BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend}
 
+VLLM_PARALLEL_OPTIONS = ("tensor_parallel_size", "data_parallel_size")
+"""Options that only the vLLM backend takes."""
+
 
 def make_backend(kind: str, model: str, **kwargs: Any) -> HFBackend | VLLMBackend:
     """Build a backend by kind: `"hf"`, `"vllm"`, or `"auto"` (vLLM when it is importable and a CUDA GPU is present,
     else Hugging Face). `kwargs` go to the backend's constructor (`dtype` works for both).
 
     Raises:
-        `ValueError`: for an unknown `kind`. `ImportError`: for `"vllm"` without vLLM installed.
+        `ValueError`: for an unknown `kind`, or vLLM's parallel options ([`VLLM_PARALLEL_OPTIONS`]) for the Hugging
+        Face backend. `ImportError`: for `"vllm"` without vLLM installed.
     """
     if kind == "auto":
         import torch
@@ -259,4 +302,10 @@ def make_backend(kind: str, model: str, **kwargs: Any) -> HFBackend | VLLMBacken
         kind = "vllm" if vllm_available() and torch.cuda.is_available() else "hf"
     if kind not in BACKENDS:
         raise ValueError(f"Unknown backend {kind!r}; choose one of {sorted(BACKENDS) + ['auto']}.")
+    vllm_only = [name for name in VLLM_PARALLEL_OPTIONS if kwargs.get(name) is not None]
+    if kind != "vllm" and vllm_only:
+        raise ValueError(f"{', '.join(vllm_only)}: options of the vLLM backend; the {kind!r} backend runs on one "
+                         "device (split the questions over workers with num_workers / --num_shards instead).")
+    if kind != "vllm":
+        kwargs = {name: value for name, value in kwargs.items() if name not in VLLM_PARALLEL_OPTIONS}
     return BACKENDS[kind](model, **kwargs)

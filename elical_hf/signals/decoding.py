@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import time
 from contextlib import nullcontext
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -106,9 +107,12 @@ class Decoder:
 
     def __init__(
         self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False,
-        share_prefix: bool = False,
+        share_prefix: bool = False, on_prefill: Callable[[list[str]], list[bool] | None] | None = None,
     ):
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
+        # Called with the batch's questions right after its prefill (the model may keep what that prefill computed,
+        # e.g. the confidence gate's hidden states); a list of booleans it returns says which prompts go on to decode.
+        self.on_prefill = on_prefill
         # Prompts of a batch that start with the same tokens (few-shot demonstrations, a long instruction) prefill
         # that prefix once: far fewer prefill tokens, the same positions and attention; floats may differ slightly.
         self.share_prefix = share_prefix
@@ -200,6 +204,7 @@ class Decoder:
         settings, device = self.settings, self.model.device
         batch, group = len(prompt_ids), self.num_samples + 1
         input_ids, attention_mask, logits, cache = self._prefill(prompt_ids)
+        keep = self.on_prefill(questions) if self.on_prefill is not None else None
         # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
         cache.batch_repeat_interleave(group)
         logits = logits.repeat_interleave(group, dim=0)
@@ -219,8 +224,13 @@ class Decoder:
         ]
         tokens: list[list[int]] = [[] for _ in range(n_rows)]
         logprobs: list[list[float]] = [[] for _ in range(n_rows)]
+        if keep is not None and not all(keep):  # prompts not to answer leave before the first token (no output)
+            rows = torch.tensor(keep, device=device).repeat_interleave(group).nonzero().squeeze(-1)
+            cache.batch_select_indices(rows)
+            row_ids, logits, attention_mask, next_pos = row_ids[rows], logits[rows], attention_mask[rows], next_pos[rows]
+            seen = seen[rows] if seen is not None else None
 
-        while True:
+        while len(row_ids):
             rows = row_ids.tolist()
             next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs)
             done = []

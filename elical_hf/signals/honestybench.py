@@ -9,6 +9,7 @@ and split, with its card), the folder [`~elical_hf.push_honestybench`] publishes
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -20,8 +21,10 @@ from datasets import Dataset, DatasetDict, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
 from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
+from ..files import looks_local, path_component
 from .records import (
-    RECORD_FEATURES, TRAINING_FEATURES, normalize_record, read_records, record_features, record_files, training_columns,
+    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, iter_record_batches, normalize_record, read_records,
+    record_features, record_files, training_columns,
 )
 
 
@@ -80,9 +83,37 @@ def canonical_dataset(name: str | None) -> str | None:
     return DATASET_ALIASES.get(re.sub(r"[\s_\-.]", "", str(name).lower()))
 
 
-def _parse_component(component: str) -> tuple[str | None, str | None, str]:
-    """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens."""
+def _near_split_word(tokens: list[str], where: str) -> None:
+    """Refuse a token that looks like a mistyped split word (`tset`, `tests`, `trian`): guessing would put test data
+    into train."""
+    for token in tokens:
+        word = token.lower()
+        if word in SPLIT_WORDS or canonical_dataset(word) is not None or len(word) < 4 or not word.isalpha():
+            continue
+        close = next((split for split in SPLIT_WORDS if _one_slip(word, split)), None)
+        if close:
+            raise ValueError(
+                f"{where}: {token!r} looks like the split word {close!r} but is none of {sorted(SPLIT_WORDS)}; "
+                "rename the file or folder, add a `split` field to the records, or pass `path_parser`."
+            )
+
+
+def _one_slip(word: str, target: str) -> bool:
+    """Whether `word` is `target` with two neighbouring letters swapped, one letter added or one left out (a typo;
+    a changed letter is not counted: `text`, `best` are words of their own)."""
+    if len(word) == len(target):
+        slips = [i for i in range(len(word)) if word[i] != target[i]]
+        return len(slips) == 2 and slips[1] == slips[0] + 1 and word[slips[0]] == target[slips[1]] \
+            and word[slips[1]] == target[slips[0]]
+    longer, shorter = (word, target) if len(word) > len(target) else (target, word)
+    return len(longer) == len(shorter) + 1 and any(longer[:i] + longer[i + 1:] == shorter for i in range(len(longer)))
+
+
+def _parse_component(component: str, folder: bool = False) -> tuple[str | None, str | None, str]:
+    """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens. In a folder name
+    with other text (`train_run1`), a train word is not taken as the split (the folder is just named so)."""
     tokens = [t for t in component.split("_") if t]
+    _near_split_word(tokens, component)
     dataset = split = None
     for length in range(len(tokens), 0, -1):  # longest run of tokens naming a dataset ("complex_web_questions")
         for begin in range(len(tokens) - length + 1):
@@ -98,7 +129,10 @@ def _parse_component(component: str) -> tuple[str | None, str | None, str]:
             split = token.lower()
         else:
             rest.append(token)
-    return dataset, split, "_".join(rest)
+    leftover = "_".join(rest)
+    if folder and split is not None and SPLIT_WORDS[split] == "train" and leftover and leftover.lower() not in IGNORED_FOLDERS:
+        return dataset, None, "_".join(tokens)
+    return dataset, split, leftover
 
 
 def _reference_layout(parts: tuple[str, ...], stem: str) -> dict[str, str | None] | None:
@@ -135,7 +169,10 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     2. The **dataset** is the longest run of tokens that is a known alias ([`DATASET_ALIASES`], compared lowercased
        without `_ - .`: `hq`, `hotpot_qa`, `web_questions`, `complex_web_questions`, ...), searched in the file
        name first, then in the folders from the deepest up.
-    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way.
+    3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way;
+       a train word in a folder name with other text (`train_run1`) is not a split (a test word there still is), and
+       a typo of a split word (`tset`, `tests`, `trian`: two letters swapped, one added or left out) is a
+       `ValueError`, so test data is never turned into train data by a guess.
     4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
        not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
        name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
@@ -160,7 +197,7 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     reference = _reference_layout(parts, stem)
     if reference is not None:
         return reference
-    parsed = [_parse_component(stem)] + [_parse_component(p) for p in reversed(parts[:-1])]
+    parsed = [_parse_component(stem)] + [_parse_component(p, folder=True) for p in reversed(parts[:-1])]
     dataset = next((d for d, _, _ in parsed if d is not None), None)
     split = next((s for _, s, _ in parsed if s is not None), None)
     folders = [rest for _, _, rest in parsed[1:] if rest and rest.lower() not in IGNORED_FOLDERS]
@@ -188,6 +225,8 @@ def _download(repo_id: str, models: list[str] | None, revision: str | None) -> s
 
     from ..default_model import hub_offline
 
+    if looks_local(repo_id):  # a mistyped path, not a Hub id
+        raise FileNotFoundError(2, "No such file or folder", repo_id)
     patterns = [f"*{m}*.{ext}" for m in models or [""] for ext in ("jsonl", "parquet")]
     try:
         return snapshot_download(
@@ -234,8 +273,20 @@ def load_honestybench(
     path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
     revision: str | None = None,
     progress: bool = True,
+    allow_incomplete: bool = False,
+    cache_dir: str | os.PathLike | None = None,
 ) -> DatasetDict:
     """Load HonestyBench records (the official files or our own) into the paper's splits, with training columns.
+
+    The files are streamed ([`~elical_hf.signals.records.iter_record_batches`], 10,000 records at a time) into Arrow
+    files on disk, and the splits are memory-mapped from them, so the whole of HonestyBench (560k train questions
+    with 20 samples each) loads in a few GiB of memory (docs/scaling.md has the measurement). Loading the same files
+    with the same filters again reads those Arrow files back without parsing anything.
+
+    What was inferred is logged when the files are read: one line (INFO) of `file -> model / dataset / split` for
+    every file, and a warning that counts the in-domain records that went to `train` only because nothing names
+    their split. A record's own `consistency` / `correctness` / `greedy_correct` values are kept (they are computed
+    only where missing).
 
     Args:
         path_or_repo (`str`, *optional*, defaults to `"Shiyunee/HonestyBench"`):
@@ -251,6 +302,12 @@ def load_honestybench(
             without `model` / `dataset` / `split` fields (a record's own fields win).
         revision (`str`, *optional*): Hub revision.
         progress (`bool`, *optional*, defaults to `True`): Progress bar over files.
+        allow_incomplete (`bool`, *optional*, defaults to `False`): Read an unfinished `elical-hf sample` folder
+            (manifest `complete: false`) anyway, with a warning that counts the missing rows; refused otherwise.
+        cache_dir (`str`, *optional*): Where the Arrow files go, in `<cache_dir>/<key>` (the key hashes the files'
+            paths, sizes and modification times, the filters and `path_parser`); defaults to
+            `<datasets cache>/elical_hf/honestybench`. Do not load the same files into one folder from two processes
+            at once: load once, before launching several.
 
     Returns:
         [`~datasets.DatasetDict`]: non-empty splits among `train` (in-domain train files; in-domain data without a
@@ -275,55 +332,149 @@ def load_honestybench(
     root = os.fspath(path_or_repo)
     if not os.path.exists(root):
         root = _download(root, models, revision)
+    check_complete_samples(root, allow_incomplete)
 
-    parts: dict[str, list[Dataset]] = {}
-    others: set[str] = set()
-    found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
-    for file, relative, hint in tqdm(
-        _hinted_record_files(root, path_parser), desc="Reading records", unit="file", disable=not progress
-    ):
-        hint_dataset = canonical_dataset(hint.get("dataset"))
-        if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
-            _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
-            if not _model_matches(hint["model"], wanted_models):
-                continue
-            if wanted_datasets is not None and hint_dataset not in wanted_datasets:
-                continue
-        rows = []
-        for record in read_records(file):
-            raw_dataset = record.get("dataset") or hint.get("dataset")
-            if raw_dataset is None:
-                raise ValueError(
-                    f"{relative}: its records have no `dataset` field and its path names no known dataset "
-                    f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`."
-                )
-            record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
-            record["model"] = record.get("model") or hint.get("model")
-            record["source_split"] = record.pop("split", None) or hint.get("split")
-            part = paper_split(record["dataset"], record["source_split"])
-            _note(found, record["model"], record["dataset"], part)
-            if part == "other" and canonical_dataset(record["dataset"]) is None:
-                others.add(record["dataset"])
-            if not _model_matches(record["model"], wanted_models):
-                continue
-            if wanted_datasets is not None and record["dataset"] not in wanted_datasets:
-                continue
-            if split is not None and part not in split:
-                continue
-            record.update(training_columns(record))
-            rows.append((part, record))
-        for part in {p for p, _ in rows}:
-            chunk = [r for p, r in rows if p == part]
-            parts.setdefault(part, []).append(Dataset.from_list(chunk, features=_features(chunk)))
-    if others:
-        logger.warning("Records of unknown dataset(s) %s went to the `other` split.", sorted(others))
-    if not parts:
-        present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
-        raise ValueError(
-            f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}). "
-            + (f"Found {present}." if present else "Its files hold no records.")
-        )
+    hinted = _hinted_record_files(root, path_parser)
+    folder = _cache_folder(cache_dir, hinted, (models, datasets, split), path_parser)
+    if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
+        _records_to_arrow(hinted, folder, wanted_models, wanted_datasets, split, path_or_repo, (models, datasets, split),
+                          progress)
+    with open(os.path.join(folder, ARROW_INDEX), encoding="utf-8") as handle:
+        index = json.load(handle)
+    if index["others"]:
+        logger.warning("Records of unknown dataset(s) %s went to the `other` split.", index["others"])
+    parts = {part: [Dataset.from_file(os.path.join(folder, name)) for name in names]
+             for part, names in index["parts"].items()}
     return DatasetDict({name: _concatenate(parts[name]) for name in PAPER_SPLITS if name in parts})
+
+
+ARROW_INDEX = "index.json"
+"""The file of a [`load_honestybench`] Arrow folder that lists its Arrow files by split; written last."""
+
+RECORD_BATCH_SIZE = 10_000
+
+
+def _cache_folder(
+    cache_dir: str | os.PathLike | None,
+    hinted: list[tuple[str, str, dict[str, str | None]]],
+    filters: tuple[Any, Any, Any],
+    path_parser: Callable,
+) -> str:
+    """`<cache_dir>/<key>` (`cache_dir` defaults to `<datasets cache>/elical_hf/honestybench`): the key hashes the
+    files (path, size, modification time), the filters and the path parser, so changed files or filters get a new
+    folder."""
+    import hashlib
+
+    from datasets import config
+    from datasets.fingerprint import Hasher
+
+    try:
+        parser_key = Hasher.hash(path_parser)
+    except Exception:  # an unhashable parser: never reuse its folder
+        parser_key = os.urandom(8).hex()
+    stats = [(os.path.abspath(file), os.stat(file).st_size, os.stat(file).st_mtime_ns) for file, _, _ in hinted]
+    key = json.dumps({"files": stats, "filters": list(filters), "parser": parser_key, "layout": 1})
+    root = os.fspath(cache_dir) if cache_dir is not None else os.path.join(config.HF_DATASETS_CACHE, "elical_hf",
+                                                                            "honestybench")
+    return os.path.join(root, hashlib.sha256(key.encode()).hexdigest())
+
+
+def _records_to_arrow(
+    hinted: list[tuple[str, str, dict[str, str | None]]],
+    folder: str,
+    wanted_models: set[str] | None,
+    wanted_datasets: set[str | None] | None,
+    split: list[str] | None,
+    path_or_repo: Any,
+    filters: tuple[Any, Any, Any],
+    progress: bool,
+) -> None:
+    """Stream the records of `hinted` files into Arrow files under `folder` (one per file, batch and split), then
+    write `ARROW_INDEX`; the folder appears complete or not at all."""
+    import pyarrow as pa
+    from datasets.arrow_writer import ArrowWriter
+
+    from ..atomic import atomic_folder
+
+    parts: dict[str, list[str]] = {}
+    others: set[str] = set()
+    inferred: dict[str, set[tuple[str | None, str, str]]] = {}  # file -> (model, dataset, split) read from it
+    unsplit: dict[str, int] = {}  # file -> in-domain records put in train without any split word
+    found: dict[str, set[str]] = {"models": set(), "datasets": set(), "splits": set()}  # for the error message
+    with atomic_folder(folder) as staging:
+        for file, relative, hint in tqdm(hinted, desc="Reading records", unit="file", disable=not progress):
+            hint_dataset = canonical_dataset(hint.get("dataset"))
+            if hint_dataset and hint.get("model"):  # a path naming both: filtered out without reading the file
+                _note(found, hint["model"], hint_dataset, paper_split(hint_dataset, hint.get("split")))
+                if not _model_matches(hint["model"], wanted_models):
+                    continue
+                if wanted_datasets is not None and hint_dataset not in wanted_datasets:
+                    continue
+            for batch in iter_record_batches(file, RECORD_BATCH_SIZE):
+                rows = []
+                for record in batch:
+                    raw_dataset = record.get("dataset") or hint.get("dataset")
+                    if raw_dataset is None:
+                        raise ValueError(
+                            f"{relative}: its records have no `dataset` field and its path names no known dataset "
+                            f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`."
+                        )
+                    record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
+                    record["model"] = record.get("model") or hint.get("model")
+                    record["source_split"] = record.pop("split", None) or hint.get("split")
+                    part = paper_split(record["dataset"], record["source_split"])
+                    _note(found, record["model"], record["dataset"], part)
+                    inferred.setdefault(relative, set()).add((record["model"], record["dataset"], part))
+                    if part == "train" and record["source_split"] is None:
+                        unsplit[relative] = unsplit.get(relative, 0) + 1
+                    if part == "other" and canonical_dataset(record["dataset"]) is None:
+                        others.add(record["dataset"])
+                    if not _model_matches(record["model"], wanted_models):
+                        continue
+                    if wanted_datasets is not None and record["dataset"] not in wanted_datasets:
+                        continue
+                    if split is not None and part not in split:
+                        continue
+                    _add_training_columns(record)
+                    rows.append((part, record))
+                for part in sorted({p for p, _ in rows}):
+                    chunk = [r for p, r in rows if p == part]
+                    features = _features(chunk)
+                    name = f"{part}-{sum(len(v) for v in parts.values()):05d}.arrow"
+                    with ArrowWriter(features=features, path=os.path.join(staging, name)) as writer:
+                        writer.write_table(pa.Table.from_pylist(chunk, schema=features.arrow_schema))
+                        writer.finalize()
+                    parts.setdefault(part, []).append(name)
+        logger.info("Read %s", "; ".join(
+            f"{file} -> " + ", ".join(f"{m} / {d} / {p}" for m, d, p in sorted(found_in, key=str))
+            for file, found_in in inferred.items()
+        ))
+        if unsplit:
+            logger.warning(
+                "%d in-domain record(s) in %d file(s) name no split (no `split` field, no split word in the path) and "
+                "count as train: %s. Mark test data with a `split` field or a split word in its path (`nq_test.jsonl`).",
+                sum(unsplit.values()), len(unsplit), ", ".join(sorted(unsplit)),
+            )
+        if not parts:
+            models, datasets, split = filters
+            present = "; ".join(f"{kind}: {', '.join(sorted(names))}" for kind, names in found.items() if names)
+            raise ValueError(
+                f"No records left in {path_or_repo} (models={models}, datasets={datasets}, split={split}). "
+                + (f"Found {present}." if present else "Its files hold no records.")
+            )
+        index = {"parts": parts, "others": sorted(others)}
+        (staging / ARROW_INDEX).write_text(json.dumps(index, indent=2), encoding="utf-8")
+
+
+def _add_training_columns(record: dict[str, Any]) -> None:
+    """Add the [`training_columns`] a record lacks; its own values win (a `consistency` of its own has
+    `consistency_source` `"consistency"` unless it names one)."""
+    columns = training_columns(record)
+    if record.get("consistency") is not None:
+        columns["consistency_source"] = record.get("consistency_source") or "consistency"
+    for key, value in columns.items():
+        if record.get(key) is None:
+            record[key] = value
 
 
 def _note(found: dict[str, set[str]], model: str | None, dataset: str, part: str) -> None:
@@ -379,7 +530,7 @@ def _group_records(
         batches.append(("records", {}, source))
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for origin, hint, records in batches:
-        for record in records:
+        for number, record in enumerate(records):
             row = normalize_record(record)
             model = row.get("model") or hint.get("model")
             raw = row.get("dataset") or hint.get("dataset")
@@ -389,6 +540,11 @@ def _group_records(
                     "pass {'<model>/<dataset>/<split>': records}."
                 )
             row["model"], row["dataset"] = str(model), canonical_dataset(raw) or str(raw)
+            try:  # both name folders of the dataset repository: never a way out of it
+                path_component(row["model"].replace("/", "--"), "model")
+                path_component(row["dataset"], "dataset")
+            except ValueError as error:
+                raise ValueError(f"{origin}, record {number}: {error}") from None
             row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
             key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
             groups.setdefault(key, []).append(row)

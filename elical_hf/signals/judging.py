@@ -42,6 +42,28 @@ def resolve_consistency_judge(name: str) -> str:
     return "embedding"
 
 
+JUDGED_FIELDS = {"correctness": ("greedy_response", "answer"), "consistency": ("greedy_response", "sampling_response")}
+"""The record fields each kind of judgement reads: the answers to judge and what they are judged against."""
+
+
+def check_judgeable(
+    records: list[dict], correctness: str | None, consistency: str | None, source: str = "The records"
+) -> None:
+    """Raise a `ValueError` when no record has a field a requested judgement reads ([`JUDGED_FIELDS`]): a question
+    table, or a file of other rows, is not sampled records, and judging it would report nothing judged as a success.
+
+    Records missing the fields here and there are judged as far as they can be (the judges count the others)."""
+    for kind, method in (("correctness", correctness), ("consistency", consistency)):
+        if method is None:
+            continue
+        for name in JUDGED_FIELDS[kind]:
+            if not any(r.get(name) not in (None, [], "") for r in records):
+                raise ValueError(
+                    f"{source}: none of the {len(records)} records has a `{name}`, which {kind} judging reads; these "
+                    "are not sampled records (a question table?). `elical-hf sample` writes records to judge."
+                )
+
+
 def apply_judges(
     records: list[dict],
     correctness: str | None = None,
@@ -87,6 +109,7 @@ def apply_judges(
     consistency = resolve_consistency_judge(consistency) if consistency is not None else None
     if consistency is not None and consistency not in CONSISTENCY_METHODS:
         raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
+    check_judgeable(records, correctness, consistency)
     if "llm" in (correctness, consistency) and complete is None:
         from ..default_model import DEFAULT_MODEL
         from .backends import HFBackend

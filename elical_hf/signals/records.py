@@ -10,8 +10,9 @@ with the paper's splits and the columns the trainer needs.
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,21 @@ from datasets import Features, List, Value
 from datasets.features.features import generate_from_arrow_type
 
 from ..atomic import atomic_file
+from ..files import text_lines
 
 
 __all__ = [
-    "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES", "load_records", "normalize_record", "read_records",
+    "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES",
+    "check_complete_samples", "iter_record_batches", "load_records", "normalize_record", "read_records",
     "record_features", "record_files", "record_format", "save_records", "training_columns",
 ]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "elical-hf/sampled-records"
+"""The manifest of an `elical-hf sample` folder ([`~elical_hf.signals.runner.sample_records`]): `complete` is false
+until every shard is written."""
 
 _STR, _FLOAT, _BOOL, _INT = Value("string"), Value("float64"), Value("bool"), Value("int64")
 
@@ -72,6 +82,17 @@ def _flat_list(value: Any, name: str) -> list | None:
     return list(value)
 
 
+def _list(value: Any, name: str, item: Callable[[Any], Any]) -> list | None:
+    """A list field (`sampling_response`, ...) with each item converted; a string or any other non-list is refused
+    (a string would otherwise be read as one "sample" per character)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"`{name}` must be a list (one item per sample), got a {type(value).__name__}: {shown}")
+    return [item(v) for v in value]
+
+
 def _bool(value: Any, name: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -112,10 +133,10 @@ _NORMALIZERS: dict[str, Callable[[Any], Any]] = {
     "greedy_logprobs": lambda v: None if (v := _flat_list(v, "greedy_logprobs")) is None else [_float(x) for x in v],
     "greedy_cumulative_logprobs": lambda v: _float(_scalar(v, "greedy_cumulative_logprobs")),
     "greedy_correctness": lambda v: _bool(_scalar(v, "greedy_correctness"), "greedy_correctness"),
-    "sampling_response": lambda v: None if v is None else [None if s is None else str(s) for s in v],
-    "sampling_correctness": lambda v: None if v is None else [_bool(x, "sampling_correctness") for x in v],
-    "consistency_judgement": lambda v: None if v is None else [_judgement(x) for x in v],
-    "consistency_lexical": lambda v: None if v is None else [_float(x) for x in v],
+    "sampling_response": lambda v: _list(v, "sampling_response", lambda s: None if s is None else str(s)),
+    "sampling_correctness": lambda v: _list(v, "sampling_correctness", lambda x: _bool(x, "sampling_correctness")),
+    "consistency_judgement": lambda v: _list(v, "consistency_judgement", _judgement),
+    "consistency_lexical": lambda v: _list(v, "consistency_lexical", _float),
 }
 
 
@@ -240,26 +261,107 @@ def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) 
     return path
 
 
-def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records."""
+def iter_record_batches(path: str | os.PathLike, batch_size: int = 10_000) -> Iterator[list[dict[str, Any]]]:
+    """Normalized records of a `.parquet` or `.jsonl` file (official or ours), `batch_size` at a time: the file is
+    streamed (jsonl line by line, parquet by row batches), so memory holds one batch, whatever the file's size.
+
+    Raises:
+        `ValueError`: naming the file and the line (jsonl) or row (parquet, counted from 0) of a line that is not
+            UTF-8 or not JSON, of a line that is not a JSON object, or of a record whose fields have the wrong shape
+            (e.g. `sampling_response` given as one string instead of a list); or a parquet file that cannot be read.
+    """
     path = os.fspath(path)
     if record_format(path) == "parquet":
-        return [normalize_record(row) for row in pq.read_table(path).to_pylist()]
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    rows.append(normalize_record(json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
-    return rows
+        try:
+            batches = pq.ParquetFile(path).iter_batches(batch_size=batch_size)
+            start = 0
+            for batch in batches:
+                rows = batch.to_pylist()
+                yield [_normalized(row, f"{path} row {start + i}") for i, row in enumerate(rows)]
+                start += len(rows)
+        except pa.ArrowException as error:  # truncated, corrupt or not parquet at all
+            raise ValueError(f"{path} is not a readable parquet file: {error}") from None
+        return
+    rows: list[dict[str, Any]] = []
+    for number, line in text_lines(path):
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} line {number} is not valid JSON: {error}") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {number} is not a record (a JSON object): {line.strip()[:80]}")
+            rows.append(_normalized(row, f"{path} line {number}"))
+        if len(rows) == batch_size:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
 
 
-def load_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+def _normalized(record: Mapping[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return normalize_record(record)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a `.parquet` or `.jsonl` records file (official or ours) into normalized records (errors as in
+    [`iter_record_batches`])."""
+    return [record for batch in iter_record_batches(path) for record in batch]
+
+
+def _sample_folders(root: str) -> list[str]:
+    """Folders of `elical-hf sample` runs that `root` reads from: those below it holding a manifest, or the run
+    `root` is part of (its `shards/` folder, or a shard file)."""
+    root = os.path.abspath(root)
+    folder = root if os.path.isdir(root) else os.path.dirname(root)
+    up = [folder, os.path.dirname(folder)] if os.path.basename(folder) == "shards" else [folder]
+    found = [d for d in up if os.path.isfile(os.path.join(d, MANIFEST_NAME))]
+    if os.path.isdir(root):
+        for directory, subdirs, names in os.walk(root):
+            subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+            if MANIFEST_NAME in names and directory not in found:
+                found.append(directory)
+    return found
+
+
+def check_complete_samples(root: str | os.PathLike, allow_incomplete: bool = False) -> None:
+    """Refuse records of an unfinished `elical-hf sample` run (its manifest says `complete: false`, e.g. after a
+    kill): a `ValueError` that says how many questions are missing, or, with `allow_incomplete`, a warning with the
+    same count. Folders without a sampling manifest are not checked."""
+    for folder in _sample_folders(os.fspath(root)):
+        try:
+            with open(os.path.join(folder, MANIFEST_NAME), encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or manifest.get("complete"):
+            continue
+        shards = os.path.join(folder, "shards")
+        names = sorted(n for n in os.listdir(shards) if n.endswith(".parquet")) if os.path.isdir(shards) else []
+        sampled = sum(pq.read_metadata(os.path.join(shards, n)).num_rows for n in names)
+        expected = manifest.get("num_questions", "?")
+        missing = expected - sampled if isinstance(expected, int) else "?"
+        what = (f"{folder} is an unfinished `elical-hf sample` run ({MANIFEST_NAME} says complete: false): {sampled} of "
+                f"{expected} questions sampled, {missing} missing")
+        if not allow_incomplete:
+            raise ValueError(
+                f"{what}. Rerun the same `elical-hf sample` command to finish it, or pass --allow_incomplete "
+                f"(`allow_incomplete=True`) to use the {sampled} records anyway."
+            )
+        logger.warning("%s; using the %d sampled records (allow_incomplete), %s rows dropped.", what, sampled, missing)
+
+
+def load_records(path: str | os.PathLike, allow_incomplete: bool = False) -> list[dict[str, Any]]:
     """Normalized records of a `.jsonl` / `.parquet` file, or of every such file below a folder ([`record_files`]:
-    e.g. the shards of `elical-hf sample`, or a HonestyBench folder), in file order."""
+    e.g. the shards of `elical-hf sample`, or a HonestyBench folder), in file order.
+
+    An unfinished `elical-hf sample` folder is refused unless `allow_incomplete` (see [`check_complete_samples`]).
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ValueError(f"Records file {path!r} does not exist.")
+    check_complete_samples(path, allow_incomplete)
     return [record for file in record_files(path) for record in read_records(file)]

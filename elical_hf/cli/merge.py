@@ -1,0 +1,38 @@
+"""`elical-hf merge`: combine the folders of the N workers of one `elical-hf sample --num_shards N` run.
+
+Checks that the workers' manifests agree (same model and backend, same settings but `batch_size`, same question
+list, N workers each given once, every one finished) and that their shards hold exactly the questions assigned to
+them (no overlaps, no gaps), then writes the folder one worker would have written: the same records in the original
+question order, with the same shard layout, so `load_honestybench`, `elical-hf judge` and a rerun of `elical-hf
+sample` read it like any other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .parser import ElicalArgumentParser
+
+
+@dataclass
+class MergeArguments:
+    """Options of `elical-hf merge` (also settable from `--config file.yaml`)."""
+
+    inputs: list[str] = field(metadata={"help": "The --output_dir of every worker (any order)."})
+    output_dir: str = field(metadata={"help": "New folder for the merged manifest.json and shards/ (must be empty)."})
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(MergeArguments, prog="elical-hf merge", description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from elical_hf.signals.runner import merge_samples
+
+    (options,) = make_parser().parse_with_config(argv)
+    records = merge_samples(options.inputs, options.output_dir)
+    out = options.output_dir
+    print(f"Merged {len(records)} records from {len(options.inputs)} workers into {out}/shards/ "
+          f"(manifest: {os.path.join(out, 'manifest.json')}).")
+    return 0

@@ -1,0 +1,292 @@
+"""The answer/abstain/retrieve gate: decide from the confidence, before the first token, and answer when it says so.
+
+[`answer_questions`] (also `model.answer(...)`) scores each question, applies the saved policy ([`decide`]:
+`decision_threshold` and `retrieve_threshold` of the model's [`ConfidenceConfig`]) and generates the greedy answer
+of the **unadapted** base model for the questions it answers: the LoRA is switched off for generation (as PEFT's
+`disable_adapter()` does), so the answers are exactly the base model's, gated. The answer prompt is the library's
+sampler's ([`~elical_hf.signals.SamplingSettings`]' default: the paper's QA prompt in the chat template), decoded by
+the sampler's own loop ([`~elical_hf.signals.decoding.Decoder`]). A `retrieve` callback lets a RAG system fetch
+context for the questions in the retrieve band; they are then answered with [`~elical_hf.prompts.CONTEXT_QA_PROMPT`].
+
+Two modes, chosen by the model:
+
+- **LoRA + head** (the EliCal default): one prefill with the LoRA gives the confidence, then the answer's own prefill
+  and decoding run on the base model: one extra prefill per question.
+- **Zero overhead** (a model built with `use_lora=False`: the head reads the frozen backbone's hidden state): the
+  answer prompt's prefill gives both the confidence (the head on the last prompt token's final hidden state, which
+  the prefill computes anyway) and the KV cache the answer decodes from; abstained questions stop right after it.
+  This needs the confidence prompt and the answer prompt to be the same tokens, which they are by default (both are
+  `QA_PROMPT` in the chat template with the assistant header); where they differ (another template, a truncated
+  prompt), those questions are scored with a separate pass and a warning says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .data import encode_prompts
+from .prompts import CONTEXT_QA_PROMPT
+from .signals.decoding import Decoder, decode_all
+from .signals.generation import SamplingSettings, build_prompt_ids
+
+
+__all__ = ["DECISIONS", "BaseLanguageModel", "answer_questions", "base_model_only", "decide"]
+
+logger = logging.getLogger(__name__)
+
+DECISIONS = ("answer", "retrieve", "abstain")
+
+
+def decide(confidence: float, decision_threshold: float, retrieve_threshold: float | None = None) -> str:
+    """The gate's policy: `"answer"` when `confidence >= decision_threshold`; else `"retrieve"` when a
+    `retrieve_threshold` is set and `confidence >= retrieve_threshold`; else `"abstain"`."""
+    if confidence >= decision_threshold:
+        return "answer"
+    if retrieve_threshold is not None and confidence >= retrieve_threshold:
+        return "retrieve"
+    return "abstain"
+
+
+@contextlib.contextmanager
+def base_model_only(model: nn.Module) -> Iterator[None]:
+    """Switch off every PEFT adapter layer (LoRA) inside `model` for the block, and restore each layer's previous
+    state after it: the backbone then computes exactly the base model. Unlike PEFT's `disable_adapter()`, saved
+    module copies (the confidence head) are left alone."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+    states = [layer.disable_adapters for layer in layers]
+    try:
+        for layer in layers:
+            layer.enable_adapters(False)
+        yield
+    finally:
+        for layer, disabled in zip(layers, states):
+            layer.enable_adapters(not disabled)
+
+
+_LM_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _output_embeddings(model: Any) -> torch.Tensor:
+    """The LM head's weight for a confidence model, whose class drops the head when loading: the input embeddings
+    when the checkpoint ties them, else `lm_head.weight` read from the base checkpoint (once per model)."""
+    if model in _LM_HEADS:
+        return _LM_HEADS[model]
+    embeddings = model.get_input_embeddings().weight
+    if getattr(model.config.get_text_config(), "tie_word_embeddings", False):
+        weight = embeddings
+    else:
+        import json
+
+        from safetensors import safe_open
+        from transformers.utils import cached_file
+
+        from .default_model import resolve_model_path
+
+        path, _ = resolve_model_path(model.config._name_or_path)
+        index = cached_file(path, "model.safetensors.index.json", _raise_exceptions_for_missing_entries=False)
+        if index is not None:
+            with open(index, encoding="utf-8") as handle:
+                shard = cached_file(path, json.load(handle)["weight_map"]["lm_head.weight"])
+        else:
+            shard = cached_file(path, "model.safetensors")
+        with safe_open(shard, framework="pt") as tensors:
+            weight = tensors.get_tensor("lm_head.weight").to(embeddings.device, embeddings.dtype)
+    _LM_HEADS[model] = weight
+    return weight
+
+
+class BaseLanguageModel(nn.Module):
+    """
+    A confidence model's backbone with its LM head: the causal LM the gate's answers are decoded from. It calls the
+    backbone as it is (switch the LoRA off with [`base_model_only`]) and keeps the last position's final hidden state
+    of its latest call (`last_hidden_state`), which is the confidence head's input right after a left-padded prefill.
+
+    Args:
+        model ([`ForConfidenceMixin`]): The confidence model (not its PEFT wrapper).
+    """
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        import inspect
+
+        self.backbone = getattr(model, model.base_model_prefix)
+        self.cache_kwarg = "cache" if "cache" in inspect.signature(self.backbone.forward).parameters else "past_key_values"
+        self.config = model.config
+        self.generation_config = _generation_config(model)
+        self.lm_head_weight = _output_embeddings(model)
+        self.last_hidden_state: torch.Tensor | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head_weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head_weight.dtype
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache: Any = None,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+    ) -> Any:
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=use_cache, **{self.cache_kwarg: cache}).last_hidden_state
+        self.last_hidden_state = hidden[:, -1]
+        kept = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+        return CausalLMOutputWithPast(logits=nn.functional.linear(kept, self.lm_head_weight))
+
+
+def _generation_config(model: Any) -> Any:
+    """The base checkpoint's `generation_config.json` (its EOS tokens), else one derived from the model config."""
+    from transformers import GenerationConfig
+
+    from .default_model import resolve_model_path
+
+    try:
+        return GenerationConfig.from_pretrained(resolve_model_path(model.config._name_or_path)[0])
+    except (OSError, ValueError):  # no generation_config.json (or the base is unreachable)
+        return GenerationConfig.from_model_config(model.config)
+
+
+def answer_questions(
+    model: Any,
+    questions: Sequence[str] | str,
+    *,
+    threshold: float | None = None,
+    retrieve_threshold: float | None = None,
+    retrieve: Callable[[str], str | None] | None = None,
+    settings: SamplingSettings | None = None,
+    max_new_tokens: int = 64,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """
+    Decide for each question whether to answer, retrieve or abstain, and answer it with the base model when the
+    decision says so (see the module docstring for the two modes).
+
+    Args:
+        model ([`PeftModelForConfidence`] or [`ForConfidenceMixin`]): A confidence model from
+            [`AutoModelForConfidence`].
+        questions (`list[str]` or `str`): Raw questions.
+        threshold (`float`, *optional*): Answer at or above it; defaults to the saved `decision_threshold`.
+        retrieve_threshold (`float`, *optional*): Retrieve at or above it (and below `threshold`); defaults to the
+            saved `retrieve_threshold` (`None`: never retrieve).
+        retrieve (`Callable[[str], str | None]`, *optional*): Called with each question in the retrieve band; returns
+            context to answer with (`None`: nothing found, no answer). Without it, those questions get no answer.
+        settings ([`~elical_hf.signals.SamplingSettings`], *optional*): The answer prompt and stop strings; defaults to
+            the sampler's own (the paper's QA prompt), with `max_new_tokens` and `batch_size`.
+        max_new_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): Used
+            when `settings` is not given.
+        progress (`bool`, *optional*, defaults to `False`): Show progress bars.
+
+    Returns:
+        `list[dict]`: per question, in input order: `question`, `confidence` (`float`), `decision` (`"answer"`,
+        `"retrieve"` or `"abstain"`), `answer` (the greedy answer, `None` when not answered), `answer_tokens` (its
+        tokens, one decoded string each, EOS included when emitted) and `context` (what `retrieve` returned, else
+        `None`).
+
+    The answers are decoded in the model's own dtype (no autocast), like its confidences.
+    """
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config, tokenizer = inner.confidence_config, inner.tokenizer
+    if config is None or tokenizer is None:
+        raise ValueError("`answer` needs a confidence model loaded with AutoModelForConfidence (config and tokenizer).")
+    questions = [questions] if isinstance(questions, str) else list(questions)
+    for row, question in enumerate(questions):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"Questions must be non-empty strings; row {row} is {question!r}.")
+    questions = [question.strip() for question in questions]
+    threshold = config.decision_threshold if threshold is None else threshold
+    retrieve_threshold = config.retrieve_threshold if retrieve_threshold is None else retrieve_threshold
+    if threshold is None:
+        raise ValueError("This model has no decision threshold: set one with `elical-hf threshold MODEL --records ...` "
+                         "(optionally `--alpha 0.1 --delta 0.1` for a guaranteed error rate), or pass `threshold=`.")
+    if settings is None:
+        settings = SamplingSettings(num_samples=1, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    results = [{"question": q, "confidence": None, "decision": None, "answer": None, "answer_tokens": None,
+                "context": None} for q in questions]
+    if not questions:
+        return results
+    language_model = BaseLanguageModel(inner)
+    prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+
+    def set_decision(index: int, confidence: float) -> None:
+        results[index].update(confidence=confidence, decision=decide(confidence, threshold, retrieve_threshold))
+
+    def decoder(on_prefill: Callable[[list[str]], list[bool]] | None = None) -> Decoder:
+        return Decoder(language_model, tokenizer, settings, None, greedy_only=True, share_prefix=True,
+                       on_prefill=on_prefill)
+
+    keys = [str(i) for i in range(len(questions))]  # the decoder's keys: row numbers (greedy rows draw no seeds)
+    fused = _fused_rows(config, tokenizer, questions, prompt_ids) if not config.use_lora else set()
+    separate = [i for i in range(len(questions)) if i not in fused]
+    if separate:
+        for i, confidence in zip(separate, inner.confidence([questions[i] for i in separate], batch_size=batch_size)):
+            set_decision(i, confidence)
+
+    def on_prefill(batch_keys: list[str]) -> list[bool]:
+        """After a batch's prefill: score its fused rows from the hidden states it computed; say which rows to answer
+        (the other rows' decisions were taken beforehand)."""
+        rows = [int(key) for key in batch_keys]
+        if any(i in fused for i in rows):
+            head = inner.confidence_head
+            hidden = language_model.last_hidden_state.to(head.weight.dtype)
+            for i, confidence in zip(rows, torch.sigmoid(head(hidden).squeeze(-1).float()).tolist()):
+                if i in fused:
+                    set_decision(i, confidence)
+        return [results[i]["decision"] == "answer" for i in rows]
+
+    with base_model_only(inner), torch.inference_mode():
+        order = sorted(fused | {i for i in separate if results[i]["decision"] == "answer"})
+        outputs = decode_all(decoder(on_prefill), [keys[i] for i in order], [prompt_ids[i] for i in order], progress,
+                             "Answering")
+        for i, output in zip(order, outputs):
+            if results[i]["decision"] == "answer":
+                results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])
+        if retrieve is not None:
+            _answer_with_context(results, retrieve, decoder(), tokenizer, settings, progress)
+    return results
+
+
+def _fused_rows(config: Any, tokenizer: Any, questions: list[str], prompt_ids: list[list[int]]) -> set[int]:
+    """Rows whose confidence prompt is token for token the answer prompt, so one prefill serves both."""
+    same = {i for i, (a, b) in enumerate(zip(prompt_ids, encode_prompts(questions, tokenizer, config))) if a == b}
+    if len(same) < len(questions):
+        logger.warning("%d of %d questions: the confidence prompt differs from the answer prompt (template or "
+                       "truncation), so they are scored with a separate prefill.", len(questions) - len(same),
+                       len(questions))
+    return same
+
+
+def _answer_with_context(
+    results: list[dict[str, Any]], retrieve: Callable[[str], str | None], decoder: Decoder, tokenizer: Any,
+    settings: SamplingSettings, progress: bool,
+) -> None:
+    """Fetch context for the retrieve decisions and answer them with it (in place)."""
+    rows = [i for i, r in enumerate(results) if r["decision"] == "retrieve"]
+    for i in rows:
+        results[i]["context"] = retrieve(results[i]["question"])
+    rows = [i for i in rows if results[i]["context"]]
+    if not rows:
+        return
+    prompts = [CONTEXT_QA_PROMPT.format(context=results[i]["context"], question=results[i]["question"]) for i in rows]
+    filled = dataclasses.replace(settings, prompt_template="{question}")
+    outputs = decode_all(decoder, prompts, build_prompt_ids(tokenizer, prompts, filled), progress, "Answering with context")
+    for i, output in zip(rows, outputs):
+        results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])

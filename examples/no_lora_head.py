@@ -1,0 +1,99 @@
+"""How much AUROC does the gate's zero-overhead mode give up? A head on the frozen base model vs LoRA + head.
+
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python examples/no_lora_head.py --output_dir outputs/gate
+
+No-LoRA: `AutoModelForConfidence.from_pretrained(DEFAULT_MODEL, use_lora=False)`; its features are the plain base
+model's final hidden state of the last prompt token. Stage 1 trains the head alone on the consistency targets of the
+same 1,600 train questions the shipped stage-1 adapter was trained on (`examples/build_demo_assets.py`: seed 42),
+through `calibrate_head(stage="elicitation")`; stage 2 calibrates it on correctness labels (random draws of each
+budget, per seed). LoRA + head: the shipped stage-1 adapter (LoRA + head trained on those questions), calibrated the
+same way (head-only, on its cached features; the replication's "EliCal-head"). Both read the replication records
+with correctness re-judged by `has_answer`, and are scored on the 2,050 test questions (disjoint from train).
+
+Writes `no_lora_head.json` and `no_lora_head.md` to `--output_dir` (features cached there too, shared with
+`examples/label_selection.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
+    HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, calibrated, head_confidences,
+    load_replication, markdown, summarize, test_metrics, write_outputs,
+)
+
+
+STAGE1_QUESTIONS, STAGE1_SEED = 1600, 42
+"""The shipped stage-1 adapter's training questions: a `random.Random(42)` sample of 1,600 sorted train questions."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", default=RECORDS, help="The replication's HonestyBench records folder.")
+    parser.add_argument("--stage1", default=STAGE1, help="The LoRA + head stage-1 model folder.")
+    parser.add_argument("--base", default=None, help="The base model (default: the embedded DEFAULT_MODEL).")
+    parser.add_argument("--output_dir", default="outputs/gate", help="Results and cached features go here.")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[100, 250, 1000, 4800], help="Label budgets.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of the label draws.")
+    parser.add_argument("--stage1_questions", type=int, default=STAGE1_QUESTIONS,
+                        help="No-LoRA stage-1 questions: the adapter's own 1,600; with --pool_size, the pool instead.")
+    parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
+    add_subset_arguments(parser)
+    args = parser.parse_args(argv)
+
+    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
+    from elical_hf.head_calibration import confidence_head_module
+    from elical_hf.recipe import take_labels
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)
+    questions = [r["question"] for r in train + test]
+    settings = {**HEAD_SETTINGS, "num_train_epochs": args.head_epochs}
+    if args.pool_size is None:  # the adapter's own stage-1 questions
+        stage1_rows = random.Random(STAGE1_SEED).sample(train, min(args.stage1_questions, len(train)))
+    else:  # a CPU budget: the pool's consistency targets (no labels), whose features are computed anyway
+        stage1_rows = train
+
+    plain = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False)
+    plain_features = cached_features(plain, questions, os.path.join(args.output_dir, "features-base.pt"))
+    lora = AutoModelForConfidence.from_pretrained(args.stage1)
+    lora_features = cached_features(lora, questions, os.path.join(args.output_dir, "features-stage1.pt"))
+    calibrate_head(plain, stage1_rows, None, features=plain_features, stage="elicitation", seed=STAGE1_SEED,
+                   **settings)  # stage 1 of the no-LoRA head: consistency targets, head only
+    test_questions = [r["question"] for r in test]
+    runs = []
+    for method, model, features in (("LoRA + head", lora, lora_features), ("no LoRA", plain, plain_features)):
+        initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+        runs.append({"method": method, "labels": 0, "seed": 0,
+                     "metrics": test_metrics(test, head_confidences(model, features, test_questions))})
+        for budget in args.budgets:
+            for seed in args.seeds:
+                labels = take_labels(train, min(budget, len(train)), seed)
+                runs.append({"method": method, "labels": budget, "seed": seed,
+                             "metrics": calibrated(model, initial, features, labels.to_list(), test, seed, settings)})
+    eli_only = {r["method"]: r["metrics"] for r in runs if r["labels"] == 0}
+    summary = summarize([r for r in runs if r["labels"]], "LoRA + head", ["LoRA + head", "no LoRA"], args.budgets)
+    result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
+              "base": args.base or DEFAULT_MODEL, "stage1_questions": len(stage1_rows), "train_pool": len(train),
+              "test": len(test), "subset_seed": args.subset_seed,
+              "head_settings": settings, "eli_only": eli_only, "summary": summary, "runs": runs}
+    notes = (f"Stage 1 on consistency targets (LoRA + head: the shipped adapter, 1,600 train questions; no LoRA: head "
+             f"only, {len(stage1_rows)} train questions, "
+             f"{settings}); Eli-Only in-domain AUROC: " + ", ".join(
+                 f"{m} {v['in-domain avg']['auroc']:.2f}" for m, v in eli_only.items())
+             + f". Stage 2: head-only calibration on random label draws, seeds {args.seeds}; test: {len(test)} "
+             "questions; mean ± sd over seeds; metrics x100.")
+    text = markdown(summary, "LoRA + head", "The zero-overhead (no-LoRA) head vs LoRA + head", notes)
+    write_outputs(args.output_dir, "no_lora_head", result, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
