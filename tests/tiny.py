@@ -119,12 +119,10 @@ def make_tiny_causal_lm(
 def mark_trained(folder) -> None:
     """Give a saved, untrained confidence model a training-history entry, so `elical-hf evaluate` (which refuses
     untrained heads) scores it in tests whose subject is something else."""
-    import json
     import os
 
-    path = os.path.join(folder, "confidence_config.json")
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    config["training_history"] = [{"stage": "calibration", "label_column": "correctness", "num_examples": 1}]
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(config, handle, indent=2)
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+
+    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    config.training_history = [{"stage": "calibration", "label_column": "correctness", "num_examples": 1}]
+    config.save_pretrained(folder)
