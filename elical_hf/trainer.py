@@ -26,6 +26,7 @@ from .data import (
     validate_columns,
 )
 from .metrics import alignment, auroc, brier, ece
+from .metrics.functional import MIN_THRESHOLD_ROWS
 from .precision import precision_report
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
@@ -49,7 +50,10 @@ def confidence_metrics(prediction: EvalPrediction) -> dict[str, float]:
     metrics = {"ece": ece(confidences, correct), "brier": brier(confidences, correct)}
     if 0 < correct.sum() < len(correct):
         metrics["auroc"] = auroc(confidences, correct)
-    if len(correct) >= 2:  # the paper's rule: threshold on the first 20% of the eval set (its order), scored on the rest
+    # The paper's rule: threshold on the first 20% of the eval set (its order), scored on the rest. A dev split whose
+    # 20% cannot choose a threshold (too few rows, one class) reports no alignment rather than a t = 0.5 figure.
+    prefix = correct[: int(0.2 * len(correct))]
+    if len(prefix) >= MIN_THRESHOLD_ROWS and 0 < prefix.sum() < len(prefix):
         metrics["alignment"] = alignment(confidences, correct)["alignment"]
     return metrics
 

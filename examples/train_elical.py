@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from accelerate import PartialState
+
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.cli.parser import ElicalArgumentParser
 from elical_hf.data import load_table
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer.save_model(training_args.output_dir)
     if dev is not None:
         print(trainer.evaluate())
+    PartialState().destroy_process_group()  # under `accelerate launch`: a group left to interpreter exit can abort
 
 
 if __name__ == "__main__":

@@ -188,3 +188,30 @@ def test_shipped_accelerate_configs_pass_accelerates_own_validation(name, kind):
         assert args.use_fsdp and args.fsdp_use_orig_params and args.fsdp_state_dict_type == "FULL_STATE_DICT"
     else:
         assert args.use_deepspeed and int(args.zero_stage) == 2
+
+
+def test_a_finished_command_destroys_its_process_group(tmp_path, monkeypatch):
+    """A command that succeeds under a process group leaves none for interpreter exit, where a live gloo group can
+    abort a process that finished its work (SIGABRT: the launch fails); a failed command leaves the group alone."""
+    import types
+
+    import torch.distributed as dist
+
+    from elical_hf import cli
+
+    def fake(name: str, body) -> None:
+        monkeypatch.setitem(sys.modules, f"fake_{name}", types.SimpleNamespace(main=body))
+        monkeypatch.setitem(cli.COMMANDS, name, (f"fake_{name}", "a test command"))
+
+    def fails(argv):
+        raise ValueError("bad input")
+
+    fake("ok", lambda argv: 0)
+    fake("bad", fails)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert cli_main(["bad"]) == cli.USER_ERROR_EXIT and dist.is_initialized()
+        assert cli_main(["ok"]) == 0 and not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

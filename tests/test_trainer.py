@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 import pytest
 import torch
@@ -188,7 +189,7 @@ def test_resume_reaches_the_same_weights(tiny_llama, tmp_path):
 def test_eval_reports_auroc_ece_brier_alignment(tiny_llama, tmp_path):
     from elical_hf.metrics import alignment
 
-    rows = make_rows(12, 3)
+    rows = make_rows(30, 3)
     trainer = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), train_dataset=make_rows(8), eval_dataset=rows)
     metrics = trainer.evaluate()
     assert {"eval_loss", "eval_auroc", "eval_ece", "eval_brier", "eval_alignment"} <= set(metrics)
@@ -199,6 +200,11 @@ def test_eval_reports_auroc_ece_brier_alignment(tiny_llama, tmp_path):
     plain = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), eval_dataset=make_rows(8, 3, with_eval_labels=False))
     metrics = plain.evaluate()
     assert "eval_loss" in metrics and "eval_auroc" not in metrics
+    small = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), eval_dataset=rows[:12])  # 20% = 2 rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "threshold chosen on 2 rows" warning at every evaluation
+        metrics = small.evaluate()
+    assert "eval_auroc" in metrics and "eval_alignment" not in metrics
 
 
 def test_early_stopping_uses_the_dev_split(tiny_llama, tmp_path):

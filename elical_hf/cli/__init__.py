@@ -64,12 +64,27 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0]
     try:
         module = importlib.import_module(COMMANDS[command][0])
-        return int(module.main(argv[1:]) or 0)
+        status = int(module.main(argv[1:]) or 0)
     except USER_ERRORS as error:
         if os.environ.get(TRACEBACK_ENV) == "1":
             raise
         print(f"elical-hf {command}: error: {user_message(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
+    end_process_group()
+    return status
+
+
+def end_process_group() -> None:
+    """Destroys the `torch.distributed` group a finished command ran in (under `accelerate launch`).
+
+    A gloo group left for interpreter shutdown can abort a process that has done all its work (SIGABRT, "terminate
+    called without an active exception"), which fails the whole launch. Called only after success: destroying a
+    group while another rank is still in a collective would hang.
+    """
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def user_message(error: BaseException) -> str:
