@@ -76,6 +76,22 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
+    """Median wall time of each `fns[name]()` over `repeats` rounds, the methods taking turns within each round (after
+    `warmup` untimed rounds): a slow drift of the machine's speed then weighs on every method alike, which timing one
+    method's repeats after another's does not."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def peak_rss_mib(children: bool = False) -> float:
     """Peak resident memory of this process (or of its finished children) in MiB (Linux reports KiB)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)

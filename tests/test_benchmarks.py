@@ -56,3 +56,5 @@ def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tm
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in lines if line.startswith("| ")}
     assert float(rows["plain greedy generation"]) == 1.0
     assert float(rows["zero-overhead gate (no LoRA)"]) > 0 and float(rows["LoRA gate (LoRA + head)"]) > 0
+    summary = lines[-1]
+    assert summary.startswith("zero-overhead gate: ") and "confidence prefills (target <= 1)" in summary
