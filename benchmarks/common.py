@@ -66,14 +66,7 @@ def print_machine() -> dict[str, Any]:
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
     """Median wall time of `fn()` over `repeats` runs, after `warmup` untimed runs."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return interleaved_medians({"fn": fn}, repeats, warmup)["fn"]
 
 
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
