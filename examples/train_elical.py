@@ -21,12 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from accelerate import PartialState
-
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.cli.parser import ElicalArgumentParser
 from elical_hf.data import load_table
 from elical_hf.default_model import DEFAULT_MODEL
+from elical_hf.distributed import end_process_group
 from elical_hf.recipe import split_dev
 
 
@@ -42,8 +41,12 @@ class ScriptArguments:
 
 def main(argv: list[str] | None = None) -> None:
     parser = ElicalArgumentParser((ScriptArguments, ConfidenceTrainingArguments))
-    script_args, training_args = parser.parse_with_config(argv)
+    train_and_evaluate(*parser.parse_with_config(argv))
+    end_process_group()  # under `accelerate launch`, once the Trainer (and its DDP wrapper) is out of scope
 
+
+def train_and_evaluate(script_args: ScriptArguments, training_args: ConfidenceTrainingArguments) -> None:
+    """One stage: train, save the confidence model to `output_dir`, and print the dev metrics if there is a dev set."""
     train = load_table(script_args.train_file)
     if script_args.eval_file is not None:
         dev = load_table(script_args.eval_file)
@@ -56,7 +59,6 @@ def main(argv: list[str] | None = None) -> None:
     trainer.save_model(training_args.output_dir)
     if dev is not None:
         print(trainer.evaluate())
-    PartialState().destroy_process_group()  # under `accelerate launch`: a group left to interpreter exit can abort
 
 
 if __name__ == "__main__":

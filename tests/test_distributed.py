@@ -215,3 +215,35 @@ def test_a_finished_command_destroys_its_process_group(tmp_path, monkeypatch):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_ending_the_process_group_frees_what_still_uses_it_first(tmp_path, monkeypatch):
+    """A Trainer's DDP wrapper kept alive by a reference cycle is freed *before* the group is destroyed: a DDP
+    `Reducer` freed after its gloo group was destroyed deadlocks in the group's destructor (seen under `accelerate
+    launch`: rank 0 hung at exit after all its work was done)."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from elical_hf.distributed import end_process_group
+
+    class Holder:  # stands for the Trainer: its callbacks and accelerator make reference cycles
+        pass
+
+    destroy = dist.destroy_process_group
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    gc.disable()  # the cycle must survive until end_process_group runs
+    try:
+        holder = Holder()
+        holder.model, holder.me = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1)), holder
+        alive = weakref.ref(holder.model)
+        del holder
+        seen = []
+        monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: seen.append(alive()) or destroy(*a, **k))
+        end_process_group()
+        assert seen == [None] and not dist.is_initialized()
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            destroy()

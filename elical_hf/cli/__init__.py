@@ -70,21 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"elical-hf {command}: error: {user_message(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
-    end_process_group()
+    from elical_hf.distributed import end_process_group
+
+    end_process_group()  # after the command's objects are gone (see there)
     return status
-
-
-def end_process_group() -> None:
-    """Destroys the `torch.distributed` group a finished command ran in (under `accelerate launch`).
-
-    A gloo group left for interpreter shutdown can abort a process that has done all its work (SIGABRT, "terminate
-    called without an active exception"), which fails the whole launch. Called only after success: destroying a
-    group while another rank is still in a collective would hang.
-    """
-    import torch.distributed
-
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
 
 
 def user_message(error: BaseException) -> str:
