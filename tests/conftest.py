@@ -39,15 +39,44 @@ def tiny_base(request, tiny_llama, tiny_qwen2) -> str:
     return {"llama": tiny_llama, "qwen2": tiny_qwen2}[request.param]
 
 
+def _force_cpu_policy(monkeypatch, native: bool) -> None:
+    from elical_hf import precision
+
+    monkeypatch.setenv(precision.CPU_BF16_ENV, "1" if native else "0")
+    precision.cpu_capability.cache_clear()
+    precision.log_once.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _pinned_precision(request, monkeypatch):
+    """`@pytest.mark.float32` / `@pytest.mark.bfloat16` pin the precision policy for one test (and the processes it
+    starts, through `ELICAL_HF_CPU_BF16`), whatever the machine's own choice or the suite's environment.
+
+    Equivalence tests (padding sides, shared prefix vs plain pass, convert vs reference, token-for-token answers)
+    assert float32-exact agreement: they test the logic, so they run in float32. Their bf16 twins, with tolerances
+    derived from bf16, are marked `bfloat16` (emulated, slower, on CPUs without native bf16; tiny models only)."""
+    marks = {m.name for m in request.node.iter_markers() if m.name in ("float32", "bfloat16")}
+    if len(marks) > 1:
+        raise pytest.UsageError(f"{request.node.nodeid} is marked both float32 and bfloat16")
+    if not marks:
+        yield
+        return
+    from elical_hf import precision
+
+    _force_cpu_policy(monkeypatch, native=marks == {"bfloat16"})
+    yield
+    monkeypatch.undo()
+    precision.cpu_capability.cache_clear()
+    precision.log_once.cache_clear()
+
+
 @pytest.fixture
 def cpu_bf16(monkeypatch):
     """Set the precision policy's view of the CPU: `cpu_bf16(True)` (native, fast bf16) or `cpu_bf16(False)`."""
     from elical_hf import precision
 
     def force(native: bool) -> None:
-        monkeypatch.setenv(precision.CPU_BF16_ENV, "1" if native else "0")
-        precision.cpu_capability.cache_clear()
-        precision.log_once.cache_clear()
+        _force_cpu_policy(monkeypatch, native)
 
     yield force
     monkeypatch.undo()

@@ -19,6 +19,9 @@ from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.tiny import CHAT_TEMPLATE, make_tiny_causal_lm, make_tiny_tokenizer
 
 
+pytestmark = pytest.mark.float32  # vs the authors' code to float32 rounding (bf16 twin: tests/test_bf16.py)
+
+
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "Who was the first king of England?"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -14,6 +14,9 @@ from elical_hf.signals import SamplingSettings, generate_answers
 from tests.conftest import save_tiny_base
 
 
+pytestmark = pytest.mark.float32  # token-for-token answers and exact confidences (bf16 twins: tests/test_bf16.py)
+
+
 QUESTIONS = ["who wrote hamlet", "what is the capital of france", "how tall is mount everest in metres?",
              "when was the king born"]
 MAX_NEW_TOKENS = 10

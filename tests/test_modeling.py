@@ -36,6 +36,7 @@ def test_last_token_indices_left_and_right():
         last_token_indices(torch.tensor([[0, 0]]))
 
 
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_padding_side_does_not_change_confidence(tiny_base):
     model = trained_like(AutoModelForConfidence.from_pretrained(tiny_base))
     tokenizer = model.tokenizer
@@ -55,6 +56,7 @@ def long_prefix_model(base: str):
         system_prompt=system)))
 
 
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypatch):
     from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
 
@@ -82,6 +84,7 @@ def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypat
         torch.testing.assert_close(features, plain_features, atol=1e-5, rtol=0)
 
 
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
     model = long_prefix_model(tiny_llama)
     inner, tokenizer = model.get_base_model(), model.tokenizer
@@ -99,6 +102,7 @@ def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_pools_last_real_token_when_pad_equals_eos(tiny_llama):
     model = trained_like(AutoModelForConfidence.from_pretrained(tiny_llama))
     tokenizer = model.tokenizer

@@ -13,6 +13,9 @@ from elical_hf import AutoModelForConfidence, ConfidenceConfig, ConfidenceEstima
 from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
 
 
+pytestmark = pytest.mark.float32  # PEFT's loader vs ours, to float32 rounding
+
+
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?"]
 CUSTOM = dict(prompt_template="Question: {question}\nCan you answer it?", system_prompt="Be honest.")
 
@@ -20,7 +23,8 @@ CUSTOM = dict(prompt_template="Question: {question}\nCan you answer it?", system
 @pytest.fixture(scope="module")
 def custom_folder(tiny_llama, tmp_path_factory):
     """A saved model whose template is not the default, with a head that tells the two templates apart."""
-    model = AutoModelForConfidence.from_pretrained(tiny_llama, confidence_config=ConfidenceConfig(**CUSTOM))
+    model = AutoModelForConfidence.from_pretrained(tiny_llama, confidence_config=ConfidenceConfig(**CUSTOM),
+                                                  dtype=torch.float32)  # a module fixture: the mark does not reach it
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():

@@ -269,6 +269,7 @@ def test_train_stage_uses_a_given_dev_set(tiny_llama, tmp_path):
     assert not os.path.exists(tmp_path / "out" / "checkpoints")
 
 
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_activation_checkpointing_trains_the_same_lora_and_head(tiny_llama, tmp_path):
     """With checkpointing the backbone recomputes its activations in the backward pass and the batch's shared prompt
     prefix runs per row (no KV cache under checkpointing); without it the prefix runs once. Same weights after."""
