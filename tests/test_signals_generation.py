@@ -289,3 +289,41 @@ def test_shared_prefix_length_rule():
     assert shared_prefix_length([long, long + [7]]) == len(long) - 1  # every row keeps a token of its own
     assert shared_prefix_length([long[: MIN_SHARED_PREFIX - 1] + [1], long[: MIN_SHARED_PREFIX - 1] + [2]]) == 0
     assert shared_prefix_length([long + [1]]) == 0 and shared_prefix_length([]) == 0
+
+
+@pytest.mark.parametrize("top_k, top_p, temperature, penalty", [(50, 0.95, 1.0, 1.05), (5, 0.8, 0.7, 1.3)])
+def test_each_step_samples_from_the_distribution_transformers_generate_uses(model, tokenizer, monkeypatch, top_k,
+                                                                             top_p, temperature, penalty):
+    """The whole sampling path (prefill, cache copied to the sample rows, positions, repetition penalty over prompt
+    and generated tokens, temperature, top-k, top-p) gives, at every step, the distribution `generate(do_sample=True)`
+    samples from: our decoder is forced along each of transformers' sampled sequences and its candidate probabilities
+    are compared with transformers' processed scores at that step (float32: they agree to float rounding)."""
+    from elical_hf.signals import decoding
+
+    question = QUESTIONS[3]
+    ids = torch.tensor([build_prompt_ids(tokenizer, [question], settings())[0]])
+    torch.manual_seed(0)
+    out = model.generate(ids, do_sample=True, num_return_sequences=4, max_new_tokens=8, top_k=top_k, top_p=top_p,
+                         temperature=temperature, repetition_penalty=penalty, output_scores=True,
+                         return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+    eos, compared = tokenizer.eos_token_id, 0
+    for row in range(4):
+        sequence = out.sequences[row, ids.shape[1]:].tolist()
+        steps = sequence.index(eos) + 1 if eos in sequence else len(sequence)
+        forced, seen = iter(sequence[:steps]), []
+
+        def follow(values, candidate_ids, generators, forced=forced, seen=seen):
+            probs = torch.zeros(values.shape[0], out.scores[0].shape[-1], dtype=torch.float64)
+            probs.scatter_(1, candidate_ids, values.softmax(-1).double())
+            seen.append(probs[0])
+            return torch.tensor([next(forced)])
+
+        monkeypatch.setattr(decoding, "_sample", follow)
+        run(model, tokenizer, [question], num_samples=1, max_new_tokens=steps, top_k=top_k, top_p=top_p,
+            temperature=temperature, repetition_penalty=penalty)
+        assert len(seen) == steps
+        for step, ours in enumerate(seen):
+            expected = out.scores[step][row].double().softmax(-1)
+            torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0, msg=f"sequence {row}, step {step}")
+            compared += 1
+    assert compared >= 8
