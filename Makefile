@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.elical-installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-other-precision install clean
 
 install: $(STAMP)
 
@@ -23,6 +23,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+# The not-slow tests once more under the precision branch this machine's policy does not pick (bf16 where it picks
+# float32, float32 where it picks bf16): CI runs both on whichever CPU it gets.
+test-other-precision: $(STAMP)
+	@other=$$($(BIN)/python -c "from elical_hf.precision import cpu_capability as c; print(0 if c().bf16_fast else 1)"); \
+	echo "Not-slow tests with ELICAL_HF_CPU_BF16=$$other (the branch this CPU's policy does not pick)"; \
+	ELICAL_HF_CPU_BF16=$$other HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
