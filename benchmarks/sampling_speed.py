@@ -80,6 +80,7 @@ def _hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_retur
 
 
 def run_hf(model, tokenizer, questions, settings, per_sample: bool) -> dict:
+    """HF `generate` over the same batches; `lengths` in question order (k per question)."""
     from elical_hf.signals.generation import build_prompt_ids
 
     eos = {tokenizer.eos_token_id, *([model.generation_config.eos_token_id] if isinstance(
@@ -113,15 +114,39 @@ def run_hf(model, tokenizer, questions, settings, per_sample: bool) -> dict:
             "same_as_greedy": statistics.mean(same)}
 
 
-def flop_share(model, tokenizer, questions, settings, result, fp32_gflops: float) -> float:
-    """Achieved share of the measured matmul ceiling: 2 x matmul parameters per processed token (prefill + decode)."""
+def lengths_over_seeds(model, tokenizer, questions, settings, seeds: int) -> None:
+    """Mean sample length (chars) of ours and of HF batched `generate` over `seeds` fresh seeds each, paired by
+    question: the per-question mean over all seeds' samples, then the mean and 2 standard errors (over questions) of
+    ours - HF. One seed's k samples per question share the question's answer length, so the naive standard error of
+    one run's samples is too small; fresh seeds are what tells a systematic difference from draw noise."""
+    from dataclasses import replace
+
+    k = settings.num_samples
+    per_question = {"ours": [[] for _ in questions], "hf": [[] for _ in questions]}
+    for seed in range(1000, 1000 + seeds):
+        seeded = replace(settings, seed=seed)
+        ours, hf = run_ours(model, tokenizer, questions, seeded), run_hf(model, tokenizer, questions, seeded, False)
+        for name, result in (("ours", ours), ("hf", hf)):
+            for q in range(len(questions)):
+                per_question[name][q].extend(result["lengths"][q * k : (q + 1) * k])
+    means = {name: [statistics.mean(v) for v in values] for name, values in per_question.items()}
+    diffs = [a - b for a, b in zip(means["ours"], means["hf"])]
+    spread = 2 * statistics.stdev(diffs) / len(diffs) ** 0.5
+    print(f"  sample length over {seeds} fresh seeds x {k} samples x {len(questions)} questions: ours "
+          f"{statistics.mean(means['ours']):.1f} chars, HF {statistics.mean(means['hf']):.1f}; ours - HF per question "
+          f"{statistics.mean(diffs):+.1f} ± {spread:.1f} (2 s.e. over questions)")
+
+
+def flop_share(model, tokenizer, questions, settings, result, gflops: float) -> float:
+    """Achieved share of the measured matmul ceiling of the model's dtype: 2 x matmul parameters per processed token
+    (prefill + decode)."""
     from elical_hf.signals.generation import build_prompt_ids
 
     lm_head = model.get_output_embeddings().weight.numel()
     body = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel()
     prefill = sum(len(ids) for ids in build_prompt_ids(tokenizer, questions, settings))
     flops = 2 * body * (prefill + result["tokens"]) + 2 * lm_head * result["tokens"]  # the LM head: new tokens only
-    return flops / result["seconds"] / 1e9 / fp32_gflops
+    return flops / result["seconds"] / 1e9 / gflops
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loop_questions", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=24)
     parser.add_argument("--batch_size", type=int, default=None, help="questions per batch; default: automatic")
+    parser.add_argument("--length_seeds", type=int, default=0,
+                        help="also compare sample lengths, ours vs HF batched, over this many fresh seeds (paired by "
+                             "question); 0: skip")
     args = parser.parse_args(argv)
 
     from elical_hf.default_model import DEFAULT_MODEL
@@ -152,7 +180,9 @@ def main(argv: list[str] | None = None) -> None:
         batched = run_hf(model, tokenizer, questions, settings, per_sample=False)
         loop = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)
         speed = {name: r["tokens"] / r["seconds"] for name, r in (("ours", ours), ("hf", batched), ("loop", loop))}
-        share = flop_share(model, tokenizer, questions, settings, ours, machine["fp32_gflops"])
+        ceiling_dtype = "bf16" if model.dtype == torch.bfloat16 else "fp32"
+        ceiling = machine[f"{ceiling_dtype}_gflops"]
+        share = flop_share(model, tokenizer, questions, settings, ours, ceiling)
         for name, label, result in (("ours", "ours (generate_answers)", ours),
                                     ("hf", "HF generate(num_return_sequences=k) + greedy", batched),
                                     ("loop", f"HF per-sample generate loop ({args.loop_questions} q)", loop)):
@@ -160,8 +190,10 @@ def main(argv: list[str] | None = None) -> None:
             spread = 2 * statistics.stdev(lengths) / len(lengths) ** 0.5
             rows.append([k, label, round(speed[name], 1), round(speed["ours"] / speed[name], 2),
                          f"{statistics.mean(lengths):.1f} ± {spread:.1f}", round(result["same_as_greedy"], 3)])
-        print(f"k={k}, batches of {batch} questions: our sampler reaches {share:.1%} of the measured fp32 matmul ceiling "
-              f"({machine['fp32_gflops']} GFLOP/s).")
+        print(f"k={k}, batches of {batch} questions: our sampler reaches {share:.1%} of the measured {ceiling_dtype} "
+              f"matmul ceiling ({ceiling} GFLOP/s).")
+        if args.length_seeds:
+            lengths_over_seeds(model, tokenizer, questions, settings, args.length_seeds)
     print()
     print_table(["k", "method", "tokens/s", "ours / this", "sample chars (mean ± 2 s.e.)", "samples = greedy"], rows)
 

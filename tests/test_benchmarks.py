@@ -13,7 +13,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
-                                    "data_scale", "gate_overhead"])
+                                    "data_scale", "gate_overhead", "precision_agreement"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -58,3 +58,23 @@ def test_gate_overhead_benchmark_checks_answers_and_prints_ratios(tiny_llama, tm
     assert float(rows["zero-overhead gate (no LoRA)"]) > 0 and float(rows["LoRA gate (LoRA + head)"]) > 0
     summary = lines[-1]
     assert summary.startswith("zero-overhead gate: ") and "confidence prefills (target <= 1)" in summary
+
+
+def test_precision_agreement_benchmark_prints_both_dtypes_side_by_side(tiny_llama, tmp_path):
+    """fp32 vs bf16 on a tiny model and the demo's committed records: the table has every row, and the head's
+    confidences in the two dtypes differ by bf16 rounding only (a confidence model is never far off in bf16)."""
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "precision_agreement.py"), "--model", tiny_llama,
+                           "--stage1_model", str(tmp_path / "stage1"), "--sample_questions", "3", "--num_samples", "2",
+                           "--max_new_tokens", "3", "--test_questions", "40", "--num_labels", "20", "--head_epochs",
+                           "2", "--bootstrap", "20"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:5]] for line in done.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("|  |")}
+    assert {"greedy answers identical (fp32 vs bf16)", "sampler tokens/s", "Eli-Only: in-domain AUROC",
+            "EliCal (head): max / mean abs Δ confidence"} <= set(rows)
+    assert 0 <= float(rows["greedy answers identical (fp32 vs bf16)"][2].rstrip("%")) <= 100
+    largest, mean = (float(x) for x in rows["Eli-Only: max / mean abs Δ confidence"][2].split(" / "))
+    assert 0 <= mean <= largest < 0.05
