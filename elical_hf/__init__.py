@@ -13,6 +13,7 @@ from .configuration import ConfidenceConfig
 from .data import ConfidenceDataCollator
 from .convert import convert_official
 from .default_model import DEFAULT_MODEL
+from .diagnosis import diagnose
 from .head_calibration import calibrate_head
 from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
 from .modeling import ConfidenceModelOutput, ForConfidenceMixin
@@ -42,6 +43,7 @@ __all__ = [
     "calibrate_head",
     "confidence_metrics",
     "convert_official",
+    "diagnose",
     "push_folder",
     "push_honestybench",
     "push_metric_space",

@@ -1,0 +1,55 @@
+"""`elical-hf diagnose`: will elicitation help on this model? The teacher's quality on the labels you have.
+
+Reads judged records (a jsonl/parquet file or a folder of them) with consistency judgements and greedy correctness and
+prints, per dataset and overall, the teacher's AUROC (consistency vs greedy correctness, x100) with a bootstrap
+interval, the number of correct answers it rests on, and one verdict line each. Run it on the ~100 labelled questions
+you would calibrate on, before sampling stage 1 on 100k: where consistency does not track correctness, stage 1 teaches
+the wrong signal (docs/results.md measures how often the verdict is right).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .parser import ElicalArgumentParser
+from .records_command import allow_incomplete_field
+
+
+@dataclass
+class DiagnoseArguments:
+    """Options of `elical-hf diagnose` (also settable from `--config file.yaml`)."""
+
+    records: str = field(metadata={"help": "Judged records file (.jsonl/.parquet) or a folder of them."})
+    split: str | None = field(default=None, metadata={"help": "Only records of this split/partition (e.g. train)."})
+    bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the 95%% interval (>= 1)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resamples."})
+    output: str | None = field(default=None, metadata={"help": "Also write the diagnosis as JSON here."})
+    allow_incomplete: bool = allow_incomplete_field()
+
+    def __post_init__(self):
+        if self.bootstrap < 1:
+            raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}.")
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(DiagnoseArguments, prog="elical-hf diagnose", description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from elical_hf.atomic import atomic_write_text
+    from elical_hf.diagnosis import diagnose, diagnosis_to_markdown
+    from elical_hf.signals.records import load_records
+
+    (options,) = make_parser().parse_with_config(argv)
+    records = load_records(options.records, allow_incomplete=options.allow_incomplete)
+    report = diagnose(records, bootstrap=options.bootstrap, seed=options.seed, split=options.split)
+    print(diagnosis_to_markdown(report))
+    for name, cell in report["datasets"].items():
+        print(f"{name}: {cell['verdict']}.")
+    print(f"overall: {report['overall']['verdict']}.")
+    if report["skipped"]:
+        print(f"({report['skipped']} records without both judgements were skipped.)")
+    if options.output:
+        atomic_write_text(options.output, json.dumps(report, indent=2) + "\n")
+    return 0
