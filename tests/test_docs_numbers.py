@@ -1,0 +1,121 @@
+"""The numbers README.md quotes are the committed results' (`docs/results/*.json`), so the two cannot drift apart, and
+a difference whose interval includes zero is worded as such."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+INTERVAL = re.compile(r"[+−-]?\d+\.\d \[[+−-]?\d+\.\d, [+−-]?\d+\.\d\]")
+ZERO_WORDS = ("not distinguishable from zero", "includes zero", "neither distinguishable from zero")
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def section(title: str) -> str:
+    """One README section, its lines joined (a quoted figure may wrap)."""
+    return " ".join(README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0].split())
+
+
+def signed(value: float) -> str:
+    return f"{value:+.1f}".replace("-", "−")
+
+
+def interval(value: float, low: float, high: float) -> str:
+    return f"{signed(value)} [{signed(low)}, {signed(high)}]"
+
+
+def committed_intervals() -> dict[str, tuple[float, float, float]]:
+    """Every AUROC difference with its interval the results files hold: name -> (value, low, high)."""
+    out = {}
+    for file in ("seed_differences.json", "differences.json"):
+        for name, entry in load(file).items():
+            for column, cell in entry.items():
+                if isinstance(cell, dict) and "auroc_ci" in cell:
+                    out[f"{file}: {name} / {column}"] = (cell["auroc"], *cell["auroc_ci"])
+    return out
+
+
+def normalise(text: str) -> str:
+    """README writes a positive lower bound without its sign sometimes; compare intervals in one spelling."""
+    value, low, high = (float(x.replace("−", "-")) for x in re.findall(r"[+−-]?\d+\.\d", text))
+    return interval(value, low, high)
+
+
+def test_every_replication_interval_is_a_committed_result():
+    known = {interval(*v) for v in committed_intervals().values()}
+    quoted = INTERVAL.findall(section("Replication at CPU scale"))
+    assert len(quoted) >= 6
+    for text in quoted:
+        assert normalise(text) in known, f"README quotes {text}, which no file in docs/results/ holds"
+
+
+def test_intervals_that_include_zero_say_so():
+    text = section("Replication at CPU scale")
+    for match in INTERVAL.finditer(text):
+        value, low, high = (float(x.replace("−", "-")) for x in re.findall(r"[+−-]?\d+\.\d", match.group()))
+        if low < 0 < high:
+            around = text[max(0, match.start() - 250) : match.end() + 250]
+            assert any(words in around for words in ZERO_WORDS), f"{match.group()} includes 0 but is not worded so"
+            before = text[max(0, match.start() - 80) : match.start()]
+            assert not re.search(r"\b(beats|wins|outperforms)\b", before), match.group()
+
+
+def test_replication_point_figures_are_the_committed_ones():
+    results = load("results.json")
+    text = section("Replication at CPU scale")
+    elical, full, cal = (results[m]["in-domain avg"]["auroc"] for m in ("EliCal@1000", "Cal-Only@all", "Cal-Only@1000"))
+    assert f"({elical:.1f} vs {full:.1f}" in text
+    assert f"EliCal@1000 reaches {100 * elical / full:.0f}%" in text and f"Cal-Only@1000 {100 * cal / full:.0f}%" in text
+    assert f"Eli-Only's OOD AUROC ({results['Eli-Only']['OOD avg']['auroc']:.1f}" in text
+    sizes = load("confidences.json")
+    assert f"{len(sizes['ids']):,} test" in text
+
+
+def test_runs_the_readme_names_were_run_or_are_said_not_to_be():
+    results = load("results.json")
+    text = section("Replication at CPU scale")
+    for name in ("Prob", "N-Prob", "Consis-Lex", "Consis-Sem", "Verbal-0", "Eli-Only", "Cal-Only@all"):
+        assert name in results, name
+    assert "Verbal-10" not in results and "Verbal-10 was not" in text
+    assert "EliCal@all" not in results and "EliCal@all with LoRA + head was not run" in text
+
+
+def test_the_demo_headline_is_the_committed_runs():
+    demo = load("demo.json")
+    assert "DEMO_HEADLINE" not in README
+    assert demo["headline"] in section("The demo")
+    low, high = demo["difference"]["in-domain avg"]["auroc_ci"]
+    if low < 0 < high:
+        assert "not distinguishable" in demo["headline"]
+
+
+def test_diagnosis_hit_rates_are_the_committed_validation():
+    budgets = load("diagnosis_validation.json")["budgets"]
+    for n, cell in budgets.items():
+        low, high = cell["hit_rate_ci"]
+        quoted = f"{cell['hit_rate']:.0f}% [{low:.0f}, {high:.0f}] at {int(n):,}"
+        assert quoted in " ".join(README.split()), quoted
+
+
+def test_precision_figures_are_the_committed_benchmark_run():
+    figures = load("precision_agreement.json")["methods"]["Eli-Only"]
+    low, high = figures["auroc_difference_ci"]
+    two = [f"{v:+.2f}".replace("-", "−") for v in (figures["auroc_difference"], low, high)]
+    text = " ".join(README.split())
+    assert f"by {figures['mean_abs_delta']:.4f} on average" in text
+    assert f"in-domain AUROC by {two[0]} [{two[1]}, {two[2]}]" in text
+
+
+@pytest.mark.parametrize("number", ["+16 AUROC", "~1,000 labels reach the all-label result", "the six training-free baselines, Eli-Only"])
+def test_refuted_claims_are_gone(number):
+    assert number not in README
