@@ -72,9 +72,10 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.data import load_table, validate_columns
+    from elical_hf.data import validate_columns
     from elical_hf.precision import resolve_dtype
     from elical_hf.recipe import train_elical
+    from elical_hf.signals.records import load_training_table
 
     parser = make_parser()
     options, training_args, given = parser.parse_with_config(argv, return_given=True)
@@ -85,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     tables = {}
     for stage, option in ((Stage.ELICITATION, "elicitation_data"), (Stage.CALIBRATION, "calibration_data")):
         source = getattr(options, option)
-        tables[stage] = load_table(source)  # both checked before stage 1 trains: a bad target fails in seconds
-        validate_columns(tables[stage], f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage])
+        # judged records (`elical-hf judge --output`) get their training columns; both tables are checked before
+        # stage 1 trains, so a bad target fails in seconds
+        name, target = f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage]
+        tables[stage] = load_training_table(source, name, target)
+        validate_columns(tables[stage], name, target)
     paths = train_elical(
         options.model_name_or_path,
         tables[Stage.ELICITATION],
@@ -102,4 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         overwrite_output_dir=options.overwrite_output_dir,
     )
     print(json.dumps(paths, indent=2))
+    _print_diagnosis(tables[Stage.CALIBRATION])
     return 0
+
+
+def _print_diagnosis(labels) -> None:
+    """The teacher's quality on the calibration labels (`elical-hf diagnose`), when they carry both judgements."""
+    from elical_hf.diagnosis import diagnose
+
+    if not {"consistency", "greedy_correct"} <= set(labels.column_names):
+        return
+    try:
+        report = diagnose(labels.select_columns([c for c in ("dataset", "consistency", "greedy_correct")
+                                                 if c in labels.column_names]), bootstrap=200)
+    except ValueError:
+        return
+    for name, cell in report["datasets"].items():
+        print(f"diagnosis, {name}: {cell['verdict']}.")

@@ -365,3 +365,56 @@ def load_records(path: str | os.PathLike, allow_incomplete: bool = False) -> lis
         raise ValueError(f"Records file {path!r} does not exist.")
     check_complete_samples(path, allow_incomplete)
     return [record for file in record_files(path) for record in read_records(file)]
+
+
+JUDGE_OPTIONS = {
+    "consistency": "elical-hf judge --consistency embedding (or lexical / llm)",
+    "correctness": "elical-hf judge --correctness has_answer (or em / f1 / llm)",
+}
+"""Which `judge` option fills the judgement a training target is derived from."""
+RECORD_MARKERS = ("greedy_response", "sampling_response")
+"""Columns that say a table holds HonestyBench records (answers and samples), not training rows."""
+
+
+def is_records_table(columns: Iterable[str]) -> bool:
+    return bool(set(RECORD_MARKERS) & set(columns))
+
+
+def with_training_columns(rows: Any, name: str, target: str) -> Any:
+    """Judged records as training rows: the trainer's columns (`consistency`, `correctness`, `greedy_correct`,
+    [`training_columns`]) added to a `datasets.Dataset` of records wherever the judgements allow; a table that already
+    has `target`, or holds no records, comes back unchanged.
+
+    Raises:
+        `ValueError`: A record lacks the judgement `target` is derived from (named, with the `judge` option that fills
+            it).
+    """
+    if target in rows.column_names or not is_records_table(rows.column_names):
+        return rows
+    derived = [training_columns(row) for row in rows]
+    for row, (record, columns) in enumerate(zip(rows, derived)):
+        if columns[target] is None:
+            where = f"record {record.get('id')!r}" if record.get("id") is not None else f"row {row}"
+            hint = JUDGE_OPTIONS.get(target, "elical-hf judge")
+            raise ValueError(f"The {name} records have no judgement to derive the {target!r} target from ({where} "
+                             f"and maybe others): run `{hint}` on them first.")
+    for column in ("consistency", "correctness", "greedy_correct"):
+        values = [columns[column] for columns in derived]
+        if column not in rows.column_names and all(value is not None for value in values):
+            rows = rows.add_column(column, values)
+    return rows
+
+
+def load_training_table(source: str, name: str, target: str) -> Any:
+    """A training table from any records input: a table file or `save_to_disk` folder (`load_table`), a folder of
+    record files (an `elical-hf sample` output, a HonestyBench layout), or judged records — with the trainer's columns
+    derived where they are missing ([`with_training_columns`])."""
+    from ..data import load_table
+
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "dataset_info.json")):
+        from datasets import Dataset
+
+        rows = Dataset.from_list(load_records(source))
+    else:
+        rows = load_table(source)
+    return with_training_columns(rows, name, target)
