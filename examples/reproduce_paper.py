@@ -454,8 +454,11 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
                  notes=notes)
     # every method's per-question confidences, so the tables can be recomputed (or merged) without retraining
+    # (6 significant digits, not 6 decimals: Prob's products of token probabilities go far below 1e-6; Prob is also
+    # kept as its log, the greedy answer's summed token log-probability, which ranks exactly as Prob does)
     scores = {"ids": [r["id"] for r in test], "datasets": [r["dataset"] for r in test], "correct": correct,
-              "confidences": {name: [round(float(c), 6) for c in values] for name, values in confidences.items()}}
+              "confidences": {name: [float(f"{float(c):.6g}") for c in values] for name, values in confidences.items()},
+              "log_prob": [float(r["greedy_cumulative_logprobs"]) for r in test]}
     atomic_write_text(os.path.join(folder, "confidences.json"), json.dumps(scores) + "\n")
     extra = []
     for column, by_method in curves.items():

@@ -119,3 +119,17 @@ def test_precision_figures_are_the_committed_benchmark_run():
 @pytest.mark.parametrize("number", ["+16 AUROC", "~1,000 labels reach the all-label result", "the six training-free baselines, Eli-Only"])
 def test_refuted_claims_are_gone(number):
     assert number not in README
+
+
+def test_prob_recomputes_from_the_committed_log_probabilities():
+    """`confidences.json` keeps Prob as a log-probability too: at 6 decimals most Prob values round to 0."""
+    import numpy as np
+
+    from elical_hf.metrics.functional import auroc
+
+    scores, results = load("confidences.json"), load("results.json")
+    datasets, correct = np.asarray(scores["datasets"]), np.asarray(scores["correct"])
+    log_prob = np.asarray(scores["log_prob"])
+    for name in dict.fromkeys(scores["datasets"]):
+        mask = datasets == name
+        assert 100 * auroc(np.exp(log_prob[mask]), correct[mask]) == pytest.approx(results["Prob"][name]["auroc"])
