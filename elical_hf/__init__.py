@@ -1,54 +1,67 @@
 """elical-hf: EliCal (Elicitation-Then-Calibration) confidence models on top of transformers, peft and evaluate.
 
-Importing the package changes nothing outside it. `register_pipeline()` adds the `"confidence-estimation"` task to
+Importing the package changes nothing outside it, and imports nothing heavy: the public names below load their module
+(and torch, transformers, peft) on first use, as TRL's package does, so `elical-hf --help` starts in a fraction of a
+second. `register_pipeline()` adds the `"confidence-estimation"` task to
 `transformers.pipeline()` when you want it.
 """
 
-__version__ = "0.1.0"
+from typing import TYPE_CHECKING
 
-from .auto import AutoModelForConfidence, PeftModelForConfidence
-from .callbacks import ConfidenceCardCallback
-from .cards import ConfidenceModelCardData
-from .configuration import ConfidenceConfig
-from .data import ConfidenceDataCollator
-from .convert import convert_official
-from .default_model import DEFAULT_MODEL
-from .diagnosis import diagnose
-from .head_calibration import calibrate_head
-from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
-from .modeling import ConfidenceModelOutput, ForConfidenceMixin
-from .pipeline import ConfidenceEstimationPipeline, register_pipeline
-from .recipe import train_elical
-from .signals.honestybench import write_honestybench
-from .trainer import ConfidenceTrainer, confidence_metrics
-from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
+from .lazy import lazy_attributes
+from .version import __version__
 
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "AutoModelForConfidence",
-    "CalibrationTrainable",
-    "ConfidenceCardCallback",
-    "ConfidenceConfig",
-    "ConfidenceDataCollator",
-    "ConfidenceEstimationPipeline",
-    "ConfidenceModelCardData",
-    "ConfidenceModelOutput",
-    "ConfidenceTrainer",
-    "ConfidenceTrainingArguments",
-    "ForConfidenceMixin",
-    "HubPublishError",
-    "PeftModelForConfidence",
-    "Stage",
-    "calibrate_head",
-    "confidence_metrics",
-    "convert_official",
-    "diagnose",
-    "push_folder",
-    "push_honestybench",
-    "push_metric_space",
-    "push_model",
-    "register_pipeline",
-    "train_elical",
-    "write_honestybench",
-]
+_LAZY = {
+    "AutoModelForConfidence": ".auto",
+    "CalibrationTrainable": ".training_args",
+    "ConfidenceCardCallback": ".callbacks",
+    "ConfidenceConfig": ".configuration",
+    "ConfidenceDataCollator": ".data",
+    "ConfidenceEstimationPipeline": ".pipeline",
+    "ConfidenceModelCardData": ".cards",
+    "ConfidenceModelOutput": ".modeling",
+    "ConfidenceTrainer": ".trainer",
+    "ConfidenceTrainingArguments": ".training_args",
+    "DEFAULT_MODEL": ".default_model",
+    "ForConfidenceMixin": ".modeling",
+    "HubPublishError": ".hub",
+    "PeftModelForConfidence": ".auto",
+    "Stage": ".training_args",
+    "calibrate_head": ".head_calibration",
+    "confidence_metrics": ".trainer",
+    "convert_official": ".convert",
+    "diagnose": ".diagnosis",
+    "push_folder": ".hub",
+    "push_honestybench": ".hub",
+    "push_metric_space": ".hub",
+    "push_model": ".hub",
+    "register_pipeline": ".pipeline",
+    "train_elical": ".recipe",
+    "write_honestybench": ".signals.honestybench",
+}
+"""Public name -> the module that defines it (imported on first access)."""
+
+__all__ = sorted(_LAZY)
+
+
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
+
+
+if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
+    from .auto import AutoModelForConfidence, PeftModelForConfidence
+    from .callbacks import ConfidenceCardCallback
+    from .cards import ConfidenceModelCardData
+    from .configuration import ConfidenceConfig
+    from .data import ConfidenceDataCollator
+    from .convert import convert_official
+    from .default_model import DEFAULT_MODEL
+    from .diagnosis import diagnose
+    from .head_calibration import calibrate_head
+    from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
+    from .modeling import ConfidenceModelOutput, ForConfidenceMixin
+    from .pipeline import ConfidenceEstimationPipeline, register_pipeline
+    from .recipe import train_elical
+    from .signals.honestybench import write_honestybench
+    from .trainer import ConfidenceTrainer, confidence_metrics
+    from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage

@@ -140,7 +140,7 @@ class ConfidenceConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        from . import __version__
+        from .version import __version__
 
         return {**asdict(self), "elical_hf_version": __version__}
 

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0 if argv else 2
     if argv[0] == "--version":
-        from elical_hf import __version__
+        from elical_hf.version import __version__
 
         print(f"elical-hf {__version__}")
         return 0
