@@ -29,7 +29,7 @@ from elical_hf.signals.generation import build_prompt_ids
 from elical_hf.signals import SamplingSettings
 from tests.test_convert import QUESTIONS as RELEASE_QUESTIONS, build_release
 from tests.test_gate import MAX_NEW_TOKENS, between, peaky_base, perturbed  # noqa: F401 - peaky_base: a fixture
-from tests.test_modeling import QUESTIONS, long_prefix_model, trained_like
+from tests.test_modeling import QUESTIONS, long_prefix_model, shared_and_plain_gradients, trained_like
 
 
 pytestmark = pytest.mark.bfloat16
@@ -99,18 +99,7 @@ def test_shared_prefix_moves_confidences_and_features_by_bf16_rounding_only(tiny
 def test_shared_prefix_gradients_agree_in_direction(tiny_llama):
     """Gradients through the shared-prefix pass and the plain pass: bf16 rounds each intermediate, so elements differ
     by rounding, but each parameter's gradient points the same way (cosine > 0.99) with the same norm (within 5%)."""
-    model = long_prefix_model(tiny_llama)
-    inner, tokenizer = model.get_base_model(), model.tokenizer
-    model.train()
-    batch = pad_batch(encode_prompts(QUESTIONS, tokenizer, model.confidence_config), tokenizer)
-    labels = torch.linspace(0.1, 0.9, len(QUESTIONS))
-    grads = []
-    for share in (True, False):
-        inner.share_prompt_prefix = share
-        model.zero_grad()
-        model(**batch, labels=labels).loss.backward()
-        grads.append({n: p.grad.float().flatten() for n, p in model.named_parameters() if p.requires_grad})
-    assert grads[0].keys() == grads[1].keys() and any("lora_A" in n for n in grads[0])
+    grads = [{n: g.float().flatten() for n, g in run.items()} for run in shared_and_plain_gradients(tiny_llama)]
     for name, shared in grads[0].items():
         plain = grads[1][name]
         if plain.norm() == 0:

@@ -84,9 +84,9 @@ def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypat
         torch.testing.assert_close(features, plain_features, atol=1e-5, rtol=0)
 
 
-@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
-def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
-    model = long_prefix_model(tiny_llama)
+def shared_and_plain_gradients(base: str) -> list[dict[str, torch.Tensor]]:
+    """The trainable parameters' gradients of one batch through the shared-prefix pass, then the plain pass."""
+    model = long_prefix_model(base)
     inner, tokenizer = model.get_base_model(), model.tokenizer
     model.train()
     batch = pad_batch(encode_prompts(QUESTIONS, tokenizer, model.confidence_config), tokenizer)
@@ -98,6 +98,12 @@ def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
         model(**batch, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
     assert grads[0].keys() == grads[1].keys() and any("lora_A" in n for n in grads[0])
+    return grads
+
+
+@pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
+def test_shared_prompt_prefix_gives_the_same_gradients(tiny_llama):
+    grads = shared_and_plain_gradients(tiny_llama)
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
 
