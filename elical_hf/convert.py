@@ -62,6 +62,17 @@ def _find_release(root: Path, subfolder: str | None) -> tuple[Path, Path]:
     raise ValueError(f"No head file ({' or '.join(names)}) next to {adapter}.")
 
 
+def _unpickler_reason(error: BaseException) -> str:
+    """What the weights-only unpickler objected to, without torch's advice to retry with `weights_only=False` (which
+    would run the file's code)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines if "Unpickler error" in line), None)
+    if reason is None:
+        reason = next((line for line in lines if "weights_only" not in line and "will likely succeed" not in line),
+                      "")
+    return f"{type(error).__name__}: {reason}".rstrip(": ")
+
+
 def load_head(path: str | os.PathLike, hidden_size: int) -> dict[str, torch.Tensor]:
     """Load a released head with `weights_only=True`; refuse anything but `{"weight": [1, H], "bias": [1]}`."""
     try:
@@ -69,7 +80,8 @@ def load_head(path: str | os.PathLike, hidden_size: int) -> dict[str, torch.Tens
     except Exception as error:  # noqa: BLE001 - whatever the unpickler objects to, the file is refused
         raise ValueError(
             f"Refusing {path}: it is not a plain state_dict of tensors (weights-only loading failed: "
-            f"{type(error).__name__}: {str(error).splitlines()[0]}). Expected the state_dict() of a Linear(H, 1) head."
+            f"{_unpickler_reason(error)}). Expected the state_dict() of a Linear(H, 1) head; never load an untrusted "
+            "pickle with code in it."
         ) from None
     if not isinstance(state, dict) or set(state) != {"weight", "bias"}:
         found = sorted(state) if isinstance(state, dict) else type(state).__name__

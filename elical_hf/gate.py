@@ -45,6 +45,30 @@ logger = logging.getLogger(__name__)
 DECISIONS = ("answer", "retrieve", "abstain")
 
 
+def check_threshold(value: Any, name: str = "threshold") -> float:
+    """`value` as a float in [0, 1]; one clear `ValueError` for anything else (a string, NaN, a bool, 2, -1)."""
+    import math
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"`{name}` must be a number in [0, 1], got {value!r} ({type(value).__name__}).")
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"`{name}` must lie in [0, 1], got {value!r}.")
+    return float(value)
+
+
+def check_thresholds(threshold: Any, retrieve_threshold: Any = None) -> tuple[float, float | None]:
+    """Both thresholds validated ([`check_threshold`]), and the retrieve band below the answer threshold."""
+    threshold = check_threshold(threshold)
+    if retrieve_threshold is None:
+        return threshold, None
+    retrieve_threshold = check_threshold(retrieve_threshold, "retrieve_threshold")
+    if retrieve_threshold > threshold:
+        raise ValueError(f"`retrieve_threshold` ({retrieve_threshold}) must not exceed `threshold` ({threshold}): "
+                         "questions retrieve below the answer threshold and abstain below the retrieve threshold.")
+    return threshold, retrieve_threshold
+
+
 def decide(confidence: float, decision_threshold: float, retrieve_threshold: float | None = None) -> str:
     """The gate's policy: `"answer"` when `confidence >= decision_threshold`; else `"retrieve"` when a
     `retrieve_threshold` is set and `confidence >= retrieve_threshold`; else `"abstain"`."""
@@ -217,6 +241,9 @@ def answer_questions(
     if threshold is None:
         raise ValueError("This model has no decision threshold: set one with `elical-hf threshold MODEL --records ...` "
                          "(optionally `--alpha 0.1 --delta 0.1` for a guaranteed error rate), or pass `threshold=`.")
+    threshold, retrieve_threshold = check_thresholds(threshold, retrieve_threshold)
+    if retrieve is not None and not callable(retrieve):
+        raise ValueError(f"`retrieve` must be a callable question -> context (str or None), got {retrieve!r}.")
     if settings is None:
         settings = SamplingSettings(num_samples=1, max_new_tokens=max_new_tokens, batch_size=batch_size)
     results = [{"question": q, "confidence": None, "decision": None, "answer": None, "answer_tokens": None,
@@ -281,7 +308,11 @@ def _answer_with_context(
     """Fetch context for the retrieve decisions and answer them with it (in place)."""
     rows = [i for i, r in enumerate(results) if r["decision"] == "retrieve"]
     for i in rows:
-        results[i]["context"] = retrieve(results[i]["question"])
+        context = retrieve(results[i]["question"])
+        if context is not None and not isinstance(context, str):
+            raise ValueError(f"`retrieve` must return a string or None; for {results[i]['question']!r} it returned "
+                             f"{context!r} ({type(context).__name__}).")
+        results[i]["context"] = context
     rows = [i for i in rows if results[i]["context"]]
     if not rows:
         return

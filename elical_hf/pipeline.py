@@ -32,7 +32,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, find_saved_model
 from .data import encode_prompts, ensure_pad_token
-from .gate import answer_questions, decide
+from .gate import answer_questions, check_threshold, decide
 from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 
 
@@ -136,6 +136,16 @@ class ConfidenceEstimationPipeline(Pipeline):
         kwargs.setdefault("task", TASK)
         return cls(model, **kwargs)
 
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        questions = [inputs] if isinstance(inputs, str) else inputs
+        if isinstance(questions, (list, tuple)):
+            if not questions:
+                raise ValueError("The pipeline got an empty list of questions: pass a question or a non-empty list.")
+            for row, question in enumerate(questions):
+                if not isinstance(question, str) or not question.strip():
+                    raise ValueError(f"Questions must be non-empty strings; row {row} is {question!r}.")
+        return super().__call__(inputs, *args, **kwargs)
+
     def _sanitize_parameters(
         self,
         threshold: float | None = None,
@@ -144,8 +154,8 @@ class ConfidenceEstimationPipeline(Pipeline):
         max_new_tokens: int | None = None,
         **kwargs: Any,
     ) -> tuple[dict, dict, dict]:
-        if threshold is not None and not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"`threshold` must lie in [0, 1], got {threshold}.")
+        if threshold is not None:
+            threshold = check_threshold(threshold)
         # Only what is given: a call without an option keeps the one given when the pipeline was built.
         given = {"threshold": threshold, "generate": generate, "retrieve": retrieve, "max_new_tokens": max_new_tokens}
         forward = {key: value for key, value in given.items() if value is not None}

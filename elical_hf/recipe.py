@@ -59,12 +59,30 @@ def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dat
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
     """A seeded random subset of `num_labels` labelled rows (all rows when `None`)."""
     dataset = as_dataset(data, "calibration")
+    if num_labels is not None and num_labels > len(dataset):
+        logger.warning("num_labels=%d asked for, but the calibration data has %d rows: stage 2 and Cal-Only use all "
+                       "%d (recorded as num_labels_used in the run manifest).", num_labels, len(dataset), len(dataset))
     if num_labels is None or num_labels >= len(dataset):
+        _warn_single_class(dataset)
         return dataset
     if num_labels < 2:
         raise ValueError(f"`num_labels` must be at least 2, got {num_labels}.")
     indices = sorted(random.Random(seed).sample(range(len(dataset)), num_labels))
-    return dataset.select(indices)
+    chosen = dataset.select(indices)
+    _warn_single_class(chosen)
+    return chosen
+
+
+def _warn_single_class(labels: Dataset) -> None:
+    """Stage 2 on labels of one class learns a constant: say so (training goes on; the user may mean it)."""
+    for column in ("greedy_correct", "correctness"):
+        if column in labels.column_names:
+            values = {value for value in labels[column] if value is not None}
+            if len(values) == 1:
+                logger.warning("Every calibration label has %s = %s: stage 2 can only learn a constant confidence "
+                               "from one class; label some %s answers too.", column, next(iter(values)),
+                               "wrong" if next(iter(values)) else "correct")
+            return
 
 
 def train_stage(
@@ -275,7 +293,8 @@ def train_elical(
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
     init = model_init_kwargs or {}
     run = _jsonable({
-        "model_name_or_path": model_name_or_path, "num_labels": num_labels, "calibration_trainable": calibration_trainable,
+        "model_name_or_path": model_name_or_path, "num_labels": num_labels, "num_labels_used": len(labelled),
+        "calibration_trainable": calibration_trainable,
         "dev_fraction": dev_fraction, "seed": seed, "model_init_kwargs": init,
         "training_args": {k: v for k, v in (training_args or {}).items() if k not in FREE_TRAINING_ARGS},
         "calibration_training_args": {k: v for k, v in stage2_args.items() if k not in FREE_TRAINING_ARGS},

@@ -143,9 +143,13 @@ def test_baselines_command(tmp_path, capsys):
     out = tmp_path / "scored.parquet"
     labelled = [r for r in read_records(judged) if r["greedy_correctness"] is not None]
     save_records(labelled, judged)
-    assert cli_main(["baselines", "--records", str(judged), "--output", str(out)]) == 0
+    with pytest.raises(ValueError, match="judged lexically"):  # lexical verdicts are Consis-Lex, not Consis-Sem
+        baselines_cli.main(["--records", str(judged), "--output", str(out)])
+    assert not out.exists()
+    assert cli_main(["baselines", "--records", str(judged), "--output", str(out), "--which",
+                     "prob,n_prob,consis_lex"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report["mean"]) == {"prob", "n_prob", "consis_lex", "consis_sem"}
+    assert set(report["mean"]) == {"prob", "n_prob", "consis_lex"}
     assert set(report["auroc"]) == set(report["mean"])  # both labels present -> AUROC per baseline
     records = read_records(out)
     assert records[0]["confidence_prob"] == pytest.approx(0.7408182, abs=1e-6)

@@ -145,7 +145,7 @@ def test_evaluate_command(tiny_llama, tmp_path):
     records_and_model(tmp_path, tiny_llama)
     out = tmp_path / "report"
     code = cli_main([
-        "evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(out),
+        "evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(out), "--allow_other_model", "true",
         "--model", f"Tiny@10={tmp_path / 'model'}", f"Tiny@100={tmp_path / 'model'}",
         "--baselines", "prob,n_prob,consis_lex,consis_sem",
     ])
@@ -166,7 +166,7 @@ def test_evaluate_command_updates_model_cards(tiny_llama, tmp_path):
     from elical_hf.cli import main as cli_main
 
     records_and_model(tmp_path, tiny_llama)
-    assert cli_main(["evaluate", "--records", str(tmp_path / "records"), "--output_dir", str(tmp_path / "report"),
+    assert cli_main(["evaluate", "--records", str(tmp_path / "records"), "--allow_other_model", "true", "--output_dir", str(tmp_path / "report"),
                      "--model", f"Tiny={tmp_path / 'model'}", "--baselines", "prob", "--update_model_cards"]) == 0
     table = json.loads((tmp_path / "report" / "results.json").read_text())
     card = ModelCard.load(tmp_path / "model" / "README.md")
@@ -243,7 +243,8 @@ def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama,
     assert cli_main(["threshold", "--model", model, "--records", folder]) == 2  # a user error: one line, exit 2
     err = capsys.readouterr().err
     assert "elical-hf threshold: error: " in err and "no 'train' records" in err
-    assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test"]) == 0
+    assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test",
+                     "--allow_other_model", "true"]) == 0
     printed = capsys.readouterr().out
     assert "warning: choosing the threshold on 'in_domain_test'" in printed and "decision_threshold = " in printed
     stored = AutoModelForConfidence.from_pretrained(model).confidence_config.decision_threshold

@@ -54,7 +54,7 @@ def judged_records(tmp_path, unjudged: int = 0) -> str:
       "model would be scored with a freshly initialised, random head` / `… never trained (empty training_history)`")
 def test_evaluate_refuses_a_model_without_a_trained_head(tiny_llama, tmp_path, trained_model, raise_user_errors):
     records = judged_records(tmp_path)
-    argv = ["evaluate", "--records", records, "--baselines", "prob"]
+    argv = ["evaluate", "--records", records, "--baselines", "prob", "--allow_other_model", "true"]
     with pytest.raises(ValueError, match="not a trained confidence model .*random head"):
         cli_main([*argv, "--output_dir", str(tmp_path / "a"), "--model", f"EliCal={tiny_llama}"])
     untrained = tmp_path / "untrained"

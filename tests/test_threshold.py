@@ -46,7 +46,8 @@ def saved_config(folder) -> ConfidenceConfig:
 
 def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_evaluate(judged, capsys):
     model = judged / "model"
-    code = cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.3", "--delta", "0.1"])
+    code = cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.3", "--delta", "0.1",
+                     "--allow_other_model", "true"])
     assert code == 0
     config = saved_config(model)
     record = config.risk_control
@@ -61,7 +62,7 @@ def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_eval
     assert "Guarantee: error rate among answered <= 0.3" in capsys.readouterr().out
 
     out = judged / "report"
-    assert cli_main(["evaluate", "--records", str(judged / "records"), "--output_dir", str(out),
+    assert cli_main(["evaluate", "--records", str(judged / "records"), "--output_dir", str(out), "--allow_other_model", "true",
                      "--model", f"Tiny={model}", "--baselines", "prob"]) == 0
     decisions = json.loads((out / "decisions.json").read_text())["Tiny"]
     assert decisions["alpha"] == 0.3 and decisions["threshold"] == config.decision_threshold
@@ -70,7 +71,8 @@ def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_eval
     assert "Decisions at the saved thresholds" in (out / "report.md").read_text()
 
     # the alignment rule replaces the threshold and drops the guarantee (the old spelling --model still works)
-    assert cli_main(["threshold", "--model", str(model), "--records", str(judged / "records")]) == 0
+    assert cli_main(["threshold", "--model", str(model), "--records", str(judged / "records"),
+                     "--allow_other_model", "true"]) == 0
     assert saved_config(model).risk_control is None
 
 
@@ -78,7 +80,8 @@ def test_an_alpha_that_cannot_be_certified_writes_nothing(judged, raise_user_err
     model = judged / "model"
     before = (model / CONFIDENCE_CONFIG_NAME).read_text()
     with pytest.raises(ValueError, match="Nothing was written"):
-        cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.01"])
+        cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.01",
+                  "--allow_other_model", "true"])
     assert (model / CONFIDENCE_CONFIG_NAME).read_text() == before
 
 

@@ -73,9 +73,15 @@ def compute(options: BaselinesArguments, records: list[dict], complete=None) -> 
     )
     labels = [r.get("greedy_correctness") for r in records]
     report = {"mean": {}, "auroc": {}, "verbal": verbal_summaries}
+    if any(label is None for label in labels):
+        report["auroc_skipped"] = (f"{sum(label is None for label in labels)} of {len(labels)} records have no greedy "
+                                   "correctness (`elical-hf judge --correctness has_answer`)")
+    elif len(set(map(bool, labels))) < 2:
+        report["auroc_skipped"] = (f"every greedy answer is {'correct' if bool(labels[0]) else 'wrong'}: AUROC needs "
+                                   "both correct and wrong answers")
     for name, scores in results.items():
         report["mean"][name] = sum(scores) / len(scores)
-        if all(label is not None for label in labels) and len(set(map(bool, labels))) == 2:
+        if "auroc_skipped" not in report:
             report["auroc"][name] = 100 * auroc(scores, [int(bool(label)) for label in labels])
     return report
 

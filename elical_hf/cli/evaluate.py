@@ -36,6 +36,9 @@ class EvaluateArguments:
     )
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
+    allow_other_model: bool = field(
+        default=False, metadata={"help": "Score records of another model than the confidence model's base (e.g. "
+                                 "the model it was fine-tuned from)."})
     allow_incomplete: bool = allow_incomplete_field()
     overwrite_output_dir: bool = field(
         default=False,
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from elical_hf.signals.baselines import BASELINES, compute_baselines
     from elical_hf.signals.honestybench import load_honestybench
+    from elical_hf.signals.records import check_records_match
 
     (options,) = make_parser().parse_with_config(argv)
     models, columns = _pairs(options.model, "--model"), _pairs(options.field_sources, "--field_sources")
@@ -125,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {len(records) - len(judged)} of {len(records)} test records have no judged greedy answer "
               f"(greedy_correctness is null) and are left out: n = {len(judged)}.")
     records = judged
+    if not models:
+        check_records_match(records, None, options.records, options.allow_other_model)
 
     sources: dict[str, list[float]] = {}
     for name in [b.strip() for b in options.baselines.split(",") if b.strip()]:
@@ -143,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = {}
     for name, path in models.items():
         model = AutoModelForConfidence.from_pretrained(path)
+        check_records_match(records, model.confidence_config.base_model_name_or_path, options.records,
+                            options.allow_other_model)
         sources[name] = model.confidence(questions, batch_size=options.batch_size, progress=True)
         configs[name] = model.confidence_config
 

@@ -9,6 +9,7 @@ read from a jsonl/parquet file or a folder of them and written atomically to `--
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
@@ -58,6 +59,12 @@ class JudgeArguments:
             raise ValueError(f"--correctness must be one of {CORRECTNESS_CHOICES}, got {self.correctness!r}.")
         if self.consistency is not None and self.consistency not in CONSISTENCY_CHOICES:
             raise ValueError(f"--consistency must be one of {CONSISTENCY_CHOICES}, got {self.consistency!r}.")
+        for name in ("lexical_threshold", "embedding_threshold", "f1_threshold"):
+            value = getattr(self, name, None)
+            if value is not None and not 0.0 <= value <= 1.0:  # a score in [0, 1] is compared with it
+                raise ValueError(f"--{name} must lie in [0, 1], got {value}: every answer would be judged the same.")
+        if os.path.isdir(self.output):
+            raise ValueError(f"--output {self.output} is a folder; give a .jsonl or .parquet file path.")
         record_format(self.output)
 
 

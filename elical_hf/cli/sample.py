@@ -65,8 +65,8 @@ class SampleCommandArguments:
 
     def __post_init__(self) -> None:
         check_dtype_option(self.dtype)
-        if self.limit is not None and self.limit < 0:
-            raise ValueError(f"--limit must be >= 0, got {self.limit}.")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1 (questions to sample), got {self.limit}.")
         if self.shard_size < 1:
             raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
 

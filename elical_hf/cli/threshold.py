@@ -34,6 +34,9 @@ class ThresholdArguments:
     )
     delta: float = field(default=0.1, metadata={"help": "Allowed probability that the --alpha guarantee fails."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring."})
+    allow_other_model: bool = field(
+        default=False, metadata={"help": "Score records of another model than the confidence model's base (e.g. "
+                                 "the model it was fine-tuned from)."})
     allow_incomplete: bool = allow_incomplete_field()
 
 
@@ -47,12 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.evaluation import set_decision_threshold
     from elical_hf.metrics import selective_risk
     from elical_hf.signals.honestybench import load_honestybench
+    from elical_hf.signals.records import check_records_match
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--model" in argv[:-1]:  # the earlier spelling, `--model FOLDER`
         at = argv.index("--model")
         argv = [argv[at + 1], *argv[:at], *argv[at + 2 :]]
     (options,) = make_parser().parse_with_config(argv)
+    if options.alpha is not None and not 0.0 < options.alpha < 1.0:  # before any file or model is read
+        raise ValueError(f"--alpha must lie in (0, 1) (an error rate among answered questions), got {options.alpha}.")
+    if not 0.0 < options.delta < 1.0:
+        raise ValueError(f"--delta must lie in (0, 1) (the probability the guarantee fails), got {options.delta}.")
     loaded = load_honestybench(options.records, allow_incomplete=options.allow_incomplete)
     if options.split not in loaded:
         raise ValueError(f"{options.records} has no {options.split!r} records (found {list(loaded)}).")
@@ -61,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"Need at least 5 judged {options.split!r} records to choose a threshold, found {len(rows)}.")
     if options.split.endswith("test"):
         print(f"warning: choosing the threshold on {options.split!r}: do not report results on these records")
-    confidences = AutoModelForConfidence.from_pretrained(options.model).confidence(
-        [r["question"] for r in rows], batch_size=options.batch_size, progress=True
-    )
+    model = AutoModelForConfidence.from_pretrained(options.model)
+    check_records_match(rows, model.confidence_config.base_model_name_or_path, options.records,
+                        options.allow_other_model)
+    confidences = model.confidence([r["question"] for r in rows], batch_size=options.batch_size, progress=True)
     correct = [int(r["greedy_correct"]) for r in rows]
     threshold = set_decision_threshold(
         options.model, confidences, correct, alpha=options.alpha, delta=options.delta,

@@ -52,6 +52,10 @@ def _greedy_logprobs(records: Sequence[dict], name: str) -> list[list[float] | N
         values = [float(x) for x in logprobs] if logprobs is not None else None
         if values is not None and any(math.isnan(x) for x in values):
             raise ValueError(f"Record {i} has NaN in `greedy_logprobs`.")
+        checked = values if values is not None else [float(record["greedy_cumulative_logprobs"])]
+        if any(x > 1e-6 for x in checked):  # a log-probability is <= 0; a positive one is a logit or a probability
+            raise ValueError(f"Record {i} (id {record.get('id')!r}) has a positive log-probability "
+                             f"({max(checked)}): `greedy_logprobs` must be log-probabilities (<= 0).")
         if not response_text(record.get("greedy_response")).strip() or values == []:
             out.append(None)
             empty += 1
@@ -106,6 +110,12 @@ def consis_sem(records: Sequence[dict]) -> list[float]:
     are all `None` scores 0.0 (and is counted in a warning).
     """
     _check(records, "consis_sem")
+    lexical = sorted({str(r.get("consistency_judge")) for r in records
+                      if str(r.get("consistency_judge") or "").startswith("lexical")})
+    if lexical:
+        raise ValueError(f"Consis-Sem needs semantic consistency verdicts, but these records were judged lexically "
+                         f"({', '.join(lexical)}): that is Consis-Lex. Judge them with `elical-hf judge --consistency "
+                         "embedding` (or llm) for Consis-Sem.")
     scores, unparsed = [], 0
     for i, record in enumerate(records):
         verdicts = record.get("consistency_judgement")

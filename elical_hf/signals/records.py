@@ -418,3 +418,43 @@ def load_training_table(source: str, name: str, target: str) -> Any:
     else:
         rows = load_table(source)
     return with_training_columns(rows, name, target)
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names mean the same model: equal ignoring case, or equal after the Hub owner
+    (`"SmolLM2-135M-Instruct"` matches `"HuggingFaceTB/SmolLM2-135M-Instruct"`)."""
+    a, b = str(a).strip().lower(), str(b).strip().lower()
+    return a == b or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
+
+
+def check_records_match(records: list[Mapping[str, Any]], base_model: str | None, where: str,
+                        allow_other_model: bool = False) -> None:
+    """Refuse scoring a confidence model against records that are not its base model's answers, or that pool several
+    models, or that hold one record twice (each would count twice in every metric).
+
+    Args:
+        records: The records (their `model`, `dataset` and `id` fields).
+        base_model (`str`, *optional*): The confidence model's base (`confidence_config.base_model_name_or_path`).
+        where (`str`): The records' source, for the message.
+        allow_other_model (`bool`): Accept another model's records (e.g. of the model this one was fine-tuned from).
+    """
+    seen: dict[tuple[str, str], int] = {}
+    for row, record in enumerate(records):
+        if record.get("id") is None:
+            continue
+        key = (str(record.get("dataset")), str(record["id"]))
+        if key in seen:
+            raise ValueError(f"{where} holds record {record['id']!r} ({key[0]}) twice (rows {seen[key]} and {row}): each "
+                             "copy would count in every metric. Remove the duplicate.")
+        seen[key] = row
+    models = sorted({str(r["model"]) for r in records if r.get("model")})
+    if allow_other_model:
+        return
+    if len(models) > 1:
+        raise ValueError(f"{where} pools the answers of several models ({', '.join(models)}): a confidence model is "
+                         "scored against its own base model's answers. Keep one model's records (or pass "
+                         "--allow_other_model).")
+    if models and base_model and not same_model(models[0], base_model):
+        raise ValueError(f"{where} holds the answers of {models[0]}, but this confidence model is built on "
+                         f"{base_model}: its confidences would be scored against another model's answers. Use that "
+                         "model's records, or pass --allow_other_model if it was fine-tuned from this one.")

@@ -74,6 +74,18 @@ def _prepare_questions(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return prepared
 
 
+def check_unique_ids(questions: list[dict[str, Any]]) -> None:
+    """Refuse one id given to two different questions: records are keyed by id (resuming, merging, evaluation), so
+    the second question's answers would be taken for the first's. The same question repeated under its id is fine
+    (see [`_warn_repeats`])."""
+    seen: dict[str, str] = {}
+    for row, question in enumerate(questions):
+        key = str(question["id"])
+        if seen.setdefault(key, question["question"]) != question["question"]:
+            raise ValueError(f"Id {question['id']!r} names two different questions ({seen[key][:60]!r} and, at row "
+                             f"{row}, {question['question'][:60]!r}): give every question its own id.")
+
+
 def _warn_repeats(questions: list[dict[str, Any]]) -> None:
     """Warn (with the count) when questions repeat: each is sampled once per shard and its answers copied, since the
     samples are seeded by the question and would be the same."""
@@ -223,6 +235,7 @@ def sample_records(
         raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
     _check_worker(num_workers, worker_index)
     questions = _prepare_questions(list(questions))
+    check_unique_ids(questions)
     _warn_repeats(questions)
     fingerprint, total = questions_fingerprint(questions), len(questions)
     worker = _single_worker(total)

@@ -31,6 +31,9 @@ def check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray
     Raises `ValueError` on a non-numeric or non-1-D input, a length mismatch, empty input, NaN/inf, confidences outside
     [0, 1], or labels other than 0/1 (booleans are accepted).
     """
+    kind = np.asarray(confidences).dtype.kind
+    if kind not in "biuf":  # numpy would parse strings such as "0.9": a caller passing text has a bug upstream
+        raise ValueError(f"confidences must be numeric, got dtype {np.asarray(confidences).dtype} (e.g. strings)")
     try:
         conf = np.asarray(confidences, dtype=np.float64)
     except (TypeError, ValueError) as err:

@@ -1,0 +1,177 @@
+"""Round 2 of the reliability probes (issue 24): the right model on the right records, no input destroyed, nonsense
+thresholds and judge settings refused, one line for each bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+from elical_hf import AutoModelForConfidence
+from elical_hf.cli import main as cli_main
+from elical_hf.metrics.functional import auroc
+from elical_hf.recipe import take_labels
+from elical_hf.signals.baselines import consis_sem, prob
+from elical_hf.signals.records import save_records
+from elical_hf.signals.runner import check_unique_ids
+from tests.reliability import case
+from tests.test_diagnosis import make_records
+from tests.test_reliability_silent import QUICK, trained_model  # noqa: F401 - trained_model: a fixture
+
+
+def records_of(model: str, n: int = 30, split: str = "train") -> list[dict]:
+    names = {"good": "nq", "inverted": "hotpotqa", "noise": "pararel"}  # datasets HonestyBench knows
+    rows = make_records(n // 3 + 1)[:n]
+    for row in rows:
+        row.update(model=model, split=split, dataset=names[row["dataset"]], id=row["id"].replace(
+            row["dataset"], names[row["dataset"]]))
+    return rows
+
+
+@case("silent", "`elical-hf evaluate` / `threshold` / `select-labels` with records of another model than the "
+      "confidence model's base (or records pooling several models)",
+      "refused: `… holds the answers of M, but this confidence model is built on B …`; `--allow_other_model` for a "
+      "model fine-tuned from that base")
+def test_records_of_another_model_are_refused(trained_model, tmp_path, raise_user_errors):  # noqa: F811
+    path = save_records(records_of("HuggingFaceTB/SmolLM2-135M-Instruct", split="in_domain_test"),
+                        tmp_path / "other.jsonl")
+    argv = ["evaluate", "--records", path, "--model", f"EliCal={trained_model}", "--baselines", ""]
+    with pytest.raises(ValueError, match="holds the answers of HuggingFaceTB/SmolLM2-135M-Instruct, but this "
+                                         "confidence model is built on"):
+        cli_main([*argv, "--output_dir", str(tmp_path / "a")])
+    assert not (tmp_path / "a" / "results.json").exists()
+    assert cli_main([*argv, "--output_dir", str(tmp_path / "b"), "--allow_other_model", "true"]) == 0
+    with pytest.raises(ValueError, match="holds the answers of"):
+        cli_main(["threshold", trained_model, "--records", save_records(records_of("other/model"),
+                                                                       tmp_path / "t.jsonl")])
+    mixed = records_of("model-a")[:15] + [{**r, "id": r["id"] + "-b", "model": "model-b"} for r in records_of("x")][:15]
+    with pytest.raises(ValueError, match="pools the answers of several models"):
+        cli_main(["select-labels", trained_model, "--records", save_records(mixed, tmp_path / "m.jsonl"),
+                  "--output", str(tmp_path / "chosen.jsonl"), "--num_labels", "3"])
+
+
+@case("silent", "`elical-hf evaluate` on records holding one record twice",
+      "refused: `… holds record 'nq-0' (nq) twice (rows 0 and 30) …`")
+def test_a_duplicated_record_is_refused(tmp_path, raise_user_errors):
+    rows = records_of("m", split="in_domain_test")
+    path = save_records(rows + rows[:1], tmp_path / "dup.jsonl")
+    with pytest.raises(ValueError, match=r"holds record 'nq-0' \(nq\) twice"):
+        cli_main(["evaluate", "--records", path, "--baselines", "consis_sem", "--output_dir", str(tmp_path / "o")])
+
+
+@case("data", "`elical-hf select-labels --output` pointing at its own `--records` pool, or at an existing file",
+      "refused before any model loads: `… is the --records pool itself …` / `… exists; pass --overwrite …`")
+def test_select_labels_never_destroys_its_input(trained_model, tmp_path, raise_user_errors):  # noqa: F811
+    from elical_hf.cli.select_labels import main
+
+    pool = save_records(records_of("m"), tmp_path / "pool.jsonl")
+    before = (tmp_path / "pool.jsonl").read_text()
+    with pytest.raises(ValueError, match="is the --records pool itself"):
+        main([trained_model, "--records", pool, "--output", pool, "--num_labels", "3", "--allow_other_model", "true"])
+    assert (tmp_path / "pool.jsonl").read_text() == before
+    existing = tmp_path / "chosen.jsonl"
+    existing.write_text("keep me\n")
+    with pytest.raises(ValueError, match="exists; pass --overwrite"):
+        main([trained_model, "--records", pool, "--output", str(existing), "--num_labels", "3"])
+    assert existing.read_text() == "keep me\n"
+
+
+@case("silent", "`model.answer(q, threshold=2 / -1 / nan / \"0.5\")`, `retrieve_threshold > threshold`, a `retrieve` "
+      "returning 42, `pipeline([])`",
+      "one `ValueError` each: `threshold must lie in [0, 1]`, `must be a number`, `must not exceed`, `must return a "
+      "string or None`, `empty list of questions`")
+def test_the_gate_refuses_nonsense(tiny_llama):
+    from elical_hf import ConfidenceEstimationPipeline
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    for bad in (2, -1, math.nan):
+        with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+            model.answer("who wrote hamlet", threshold=bad)
+    with pytest.raises(ValueError, match="must be a number"):
+        model.answer("who wrote hamlet", threshold="0.5")
+    with pytest.raises(ValueError, match="must not exceed"):
+        model.answer("who wrote hamlet", threshold=0.3, retrieve_threshold=0.6)
+    with pytest.raises(ValueError, match="must return a string or None"):
+        model.answer("who wrote hamlet", threshold=1.0, retrieve_threshold=0.0, retrieve=lambda q: 42,
+                     max_new_tokens=2)
+    with pytest.raises(ValueError, match="empty list of questions"):
+        ConfidenceEstimationPipeline(model)([])
+
+
+@case("input", "`elical-hf judge --lexical_threshold 5` (or any judge threshold outside [0, 1]); `--output` a folder",
+      "exits 2: `--lexical_threshold must lie in [0, 1], got 5.0 …` / `--output … is a folder …`")
+def test_judge_thresholds_outside_the_unit_interval(tmp_path, raise_user_errors):
+    path = save_records(records_of("m"), tmp_path / "r.jsonl")
+    with pytest.raises(ValueError, match=r"--lexical_threshold must lie in \[0, 1\], got 5.0"):
+        cli_main(["judge", "--records", path, "--consistency", "lexical", "--lexical_threshold", "5",
+                  "--output", str(tmp_path / "o.jsonl")])
+    with pytest.raises(ValueError, match="is a folder"):
+        cli_main(["judge", "--records", path, "--consistency", "lexical", "--output", str(tmp_path)])
+
+
+@case("silent", "`baselines`: Consis-Sem asked of lexically judged records; positive log-probabilities; all-correct "
+      "records", "refused: `… judged lexically … that is Consis-Lex`; `… has a positive log-probability …`; the "
+      "report says why there is no AUROC (`auroc_skipped: every greedy answer is correct …`)")
+def test_baselines_name_what_they_compute(tmp_path, capsys):
+    rows = records_of("m")
+    for row in rows:
+        row.update(consistency_judge="lexical:rougeL@0.5", greedy_logprobs=[-0.1, -0.2],
+                   greedy_cumulative_logprobs=-0.3)
+    with pytest.raises(ValueError, match="judged lexically .* that is Consis-Lex"):
+        consis_sem(rows)
+    with pytest.raises(ValueError, match="positive log-probability"):
+        prob([{**rows[0], "greedy_logprobs": [5.0]}])
+    right = [{**r, "greedy_correctness": True} for r in rows]
+    path = save_records(right, tmp_path / "right.jsonl")
+    assert cli_main(["baselines", "--records", path, "--which", "prob", "--output", str(tmp_path / "o.jsonl")]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(printed[printed.index("{\n"):])
+    assert report["auroc"] == {} and "every greedy answer is correct" in report["auroc_skipped"]
+
+
+@case("silent", "`sample` with one id given to two different questions; `--limit 0`",
+      "refused: `Id 'x' names two different questions …`; `--limit must be >= 1`")
+def test_sample_refuses_ambiguous_ids_and_an_empty_limit(tmp_path, raise_user_errors):
+    check_unique_ids([{"id": "x", "question": "a?"}, {"id": "x", "question": "a?"}])  # a repeat is fine
+    with pytest.raises(ValueError, match="Id 'x' names two different questions"):
+        check_unique_ids([{"id": "x", "question": "a?"}, {"id": "x", "question": "b?"}])
+    with pytest.raises(ValueError, match="--limit must be >= 1"):
+        cli_main(["sample", "--questions", "bundled:nq:3", "--limit", "0", "--output_dir", str(tmp_path / "s")])
+    assert not (tmp_path / "s").exists()
+
+
+@case("silent", "stage 2 with more `--num_labels` than rows, or labels of one class",
+      "a warning each (`num_labels=500 asked for, but … 40 rows …`, `Every calibration label has greedy_correct = 0 …`);"
+      " the run manifest records `num_labels_used`")
+def test_label_budget_beyond_the_rows_and_one_class_are_said(caplog):
+    rows = [{"question": f"q{i}?", "correctness": 0.0, "greedy_correct": 0} for i in range(40)]
+    with caplog.at_level(logging.WARNING, logger="elical_hf.recipe"):
+        assert len(take_labels(rows, 500, 0)) == 40
+    assert "num_labels=500 asked for, but the calibration data has 40 rows" in caplog.text
+    assert "Every calibration label has greedy_correct = 0" in caplog.text
+
+
+@case("input", "`honesty_auroc` / any metric given string predictions (`[\"0.9\", \"0.2\"]`)",
+      "`ValueError: confidences must be numeric, got dtype <U3 (e.g. strings)`")
+def test_metrics_refuse_strings():
+    with pytest.raises(ValueError, match="confidences must be numeric, got dtype"):
+        auroc(["0.9", "0.2", "0.7"], [1, 0, 1])
+
+
+@case("security", "`convert-official` on a head whose pickle holds code",
+      "refused without running it, and the message never suggests `weights_only=False`")
+def test_convert_never_suggests_unsafe_loading(tmp_path):
+    import torch
+
+    from elical_hf.convert import load_head
+    from tests.test_convert import _Exploit
+
+    ran = tmp_path / "ran"
+    torch.save({"weight": torch.zeros(1, 4), "bias": _Exploit(ran)}, tmp_path / "head.pt")
+    with pytest.raises(ValueError) as error:
+        load_head(tmp_path / "head.pt", 4)
+    assert "not a plain state_dict" in str(error.value) and not ran.exists()
+    assert "weights_only=False" not in str(error.value) and "will likely succeed" not in str(error.value)
+    assert "weights_only` set to `False" not in str(error.value)
