@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask", "umask_permissions"]
 
 
 @contextmanager
@@ -98,3 +98,12 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(staging, target)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def umask_permissions(folder: str | os.PathLike) -> None:
+    """Give the files of `folder` (not below it) that a writer created 0600 (safetensors does, whatever the umask)
+    the permissions a plain `open` gives: 0666 less the umask. Other modes are left alone."""
+    mode = 0o666 & ~current_umask()
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False) and entry.stat().st_mode & 0o777 == 0o600 and mode != 0o600:
+            os.chmod(entry.path, mode)

@@ -24,9 +24,11 @@ from transformers import AutoConfig
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
+from .atomic import umask_permissions
 from .cards import ConfidenceModelCardData, write_model_card
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .data import load_tokenizer
+from .files import looks_local
 from .default_model import hub_offline, resolve_model_path
 from .hub import hub_id_of_local_copy, is_hub_id
 from .precision import resolve_dtype
@@ -104,6 +106,7 @@ class PeftModelForConfidence(PeftModel):
         if kwargs.get("is_main_process", True):
             if inner.tokenizer is not None:
                 inner.tokenizer.save_pretrained(save_directory)
+            umask_permissions(save_directory)  # adapter_model.safetensors is written 0600 by safetensors
             inner.confidence_config.save_pretrained(save_directory)
 
     def create_or_update_model_card(self, output_dir: str) -> None:
@@ -227,6 +230,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         if load_in_4bit:
             check_four_bit_support()  # before anything is read or loaded
             kwargs["load_in_4bit"] = True
+        if looks_local(name) and not os.path.exists(name):  # never looked up on the Hub (or its cache)
+            raise FileNotFoundError(2, "No such model folder", name)
         saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
             return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)

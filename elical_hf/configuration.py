@@ -105,6 +105,11 @@ class ConfidenceConfig:
     def __post_init__(self) -> None:
         if "{question}" not in self.prompt_template:
             raise ValueError(f"`prompt_template` must contain a '{{question}}' field, got {self.prompt_template!r}.")
+        try:
+            self.prompt_template.format(question="")
+        except (KeyError, IndexError, ValueError) as error:  # another field, or a stray brace
+            raise ValueError(f"`prompt_template` may use only the '{{question}}' field (write other braces as '{{{{' "
+                             f"and '}}}}'), got {self.prompt_template!r}: {type(error).__name__}: {error}.") from None
         if not isinstance(self.prompt_tail, str):
             raise ValueError(f"`prompt_tail` must be a string, got {self.prompt_tail!r}.")
         if self.pooling not in POOLING_MODES:
@@ -157,5 +162,14 @@ class ConfidenceConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> ConfidenceConfig:
+        """Read a saved config; one `ValueError` naming the file for broken JSON or a bad setting."""
         with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
+            try:
+                data = json.load(handle)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column "
+                                 f"{error.colno}): an interrupted or hand-edited save.") from None
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error}") from None

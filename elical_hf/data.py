@@ -156,7 +156,11 @@ def load_table(source: str, split: str = "train") -> Dataset:
             check_text_file(source)  # pyarrow's readers load bytes that are not UTF-8 and fail only when read
         try:
             return load_dataset(TABLE_FORMATS[extension], data_files=source, split="train")
-        except (DatasetGenerationError, UnicodeDecodeError) as error:  # name the file and the line
+        except (DatasetGenerationError, ValueError) as error:  # name the file and the line
+            if not isinstance(error, (DatasetGenerationError, UnicodeDecodeError)):
+                if "corresponds to no data" in str(error):  # datasets' words for a file without rows
+                    raise ValueError(f"{source} holds no rows (only blank lines, or a header without rows).") from None
+                raise
             if text:
                 check_text_file(source, json_lines=extension == ".jsonl")
             cause = error.__cause__ or error

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .atomic import umask_permissions
 from .cards import GENERATED_MARKER, write_folder_card
 from .configuration import CONFIDENCE_CONFIG_NAME
 from .files import links_leaving
@@ -245,6 +246,7 @@ def push_folder(
     with tempfile.TemporaryDirectory(prefix="elical-hf-push-") as tmp:
         staging = Path(tmp)
         _stage_model_folder(folder, staging)
+        umask_permissions(staging)
         config = json.loads((staging / CONFIDENCE_CONFIG_NAME).read_text(encoding="utf-8"))
         adapter = json.loads((staging / "adapter_config.json").read_text(encoding="utf-8"))
         named = config.get("base_model_name_or_path") or adapter.get("base_model_name_or_path")

@@ -175,3 +175,59 @@ def test_convert_never_suggests_unsafe_loading(tmp_path):
     assert "not a plain state_dict" in str(error.value) and not ran.exists()
     assert "weights_only=False" not in str(error.value) and "will likely succeed" not in str(error.value)
     assert "weights_only` set to `False" not in str(error.value)
+
+
+@case("input", "a model folder whose template is `\"Q: {question} {answer}\"`, or whose `confidence_config.json` is "
+      "broken JSON", "refused on load, naming the file: `prompt_template may use only the '{question}' field …` / "
+      "`…/confidence_config.json is not valid JSON (… at line 1, column 2) …`")
+def test_bad_saved_configs_are_named_on_load(tiny_llama, tmp_path):
+    from elical_hf import ConfidenceConfig
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+
+    with pytest.raises(ValueError, match="may use only the '\\{question\\}' field"):
+        ConfidenceConfig(prompt_template="Q: {question} {answer}")
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    (folder / CONFIDENCE_CONFIG_NAME).write_text("{broken")
+    with pytest.raises(ValueError, match=f"{CONFIDENCE_CONFIG_NAME} is not valid JSON"):
+        ConfidenceConfig.from_json_file(folder / CONFIDENCE_CONFIG_NAME)
+
+
+@case("input", "`AutoModelForConfidence.from_pretrained(\"./no/such/folder\")` (a path that looks local)",
+      "`FileNotFoundError: [Errno 2] No such model folder: './no/such/folder'`, never a Hub or cache error")
+def test_a_missing_local_model_folder_is_named():
+    with pytest.raises(FileNotFoundError, match="No such model folder: './no/such/folder'"):
+        AutoModelForConfidence.from_pretrained("./no/such/folder")
+
+
+@case("input", "`train` on a .jsonl of blank lines or a .csv with only a header; `--dev_fraction 1.5`",
+      "exits 2 before anything is written: `… holds no rows (only blank lines, or a header without rows)` / "
+      "`--dev_fraction must lie in [0, 1)`")
+def test_train_says_the_file_is_empty_and_checks_options_first(tiny_llama, tmp_path, raise_user_errors):
+    blank, header = tmp_path / "blank.jsonl", tmp_path / "header.csv"
+    blank.write_text("\n\n\n")
+    header.write_text("question,consistency,correctness\n")
+    out = tmp_path / "out"
+    for path in (blank, header):
+        with pytest.raises(ValueError, match="holds no rows"):
+            cli_main(["train", "--model_name_or_path", tiny_llama, "--elicitation_data", str(path),
+                      "--calibration_data", str(path), "--output_dir", str(out)])
+    with pytest.raises(ValueError, match=r"--dev_fraction must lie in \[0, 1\)"):
+        cli_main(["train", "--model_name_or_path", tiny_llama, "--elicitation_data", str(blank),
+                  "--calibration_data", str(blank), "--output_dir", str(out), "--dev_fraction", "1.5"])
+    assert not out.exists()
+
+
+@case("data", "`save_pretrained` / the push staging folder under umask 022",
+      "`adapter_model.safetensors` is 0644 like every other file (safetensors writes 0600)")
+def test_saved_adapter_weights_follow_the_umask(tiny_llama, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "m")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir() if p.is_file()}
+    assert modes["adapter_model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes

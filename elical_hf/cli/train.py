@@ -50,6 +50,10 @@ class TrainCommandArguments:
 
     def __post_init__(self) -> None:
         check_dtype_option(self.dtype)
+        if not 0.0 <= self.dev_fraction < 1.0:  # checked before any file is read or written
+            raise ValueError(f"--dev_fraction must lie in [0, 1), got {self.dev_fraction}.")
+        if self.num_labels is not None and self.num_labels < 2:
+            raise ValueError(f"--num_labels must be at least 2, got {self.num_labels}.")
 
 
 RECIPE_ARGUMENTS = ("output_dir", "seed", "calibration_trainable")
