@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask", "umask_permissions"]
+__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask", "one_writer", "umask_permissions"]
 
 
 @contextmanager
@@ -107,3 +107,31 @@ def umask_permissions(folder: str | os.PathLike) -> None:
     for entry in os.scandir(folder):
         if entry.is_file(follow_symlinks=False) and entry.stat().st_mode & 0o777 == 0o600 and mode != 0o600:
             os.chmod(entry.path, mode)
+
+
+@contextmanager
+def one_writer(folder: str | os.PathLike) -> Iterator[None]:
+    """Hold the one-writer lock of an output `folder` for the block; a second process asking for it gets one
+    `ValueError` at once, so two runs never write into (or clean up) the same folder.
+
+    The lock is a file beside the folder (`.<name>.lock`, `filelock`), not in it, so it never makes an output folder
+    look non-empty. Under `torch.distributed` only rank 0 takes it (the other ranks write nothing).
+    """
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    from filelock import FileLock, Timeout
+
+    target = Path(folder).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path = target.parent / f".{target.name}.lock"
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ValueError(f"Another process is writing to {folder} (it holds {path}): wait for it to finish, or "
+                         "choose another output folder.") from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -231,3 +231,44 @@ def test_saved_adapter_weights_follow_the_umask(tiny_llama, tmp_path):
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "m").iterdir() if p.is_file()}
     assert modes["adapter_model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+@case("data", "two processes writing to one output folder (`sample`, `train`, `evaluate`)",
+      "the second is refused at once: `Another process is writing to … (it holds ….lock)`; the first's files are "
+      "untouched, and the lock file sits beside the folder, never in it")
+def test_a_second_writer_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from elical_hf.atomic import one_writer
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom elical_hf.atomic import one_writer\n"
+        f"with one_writer({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match="Another process is writing to"):
+            with one_writer(out):
+                pass
+        with pytest.raises(ValueError, match="Another process is writing"):
+            cli_main_raising(["evaluate", "--records", str(tmp_path / "none.jsonl"), "--output_dir", str(out)])
+    finally:
+        holder.kill()
+        holder.wait()
+    with one_writer(out):  # free again once the holder is gone
+        pass
+    assert not out.exists() and (tmp_path / ".out.lock").exists()
+
+
+def cli_main_raising(argv: list[str]) -> int:
+    import os
+
+    from elical_hf.cli import TRACEBACK_ENV
+
+    os.environ[TRACEBACK_ENV] = "1"
+    try:
+        return cli_main(argv)
+    finally:
+        del os.environ[TRACEBACK_ENV]

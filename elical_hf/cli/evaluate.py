@@ -101,6 +101,14 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elical_hf.atomic import one_writer
+
+    (options,) = make_parser().parse_with_config(argv)
+    with one_writer(options.output_dir):  # a second evaluate into this folder would mix two reports
+        return _evaluate(options)
+
+
+def _evaluate(options: EvaluateArguments) -> int:
     from elical_hf.auto import AutoModelForConfidence
     from elical_hf.atomic import atomic_write_text
     from elical_hf.evaluation import (
@@ -110,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.honestybench import load_honestybench
     from elical_hf.signals.records import check_records_match
 
-    (options,) = make_parser().parse_with_config(argv)
     models, columns = _pairs(options.model, "--model"), _pairs(options.field_sources, "--field_sources")
     _check_output_dir(options.output_dir, options.overwrite_output_dir)
     for name, path in models.items():

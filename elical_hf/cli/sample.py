@@ -108,6 +108,7 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elical_hf.atomic import one_writer
     from elical_hf.signals.backends import make_backend
     from elical_hf.signals.runner import sample_records
 
@@ -116,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     backend = make_backend(options.backend, options.model, dtype=options.dtype,
                            tensor_parallel_size=options.tensor_parallel_size,
                            data_parallel_size=options.data_parallel_size)
-    records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size,
-                             num_workers=options.num_workers, worker_index=options.worker_index)
+    with one_writer(options.output_dir):  # a second `sample` on this folder would clean up this one's shards
+        records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size,
+                                 num_workers=options.num_workers, worker_index=options.worker_index)
     out = options.output_dir
     if options.num_workers > 1:
         print(f"\nWorker {options.worker_index} of {options.num_workers}: wrote {len(records)} of {len(questions)} "

@@ -76,9 +76,8 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elical_hf.atomic import one_writer
     from elical_hf.data import validate_columns
-    from elical_hf.precision import resolve_dtype
-    from elical_hf.recipe import train_elical
     from elical_hf.signals.records import load_training_table
 
     parser = make_parser()
@@ -95,7 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         name, target = f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage]
         tables[stage] = load_training_table(source, name, target)
         validate_columns(tables[stage], name, target)
-    paths = train_elical(
+    with one_writer(training_args.output_dir):
+        paths = _train(options, training_args, tables, given, passed)
+    print(json.dumps(paths, indent=2))
+    _print_diagnosis(tables[Stage.CALIBRATION])
+    return 0
+
+
+def _train(options, training_args, tables, given, passed) -> dict[str, str]:
+    from elical_hf.precision import resolve_dtype
+    from elical_hf.recipe import train_elical
+
+    return train_elical(
         options.model_name_or_path,
         tables[Stage.ELICITATION],
         tables[Stage.CALIBRATION],
@@ -109,9 +119,6 @@ def main(argv: list[str] | None = None) -> int:
         model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
         overwrite_output_dir=options.overwrite_output_dir,
     )
-    print(json.dumps(paths, indent=2))
-    _print_diagnosis(tables[Stage.CALIBRATION])
-    return 0
 
 
 def _print_diagnosis(labels) -> None:
