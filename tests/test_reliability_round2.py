@@ -236,7 +236,7 @@ def test_saved_adapter_weights_follow_the_umask(tiny_llama, tmp_path):
 @case("data", "two processes writing to one output folder (`sample`, `train`, `evaluate`)",
       "the second is refused at once: `Another process is writing to … (it holds ….lock)`; the first's files are "
       "untouched, and the lock file sits beside the folder, never in it")
-def test_a_second_writer_is_refused(tmp_path):
+def test_a_second_writer_is_refused(tmp_path, raise_user_errors):
     import subprocess
     import sys
 
@@ -253,7 +253,7 @@ def test_a_second_writer_is_refused(tmp_path):
             with one_writer(out):
                 pass
         with pytest.raises(ValueError, match="Another process is writing"):
-            cli_main_raising(["evaluate", "--records", str(tmp_path / "none.jsonl"), "--output_dir", str(out)])
+            cli_main(["evaluate", "--records", str(tmp_path / "none.jsonl"), "--output_dir", str(out)])
     finally:
         holder.kill()
         holder.wait()
@@ -261,14 +261,3 @@ def test_a_second_writer_is_refused(tmp_path):
         pass
     assert not out.exists() and (tmp_path / ".out.lock").exists()
 
-
-def cli_main_raising(argv: list[str]) -> int:
-    import os
-
-    from elical_hf.cli import TRACEBACK_ENV
-
-    os.environ[TRACEBACK_ENV] = "1"
-    try:
-        return cli_main(argv)
-    finally:
-        del os.environ[TRACEBACK_ENV]

@@ -78,6 +78,8 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.atomic import one_writer
     from elical_hf.data import validate_columns
+    from elical_hf.precision import resolve_dtype
+    from elical_hf.recipe import train_elical
     from elical_hf.signals.records import load_training_table
 
     parser = make_parser()
@@ -95,30 +97,24 @@ def main(argv: list[str] | None = None) -> int:
         tables[stage] = load_training_table(source, name, target)
         validate_columns(tables[stage], name, target)
     with one_writer(training_args.output_dir):
-        paths = _train(options, training_args, tables, given, passed)
+        paths = train_elical(
+            options.model_name_or_path,
+            tables[Stage.ELICITATION],
+            tables[Stage.CALIBRATION],
+            training_args.output_dir,
+            num_labels=options.num_labels,
+            calibration_trainable=training_args.calibration_trainable.value,
+            cal_only=options.cal_only,
+            dev_fraction=options.dev_fraction,
+            seed=training_args.seed,
+            # each run derives the rest of its training arguments
+            training_args={name: value for name, value in given.items() if name in passed},
+            model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
+            overwrite_output_dir=options.overwrite_output_dir,
+        )
     print(json.dumps(paths, indent=2))
     _print_diagnosis(tables[Stage.CALIBRATION])
     return 0
-
-
-def _train(options, training_args, tables, given, passed) -> dict[str, str]:
-    from elical_hf.precision import resolve_dtype
-    from elical_hf.recipe import train_elical
-
-    return train_elical(
-        options.model_name_or_path,
-        tables[Stage.ELICITATION],
-        tables[Stage.CALIBRATION],
-        training_args.output_dir,
-        num_labels=options.num_labels,
-        calibration_trainable=training_args.calibration_trainable.value,
-        cal_only=options.cal_only,
-        dev_fraction=options.dev_fraction,
-        seed=training_args.seed,
-        training_args={name: value for name, value in given.items() if name in passed},  # each run derives the rest
-        model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
-        overwrite_output_dir=options.overwrite_output_dir,
-    )
 
 
 def _print_diagnosis(labels) -> None:
