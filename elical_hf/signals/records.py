@@ -391,13 +391,15 @@ def with_training_columns(rows: Any, name: str, target: str) -> Any:
     """
     if target in rows.column_names or not is_records_table(rows.column_names):
         return rows
-    derived = [training_columns(row) for row in rows]
-    for row, (record, columns) in enumerate(zip(rows, derived)):
+    derived = []
+    for row, record in enumerate(rows):  # one pass over the table
+        columns = training_columns(record)
         if columns[target] is None:
             where = f"record {record.get('id')!r}" if record.get("id") is not None else f"row {row}"
             hint = JUDGE_OPTIONS.get(target, "elical-hf judge")
             raise ValueError(f"The {name} records have no judgement to derive the {target!r} target from ({where} "
                              f"and maybe others): run `{hint}` on them first.")
+        derived.append(columns)
     for column in ("consistency", "correctness", "greedy_correct"):
         values = [columns[column] for columns in derived]
         if column not in rows.column_names and all(value is not None for value in values):
