@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from .data import encode_prompts
+from .kv_prefix import cache_kwarg
 from .prompts import CONTEXT_QA_PROMPT
 from .signals.decoding import Decoder, decode_all
 from .signals.generation import SamplingSettings, build_prompt_ids
@@ -141,10 +142,8 @@ class BaseLanguageModel(nn.Module):
 
     def __init__(self, model: Any) -> None:
         super().__init__()
-        import inspect
-
         self.backbone = getattr(model, model.base_model_prefix)
-        self.cache_kwarg = "cache" if "cache" in inspect.signature(self.backbone.forward).parameters else "past_key_values"
+        self.cache_kwarg = cache_kwarg(self.backbone)
         self.config = model.config
         self.generation_config = _generation_config(model)
         self.lm_head_weight = _output_embeddings(model)

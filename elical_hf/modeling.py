@@ -18,6 +18,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration import ConfidenceConfig
+from .kv_prefix import cache_kwarg, position_ids_from_attention_mask, prefill_shared_prefix
 from .prompts import shared_prefix_length
 
 
@@ -73,11 +74,6 @@ def last_token_indices(attention_mask: torch.Tensor) -> torch.LongTensor:
         raise ValueError("Every row needs at least one token with attention_mask == 1.")
     positions = torch.arange(1, mask.shape[-1] + 1, device=mask.device)
     return (mask * positions).argmax(dim=-1)
-
-
-def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
-    """Positions that count only real tokens, so a left-padded row sees the same positions as a right-padded one."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 class ForConfidenceMixin:
@@ -197,33 +193,17 @@ class ForConfidenceMixin:
 
     def _pooled_with_shared_prefix(self, backbone: Any, sequences: list[list[int]], shared: int) -> torch.Tensor:
         """The prefix `sequences[0][:shared]` once, its cache repeated for every row, then each row's rest
-        (right-padded; pad slots are masked, so their id does not matter)."""
-        import inspect
+        (right-padded; pad slots are masked, so their id does not matter): [`~elical_hf.kv_prefix.
+        prefill_shared_prefix`]."""
+        name = cache_kwarg(backbone)
 
-        from transformers import DynamicCache
+        def run(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any) -> Any:
+            return backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=True, **{name: cache}).last_hidden_state
 
-        device, batch = self.device, len(sequences)
-        cache = DynamicCache(config=self.config)
-        cache_kwarg = {"cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values": cache}
-        prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
-        backbone(input_ids=prefix, position_ids=torch.arange(shared, device=device)[None], use_cache=True, **cache_kwarg)
-        cache.batch_repeat_interleave(batch)
-        rest = [ids[shared:] for ids in sequences]
-        length = max(len(ids) for ids in rest)
-        input_ids = torch.zeros((batch, length), dtype=torch.long)
-        mask = torch.zeros((batch, length), dtype=torch.long)
-        for row, ids in enumerate(rest):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            mask[row, : len(ids)] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        hidden = backbone(
-            input_ids=input_ids,
-            attention_mask=torch.cat([mask.new_ones((batch, shared)), mask], dim=-1),
-            position_ids=shared + position_ids_from_attention_mask(mask),
-            use_cache=True,
-            **cache_kwarg,
-        ).last_hidden_state
-        rows = torch.arange(batch, device=hidden.device)
+        prefill = prefill_shared_prefix(run, sequences, shared, self.config, self.device, padding_side="right")
+        hidden, mask = prefill.output, prefill.attention_mask[:, shared:]
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, last_token_indices(mask).to(hidden.device)]
 
     @torch.inference_mode()
@@ -374,5 +354,4 @@ __all__ = [
     "confidence_class_for",
     "default_lora_targets",
     "last_token_indices",
-    "position_ids_from_attention_mask",
 ]

@@ -9,7 +9,6 @@ Sampling follows Hugging Face semantics (repetition penalty, temperature, top-k,
 from __future__ import annotations
 
 import hashlib
-import inspect
 import time
 from contextlib import nullcontext
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
+from ..kv_prefix import cache_kwarg, forward_parameters, prefill_shared_prefix
 from ..prompts import shared_prefix_length
 
 
@@ -121,10 +121,8 @@ class Decoder:
         # The pad id only fills masked slots (real tokens are always found through the attention mask).
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        params = inspect.signature(base.forward).parameters
-        self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
-        self.keep_last_only = "logits_to_keep" in params
+        self.cache_kwarg = cache_kwarg(model)
+        self.keep_last_only = "logits_to_keep" in forward_parameters(model)
         self.autocast_dtype = autocast_dtype
         # Tokens in the tail decoded to look for stop strings: each token adds at least one byte.
         self.stop_window = max((len(s.encode("utf-8")) for s in settings.stop_strings), default=0) + 2
@@ -176,29 +174,12 @@ class Decoder:
     def _prefill(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
         """Left-padded prompts run through the model: (input ids, attention mask, last logits, cache). With
         `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
-        and the rest of each prompt after it, padded between the prefix and the rest."""
-        device, batch = self.model.device, len(prompt_ids)
+        and the rest of each prompt after it, padded between the prefix and the rest
+        ([`~elical_hf.kv_prefix.prefill_shared_prefix`])."""
         shared = shared_prefix_length(prompt_ids) if self.share_prefix else 0
-        cache = DynamicCache(config=self.model.config)
-        if shared:
-            prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long, device=device)
-            ones = torch.ones_like(prefix)
-            self._forward(prefix, ones, torch.arange(shared, device=device)[None], cache)
-            cache.batch_repeat_interleave(batch)
-            prompt_ids = [ids[shared:] for ids in prompt_ids]
-        length = max(len(ids) for ids in prompt_ids)
-        input_ids = torch.full((batch, length), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, length), dtype=torch.long)
-        for i, ids in enumerate(prompt_ids):  # left padding (after the shared prefix, if any)
-            input_ids[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, length - len(ids) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = shared + (attention_mask.cumsum(-1) - 1).clamp_(min=0)
-        full_mask = torch.cat([attention_mask.new_ones((batch, shared)), attention_mask], dim=-1)
-        logits = self._forward(input_ids, full_mask, position_ids, cache)
-        if shared:
-            input_ids = torch.cat([prefix.expand(batch, -1), input_ids], dim=-1)
-        return input_ids, full_mask, logits, cache
+        prefill = prefill_shared_prefix(self._forward, prompt_ids, shared, self.model.config, self.model.device,
+                                        padding_side="left", pad_id=self.pad_id)
+        return prefill.input_ids, prefill.attention_mask, prefill.output, prefill.cache
 
     def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
         settings, device = self.settings, self.model.device

@@ -1,0 +1,118 @@
+"""The prompt prefix a batch shares, run once: one KV prefill for scoring, sampling and the gate.
+
+Every question prompt starts with the same chat-template and instruction tokens ([`~elical_hf.prompts.
+shared_prefix_length`] decides how many are worth sharing). [`prefill_shared_prefix`] runs that prefix once into a
+`DynamicCache`, repeats the cache for every row, then runs each row's own tokens after it, padded on the side the
+caller needs (left for decoding, right for pooling the last prompt token): the same positions and attention as a full
+forward pass over each whole prompt. [`cache_kwarg`] is the one rule for which keyword a model's `forward` takes its
+cache under.
+
+Used by [`~elical_hf.modeling.ForConfidenceMixin.pooled_hidden_state`] (scoring and training),
+[`~elical_hf.signals.decoding.Decoder`] (sampling, completions) and [`~elical_hf.gate.BaseLanguageModel`] (the gate).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+
+__all__ = ["SharedPrefill", "cache_kwarg", "forward_parameters", "position_ids_from_attention_mask",
+           "prefill_shared_prefix"]
+
+PADDING_SIDES = ("left", "right")
+
+
+def forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
+    """The parameters of `model.forward` (of the wrapped model for a PEFT wrapper, whose own `forward` passes its
+    keyword arguments on)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inspect.signature(base.forward).parameters
+
+
+def cache_kwarg(model: Any) -> str:
+    """The keyword under which `model.forward` takes its KV cache: `"cache"` where the forward names it so (the
+    gate's [`~elical_hf.gate.BaseLanguageModel`]), else transformers' `"past_key_values"`."""
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
+
+
+def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
+    """Positions that count only real tokens, so a left-padded row sees the same positions as a right-padded one."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+@dataclass
+class SharedPrefill:
+    """What [`prefill_shared_prefix`] computed for a batch.
+
+    Args:
+        input_ids (`torch.LongTensor` of shape `(batch, shared + length)`): The shared prefix, then each row's own
+            tokens, padded.
+        attention_mask (`torch.LongTensor` of the same shape): 1 for the prefix and each row's real tokens.
+        output: What `run` returned for the rows' own tokens (the prefix's output is not kept).
+        cache (`transformers.DynamicCache`): The prefix's and the rows' keys and values, one row per sequence.
+        shared (`int`): Number of prefix tokens run once (0: none, each row ran whole).
+    """
+
+    input_ids: torch.LongTensor
+    attention_mask: torch.LongTensor
+    output: Any
+    cache: DynamicCache
+    shared: int
+
+
+def prefill_shared_prefix(
+    run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache], Any],
+    sequences: list[list[int]],
+    shared: int,
+    config: Any,
+    device: torch.device | str,
+    *,
+    padding_side: str = "left",
+    pad_id: int = 0,
+) -> SharedPrefill:
+    """
+    Run `sequences[0][:shared]` once, repeat its KV cache for every row, then run the rest of each sequence after it.
+
+    Args:
+        run (`Callable`): `run(input_ids, attention_mask, position_ids, cache)` calls the model (with `use_cache=True`
+            and `cache` under [`cache_kwarg`]) and returns its output; called once for the prefix (when `shared > 0`)
+            and once for the rows. `attention_mask` covers the cache and the new tokens.
+        sequences (`list[list[int]]`): Token ids, one list per row; every row must start with the same `shared`
+            tokens and keep at least one of its own ([`~elical_hf.prompts.shared_prefix_length`] ensures both).
+        shared (`int`): Prefix length; `0` runs each row whole (one call of `run`).
+        config: The model config the `DynamicCache` is built for.
+        device (`torch.device` or `str`): Where the inputs go.
+        padding_side (`str`, *optional*, defaults to `"left"`): Where the rows' own tokens are padded, between the
+            prefix and them (`"left"`, as decoding needs) or after them (`"right"`).
+        pad_id (`int`, *optional*, defaults to 0): The id in padded slots (masked, so it only matters to callers that
+            read `input_ids`).
+
+    Returns:
+        [`SharedPrefill`]: inputs, mask, the rows' output and the cache, positions counted over real tokens only.
+    """
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"`padding_side` must be one of {PADDING_SIDES}, got {padding_side!r}.")
+    batch = len(sequences)
+    cache = DynamicCache(config=config)
+    prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
+    if shared:
+        run(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], cache)
+        cache.batch_repeat_interleave(batch)
+    rest = [ids[shared:] for ids in sequences]
+    length = max(len(ids) for ids in rest)
+    input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, length), dtype=torch.long)
+    for row, ids in enumerate(rest):
+        span = slice(length - len(ids), length) if padding_side == "left" else slice(0, len(ids))
+        input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
+        mask[row, span] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    full_mask = torch.cat([mask.new_ones((batch, shared)), mask], dim=-1)
+    output = run(input_ids, full_mask, shared + position_ids_from_attention_mask(mask), cache)
+    return SharedPrefill(torch.cat([prefix.expand(batch, -1), input_ids], dim=-1), full_mask, output, cache, shared)

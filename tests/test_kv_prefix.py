@@ -1,0 +1,111 @@
+"""The one shared-prefix KV helper (`elical_hf.kv_prefix`): the prefix run once gives what a full forward pass over
+each whole sequence gives, on either padding side; and the one cache-argument rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from elical_hf.kv_prefix import cache_kwarg, forward_parameters, position_ids_from_attention_mask, prefill_shared_prefix
+
+from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def backbone(request):
+    return make_tiny_causal_lm(make_tiny_tokenizer(), arch=request.param, initializer_range=0.3).model.eval()
+
+
+SEQUENCES = [
+    list(range(3, 40)) + [50, 51, 52],
+    list(range(3, 40)) + [60],
+    list(range(3, 40)) + [70, 71, 72, 73, 74],
+]
+SHARED = 37
+
+
+def recording_run(backbone, calls):
+    """A `run` for the helper that calls `backbone` and records the shapes and positions it was given."""
+
+    def run(input_ids, attention_mask, position_ids, cache):
+        calls.append((tuple(input_ids.shape), tuple(attention_mask.shape), position_ids.tolist()))
+        return backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        use_cache=True, **{cache_kwarg(backbone): cache}).last_hidden_state
+
+    return run
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_prefix_once_equals_each_sequence_run_whole(backbone, side):
+    calls = []
+    with torch.no_grad():
+        prefill = prefill_shared_prefix(recording_run(backbone, calls), SEQUENCES, SHARED, backbone.config, "cpu",
+                                        padding_side=side, pad_id=2)
+        whole = [backbone(input_ids=torch.tensor([ids])).last_hidden_state[0] for ids in SEQUENCES]
+    assert [shape for shape, _, _ in calls] == [(1, SHARED), (3, 5)]  # the prefix once, then the rows' own tokens
+    assert calls[0][2] == [list(range(SHARED))] and calls[1][1] == (3, SHARED + 5)  # the mask covers the cache too
+    assert prefill.shared == SHARED and prefill.cache.get_seq_length() == SHARED + 5
+    assert prefill.attention_mask.sum(-1).tolist() == [len(ids) for ids in SEQUENCES]
+    for row, ids in enumerate(SEQUENCES):
+        own = len(ids) - SHARED
+        columns = slice(5 - own, 5) if side == "left" else slice(0, own)
+        real = prefill.input_ids[row, SHARED:][columns]
+        assert prefill.input_ids[row, :SHARED].tolist() == ids[:SHARED] and real.tolist() == ids[SHARED:]
+        assert set(prefill.input_ids[row, SHARED:].tolist()) - set(ids) <= {2}  # padded with pad_id
+        assert calls[1][2][row][columns] == list(range(SHARED, len(ids)))  # positions count real tokens only
+        torch.testing.assert_close(prefill.output[row, columns], whole[row][SHARED:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.float32
+def test_no_shared_prefix_runs_each_row_whole_once(backbone):
+    calls = []
+    with torch.no_grad():
+        prefill = prefill_shared_prefix(recording_run(backbone, calls), SEQUENCES, 0, backbone.config, "cpu")
+        alone = backbone(input_ids=torch.tensor([SEQUENCES[1]])).last_hidden_state[0]
+    assert [shape for shape, _, _ in calls] == [(3, 42)] and prefill.shared == 0
+    assert prefill.input_ids.shape == (3, 42) and prefill.input_ids[1, -38:].tolist() == SEQUENCES[1]
+    torch.testing.assert_close(prefill.output[1, -38:], alone, atol=1e-5, rtol=0)
+
+
+def test_padding_side_is_checked():
+    with pytest.raises(ValueError, match="padding_side"):
+        prefill_shared_prefix(lambda *args: None, SEQUENCES, 0, None, "cpu", padding_side="middle")
+
+
+def test_positions_count_real_tokens_only():
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 0]])
+    assert position_ids_from_attention_mask(mask).tolist() == [[0, 0, 0, 1], [0, 1, 2, 2]]
+
+
+class TakesCache(nn.Module):
+    def forward(self, input_ids, cache=None, logits_to_keep=0):
+        return input_ids
+
+
+class TakesPastKeyValues(nn.Module):  # the name of transformers releases before `cache`
+    def forward(self, input_ids, past_key_values=None):
+        return input_ids
+
+
+class Wrapper(nn.Module):
+    """Like a PEFT wrapper: its own forward passes everything on; `get_base_model()` is the model."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def get_base_model(self):
+        return self.inner
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs)
+
+
+def test_cache_kwarg_reads_the_forward_signature(backbone):
+    assert cache_kwarg(backbone) in forward_parameters(backbone)  # the name this transformers release uses
+    assert cache_kwarg(TakesPastKeyValues()) == "past_key_values"
+    assert cache_kwarg(TakesCache()) == "cache" and cache_kwarg(Wrapper(TakesCache())) == "cache"
+    assert "logits_to_keep" in forward_parameters(Wrapper(TakesCache()))
+    assert "logits_to_keep" not in forward_parameters(backbone)
