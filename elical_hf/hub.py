@@ -20,7 +20,7 @@ from typing import Any
 
 from .atomic import umask_permissions
 from .cards import GENERATED_MARKER, write_folder_card
-from .configuration import CONFIDENCE_CONFIG_NAME
+from .configuration import CONFIDENCE_CONFIG_NAME, backbone_signature
 from .files import links_leaving
 
 
@@ -92,23 +92,69 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
     return None
 
 
-def _hub_base_id(name: str | None, folder: str, override: bool) -> str:
-    """The base model's Hub id for a published adapter: `name` itself, or the Hub id of a recognised local copy
-    (Hub cache snapshot, dequantized embedded model); a clear error for any other local path (or nothing)."""
-    hint = 'Pass `base_model_name_or_path="<org>/<model>"` (command line: `--base_model <org>/<model>`)'
+def _recorded_hub_id(name: str | None, override: bool = False) -> str | None:
+    """`name` when it is a Hub id, the Hub id of a recognised local copy (Hub cache snapshot, dequantized embedded
+    model), else `None`."""
     if not name:
-        raise ValueError(f"{folder} does not name its base model. {hint}.")
+        return None
     if is_hub_id(name, local_wins=not override):  # an explicit `base_model_name_or_path` is taken as a Hub id
         return name
     known = hub_id_of_local_copy(name) if os.path.isdir(os.path.expanduser(name)) else None
     if known is not None:
         logger.info("The base model %s is a local copy of %s; the adapter names the latter.", name, known[0])
         return known[0]
+    return None
+
+
+def _hub_base_id(name: str | None, folder: str, override: bool) -> str:
+    """The base model's Hub id for a published adapter: `name` itself, or the Hub id of a recognised local copy
+    (Hub cache snapshot, dequantized embedded model); a clear error for any other local path (or nothing)."""
+    hint = 'Pass `base_model_name_or_path="<org>/<model>"` (command line: `--base_model <org>/<model>`)'
+    if not name:
+        raise ValueError(f"{folder} does not name its base model. {hint}.")
+    hub_id = _recorded_hub_id(name, override)
+    if hub_id is not None:
+        return hub_id
     what = "The base model you gave" if override else f"The base model of {folder}"
     raise ValueError(
         f"{what}, {name!r}, is a local path, not a Hub id: a published adapter must name the base model's Hub id "
         f"so that others can load it. {hint}, with the Hub id of the model whose weights these are."
     )
+
+
+def _check_named_base(folder: str, config: Mapping[str, Any], recorded: str | None, base: str,
+                      token: str | None) -> None:
+    """Refuse to publish the adapter of `folder` under a base model it was not trained on: `base` (the Hub id given
+    for publishing) must be the Hub model the folder records, when it records one, and its backbone must have the
+    signature the adapter was trained on (`base_model_signature`: architecture, hidden size, layers, vocabulary)."""
+    trained_on = _recorded_hub_id(recorded)
+    if trained_on is not None and trained_on.lower() != base.lower():
+        raise ValueError(
+            f"{folder} was trained on {trained_on!r}, but it was asked to be published with the base model {base!r}: "
+            "an adapter only works on the base it was trained on. Leave out --base_model (base_model_name_or_path)."
+        )
+    expected = config.get("base_model_signature")
+    if not expected:  # saved before signatures were recorded: nothing to compare
+        return
+    from transformers import AutoConfig
+
+    from .default_model import resolve_model_path
+
+    try:
+        found = backbone_signature(AutoConfig.from_pretrained(resolve_model_path(base)[0], token=token))
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"Cannot check that {base!r} is the base model of {folder}: its config could not be read "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}). Publish with the Hub id of "
+            "the model the adapter was trained on, once the Hub (or its cache) has it."
+        ) from None
+    if found != expected:
+        differences = ", ".join(f"{key} {expected.get(key)!r} vs {found.get(key)!r}"
+                                for key in sorted(set(expected) | set(found)) if expected.get(key) != found.get(key))
+        raise ValueError(
+            f"{folder} holds an adapter trained on another backbone than {base!r} ({differences}): publishing it "
+            f"under that base would give a model that does not load. Pass the Hub id of the model it was trained on."
+        )
 
 
 def _rewrite_json(path: Path, **values: Any) -> None:
@@ -231,13 +277,16 @@ def push_folder(
         revision (`str`, *optional*): Branch to commit to (created from `main` if missing).
         base_model_name_or_path (`str`, *optional*): The base model's Hub id, when the folder names a local path
             (not needed for a Hub cache snapshot or the embedded default's offline copy: their Hub id is known).
+            Checked before anything is published: its config (from the Hub or its cache) must match the backbone
+            signature the adapter recorded.
 
     Returns:
         `huggingface_hub.CommitInfo`: the commit (`oid`, `commit_url`, `repo_url`), returned only once it succeeded.
 
     Raises:
         `ValueError`: invalid repo id, incomplete folder, base model only known as a local path (the message asks
-            for its Hub id).
+            for its Hub id), or a `base_model_name_or_path` the adapter was not trained on (another Hub model than
+            the one the folder records, or a backbone of another architecture or size than its recorded signature).
         [`HubPublishError`]: the upload failed; nothing is reported as published (the files go up in one commit:
             all of them or none).
     """
@@ -251,6 +300,8 @@ def push_folder(
         adapter = json.loads((staging / "adapter_config.json").read_text(encoding="utf-8"))
         named = config.get("base_model_name_or_path") or adapter.get("base_model_name_or_path")
         base = _hub_base_id(base_model_name_or_path or named, folder, override=base_model_name_or_path is not None)
+        if base_model_name_or_path is not None:
+            _check_named_base(folder, config, named, base, token)
         _rewrite_json(staging / "adapter_config.json", base_model_name_or_path=base)
         _rewrite_json(staging / CONFIDENCE_CONFIG_NAME, base_model_name_or_path=base)
         readme = staging / "README.md"

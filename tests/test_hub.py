@@ -106,6 +106,7 @@ def test_refused_inputs_publish_nothing(hub, tmp_path, tiny_llama):
         push_folder(folder, "alice/partial", base_model_name_or_path="tiny/llama")
     assert hub.repos == {}
 
+    upload_base(tmp_path)  # the base named below is a model of the Hub (push checks it)
     folder = tmp_path / "complete"
     local.save_pretrained(folder)
     (folder / "training_args.bin").write_bytes(b"pickle")  # never published
@@ -201,6 +202,7 @@ def test_no_code_runs_from_the_repo(hub, tmp_path):
 
 
 def test_cli_push(hub, tmp_path, tiny_llama, capsys):
+    upload_base(tmp_path)
     folder = tmp_path / "model"
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
     assert cli_main(["push", str(folder), "alice/cli"]) == 2  # a user error: one line, exit 2

@@ -20,6 +20,7 @@ from elical_hf.files import links_leaving, path_component
 from elical_hf.signals.records import save_records
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
+from tests.test_hub import upload_base
 
 
 def record(i: int, **fields) -> dict:
@@ -84,6 +85,7 @@ def test_push_refuses_links_leaving_the_model_folder(hub, tiny_llama, tmp_path, 
     secret = tmp_path / "secret"
     secret.write_text("private key")
     (folder / "notes.txt").symlink_to(secret)
+    upload_base(tmp_path)
     argv = ["push", str(folder), "alice/linked", "--base_model", "tiny/llama"]
     assert cli_main(argv) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
@@ -112,10 +114,9 @@ def test_links_leaving_metric_and_records_folders_are_refused(tmp_path, capsys):
     assert links_leaving(records) == [os.path.join("tiny", "nq_test.jsonl")]
     assert cli_main(["push", str(records), "alice/bench", "--kind", "honestybench"]) == 2
     assert "holds symbolic links to outside it (tiny/nq_test.jsonl)" in capsys.readouterr().err
-    import elical_hf.metrics
+    from elical_hf.metrics.metric_cards import write_metric_space
 
-    metric = tmp_path / "honesty_auroc"
-    shutil.copytree(Path(elical_hf.metrics.__file__).parent / "honesty_auroc", metric)
+    metric = write_metric_space("honesty_auroc", tmp_path / "honesty_auroc")  # a complete Space folder
     (metric / "extra.txt").symlink_to(outside / "nq_test.jsonl")
     with pytest.raises(ValueError, match=r"holds symbolic links to outside it \(extra.txt\)"):
         push_metric_space("honesty_auroc", "alice/auroc", folder=metric)

@@ -18,7 +18,8 @@ class PushArguments:
     repo_id: str = field(metadata={"positional": True, "help": "Hub repository, <namespace>/<name>; created if missing."})
     kind: Literal["model", "honestybench", "metric"] = field(default="model", metadata={"help": "What to publish."})
     base_model: str | None = field(
-        default=None, metadata={"help": "Hub id of the base model, when the model folder names a local path."}
+        default=None, metadata={"help": "Hub id of the base model, when the model folder names a local path (checked "
+                                    "against the backbone the adapter was trained on before anything is published)."}
     )
     private: bool = field(default=False, metadata={"help": "Create the repository as private."})
     token: str | None = field(default=None, metadata={"help": TOKEN_HELP})

@@ -1,0 +1,41 @@
+"""Round 2 of the reliability probes (issue 24), second part: a mislabelled push, questions the model cannot read,
+what `merge` keeps identical, split words, cells of the wrong type, locks on shared caches, local folders that fail
+to load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from elical_hf import AutoModelForConfidence, push_folder
+from elical_hf.cli import main as cli_main
+from tests.hub_server import hub  # noqa: F401 - the fixture
+from tests.reliability import case
+from tests.test_hub import upload_base
+
+
+@case("silent", "`elical-hf push --base_model X` of an adapter trained on another backbone (a tiny Llama adapter "
+      "named as a tiny Qwen2's), or of a folder that records another Hub base",
+      "refused before anything is published: `… holds an adapter trained on another backbone than 'tiny/qwen2' "
+      "(model_type 'llama' vs 'qwen2', …)` / `… was trained on 'tiny/llama', but it was asked to be published with "
+      "the base model …`; a base whose config cannot be read is refused too")
+def test_push_refuses_a_base_the_adapter_was_not_trained_on(hub, tiny_llama, tmp_path, raise_user_errors):
+    upload_base(tmp_path, "tiny/qwen2", arch="qwen2")
+    upload_base(tmp_path, "tiny/llama")
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)  # records a local path as its base
+    with pytest.raises(ValueError, match=r"trained on another backbone than 'tiny/qwen2' \(.*model_type 'llama' vs "
+                                         r"'qwen2'"):
+        cli_main(["push", str(folder), "alice/mislabelled", "--base_model", "tiny/qwen2"])
+    with pytest.raises(ValueError, match="Cannot check that 'tiny/nowhere' is the base model"):
+        push_folder(folder, "alice/mislabelled", base_model_name_or_path="tiny/nowhere")
+    assert hub.repo("alice/mislabelled") is None
+    assert cli_main(["push", str(folder), "alice/right", "--base_model", "tiny/llama"]) == 0
+    assert json.loads(hub.files("alice/right")["adapter_config.json"])["base_model_name_or_path"] == "tiny/llama"
+    recorded = tmp_path / "recorded"  # a folder that records its Hub base: no other Hub id may replace it
+    AutoModelForConfidence.from_pretrained("tiny/llama").save_pretrained(recorded)
+    with pytest.raises(ValueError, match="was trained on 'tiny/llama', but it was asked to be published with the "
+                                         "base model 'tiny/qwen2'"):
+        push_folder(recorded, "alice/relabelled", base_model_name_or_path="tiny/qwen2")
+    assert hub.repo("alice/relabelled") is None
