@@ -1,7 +1,9 @@
 """Metadata lives in setup.cfg. This file only adds `build_pth`, which puts `elical_hf_evaluate.pth` in every wheel.
 
 That start-up hook makes `evaluate.load("honesty_auroc")` work offline right after installation; its content comes from
-`elical_hf/metrics/registration.py` (stdlib only, loaded here by path without importing the package).
+`elical_hf/metrics/registration.py` (stdlib only, loaded here by path without importing the package). Nothing else of the
+metrics is built here: the wheel ships each metric's script and card plus the shared `functional.py` and
+`evaluate_mixin.py`, and the hook assembles the runnable modules from them in evaluate's cache.
 """
 
 import importlib.util

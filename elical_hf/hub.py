@@ -383,8 +383,10 @@ def push_metric_space(
         name (`str`): `"honesty_auroc"`, `"honesty_ece"` or `"honesty_alignment"` (or any name with `folder=`).
         repo_id (`str`): The Space, `<namespace>/<name>`; the module is uploaded as `<name of the repo>.py`, the
             file name evaluate looks for.
-        folder (`str`, *optional*): The metric folder (`<name>.py`, `README.md`, `app.py`, `requirements.txt`, and
-            the module's local imports); defaults to `elical_hf/metrics/<name>/`.
+        folder (`str`, *optional*): A metric folder of your own (`<name>.py`, `README.md`, `app.py`,
+            `requirements.txt`, and the module's local imports), uploaded as it is. Without it, the library metric
+            `name` is assembled from its single sources (`metrics.metric_cards.write_metric_space`: the module, the
+            `functional.py` and `evaluate_mixin.py` it imports, its card, the widget and the requirements).
         private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*): As for models.
 
     Returns:
@@ -393,25 +395,29 @@ def push_metric_space(
     from huggingface_hub import RepoCard
 
     validate_hub_repo_id(repo_id)
-    if folder is None:
-        if name not in METRIC_SPACES:
-            raise ValueError(f"Unknown metric {name!r}; choose one of {METRIC_SPACES} or pass `folder=`.")
-        folder = Path(__file__).resolve().parent / "metrics" / name
-    folder = Path(folder)
-    missing = [f for f in (f"{name}.py", *METRIC_SPACE_FILES) if not (folder / f).is_file()]
-    if missing:
-        raise FileNotFoundError(f"The metric folder {folder} lacks {missing}.")
-    _refuse_links_leaving(folder, recursive=False)
+    if folder is None and name not in METRIC_SPACES:
+        raise ValueError(f"Unknown metric {name!r}; choose one of {METRIC_SPACES} or pass `folder=`.")
+    if folder is not None:
+        folder = Path(folder)
+        missing = [f for f in (f"{name}.py", *METRIC_SPACE_FILES) if not (folder / f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"The metric folder {folder} lacks {missing}.")
+        _refuse_links_leaving(folder, recursive=False)
     module = repo_id.split("/")[1]
     with tempfile.TemporaryDirectory(prefix="elical-hf-space-") as tmp:
         staging = Path(tmp)
-        for path in sorted(folder.iterdir()):
-            if path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc":
-                target = f"{module}.py" if path.name == f"{name}.py" else path.name
-                shutil.copy2(path, staging / target)
-        if module != name:  # the widget loads the module file next to it by name
-            app = staging / "app.py"
-            app.write_text(app.read_text(encoding="utf-8").replace(f"{name}.py", f"{module}.py"), encoding="utf-8")
+        if folder is None:
+            from .metrics.metric_cards import write_metric_space
+
+            folder = write_metric_space(name, staging, module_name=module)
+        else:
+            for path in sorted(folder.iterdir()):
+                if path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc":
+                    target = f"{module}.py" if path.name == f"{name}.py" else path.name
+                    shutil.copy2(path, staging / target)
+            if module != name:  # the widget loads the module file next to it by name
+                app = staging / "app.py"
+                app.write_text(app.read_text(encoding="utf-8").replace(f"{name}.py", f"{module}.py"), encoding="utf-8")
         card = RepoCard.load(staging / "README.md")
         if card.data.get("sdk") not in (None, "gradio"):
             logger.warning("%s/README.md says sdk: %s; a metric Space runs gradio.", folder, card.data.get("sdk"))

@@ -57,9 +57,10 @@ def test_import_evaluate_fills_the_cache(tmp_path):
     proc = _start(tmp_path, None, f"import evaluate; print('alive', evaluate.STAND_IN, {HAS_HOOK})",
                   HF_MODULES_CACHE=str(modules))
     assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "alive 1 False", "")  # one shot: hook gone
-    for name in registration.METRIC_MODULES:
+    for name in registration.METRIC_MODULES:  # assembled from the package's files: the script and the shared ones
         (cached,) = (modules / "evaluate_modules" / "metrics" / f"evaluate-metric--{name}").glob(f"*/{name}.py")
-        assert cached.read_bytes() == open(os.path.join(registration.metric_module_path(name), f"{name}.py"), "rb").read()
+        for target, source in registration.module_sources(name).items():
+            assert (cached.parent / target).read_bytes() == open(source, "rb").read()
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -1,4 +1,5 @@
-"""The three evaluate metric modules: offline loading by name and by path, doctests, bad inputs, parity, cards."""
+"""The three evaluate metric modules: assembled from the single sources (no checked-in copies), offline loading by name
+and by path (editable source tree, wheel, Space folder), doctests, bad inputs, parity, cards."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 
 import numpy as np
 import pytest
@@ -17,11 +19,12 @@ import yaml
 
 from elical_hf.metrics import functional as F
 from elical_hf.metrics import registration
-from elical_hf.metrics.metric_cards import CARD_META, check_metric_folders, module_strings
+from elical_hf.metrics.metric_cards import CARD_META, check_metric_cards, module_strings, write_metric_space
 
 
 NAMES = registration.METRIC_MODULES
-SPACE_FILES = {"README.md", "app.py", "requirements.txt", "functional.py"}
+SPACE_FILES = {"README.md", "app.py", "requirements.txt", *registration.SHARED_FILES}
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARD_SECTIONS = (
     "## Metric Description", "## How to Use", "### Inputs", "## Output Values", "### Values from Popular Papers",
     "## Examples", "## Limitations and Bias", "## Citation",
@@ -74,26 +77,28 @@ def test_installed_pth_hook_is_current():
 
 
 def test_load_by_name_offline_in_fresh_process(tmp_path):
-    """By name, offline, from another directory, with an empty cache; plus by path (package folder and lone copies)."""
+    """By name, offline, from another directory, with an empty cache; plus by path (the copy `metric_module_path`
+    assembles, and Space folders that run on their own)."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
-    for name in NAMES:  # "copied alone": the folder without the package around it
-        shutil.copytree(registration.metric_module_path(name), tmp_path / "lone" / name)
+    for name in NAMES:  # a Space folder: everything it needs, without the package around it
+        write_metric_space(name, tmp_path / "spaces" / name)
+    assembled = registration.metric_module_path("honesty_auroc", modules_cache=str(tmp_path / "assembled"))
     conf, correct = _data()
     script = f"""
         import doctest, json, os, sys
         import evaluate
         conf, correct = {conf!r}, {correct!r}
-        out = {{"by_name": {{}}, "doctests": {{}}, "by_path": {{}}, "files": {{}}}}
+        out = {{"by_name": {{}}, "doctests": {{}}, "by_path": {{}}, "files": {{}}, "functional": {{}}}}
         for name in {NAMES!r}:
             metric = evaluate.load(name, keep_in_memory=True)
             module = sys.modules[type(metric).__module__]
             out["files"][name] = module.__file__
+            out["functional"][name] = sys.modules[module.bootstrap_ci.__module__].__file__
             out["by_name"][name] = metric.compute(predictions=conf, references=correct)
             result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
             out["doctests"][name] = [result.attempted, result.failed]
-            for kind, path in (("package", {registration.metric_module_path("honesty_auroc")!r}),
-                               ("lone", os.path.join({str(tmp_path / "lone")!r}, name))):
+            for kind, path in (("package", {assembled!r}), ("space", os.path.join({str(tmp_path / "spaces")!r}, name))):
                 if kind == "package" and name != "honesty_auroc":
                     continue
                 loaded = evaluate.load(path, keep_in_memory=True)
@@ -106,12 +111,97 @@ def test_load_by_name_offline_in_fresh_process(tmp_path):
     assert not out["elical_hf_imported"], "a metric module must not need the elical_hf package"
     for name in NAMES:
         assert out["files"][name].startswith(str(hf_home / "modules" / "evaluate_modules" / "metrics")), out["files"]
+        with open(out["functional"][name], "rb") as used, open(F.__file__, "rb") as source:
+            assert used.read() == source.read()  # the package's functional.py, as it is now
         attempted, failed = out["doctests"][name]
         assert attempted >= 4 and failed == 0, (name, attempted, failed)
         expected = _expected(name, conf, correct)
         assert out["by_name"][name] == expected  # exact: JSON round-trips floats
-        assert out["by_path"][f"lone:{name}"] == out["by_name"][name]
+        assert out["by_path"][f"space:{name}"] == out["by_name"][name]
     assert out["by_path"]["package:honesty_auroc"] == out["by_name"]["honesty_auroc"]
+
+
+def _site_run(site_dir, script: str, hf_home) -> dict:
+    """A fresh `python -S` whose site folder is `site_dir` (its `.pth` files processed as site.py does) and which
+    imports evaluate and its dependencies from this environment, without processing this environment's `.pth` files:
+    the only elical_hf (and the only start-up hook) is the one in `site_dir`."""
+    purelib = sysconfig.get_paths()["purelib"]
+    code = f"import site, sys; site.addsitedir({str(site_dir)!r}); sys.path.append({purelib!r})\n" + textwrap.dedent(script)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=site_dir.parent, env=_offline_env(hf_home),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _load_all(conf, correct, names: tuple[str, ...] = NAMES) -> str:
+    """A script that loads the modules `names` by name and prints each one's file and result, as JSON."""
+    return f"""
+        import json, sys
+        import evaluate
+        out = {{}}
+        for name in {names!r}:
+            metric = evaluate.load(name, keep_in_memory=True)
+            result = metric.compute(predictions={conf!r}, references={correct!r})
+            out[name] = {{"file": sys.modules[type(metric).__module__].__file__, "result": result}}
+        print(json.dumps(out))
+    """
+
+
+def test_an_edit_of_the_source_is_loaded_next_time(tmp_path):
+    """As with an editable install: the hook assembles the modules from the package's files at each `import evaluate`,
+    so an edit of `functional.py` is what the next process loads, and so is the file put back (no stale copy)."""
+    site_dir = tmp_path / "site"
+    package = site_dir / "elical_hf"
+    shutil.copytree(os.path.dirname(F.__file__), package / "metrics", ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "__init__.py").write_text("raise SystemExit('the package must not be imported')\n")
+    (site_dir / registration.PTH_FILENAME).write_text(registration.pth_content())
+    hf_home = tmp_path / "hf"
+    conf, correct = _data(n=60)
+    functional = package / "metrics" / "functional.py"
+    original = functional.read_text()
+    edited = original + "\n\ndef auroc(confidences, correct):\n    return 0.125\n"
+    results = []
+    for text in (original, edited, original):
+        functional.write_text(text)
+        out = _site_run(site_dir, _load_all(conf, correct, names=("honesty_auroc",)), hf_home)
+        results.append(out["honesty_auroc"]["result"]["auroc"])
+        with open(os.path.join(os.path.dirname(out["honesty_auroc"]["file"]), "functional.py")) as used:
+            assert used.read() == text
+    assert results == [F.auroc(conf, correct), 0.125, F.auroc(conf, correct)]
+
+
+def test_a_wheel_install_loads_by_name(tmp_path):
+    """After a normal (non-editable) install: the wheel of this source tree, unpacked as pip installs it, ships the
+    start-up hook, each metric's script and card and the shared files, and no copy of them."""
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=lambda folder, names: [
+        n for n in names if n in ("__pycache__", "build", "dist", "outputs", "tests", "benchmarks", "examples", "docs")
+        or n.startswith(".") or n.endswith(".egg-info")
+    ])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (wheel,) = (tmp_path / "dist").glob("elical_hf-*.whl")
+    site_dir = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(site_dir)
+    assert registration.PTH_FILENAME in names
+    for name in NAMES:
+        assert {n for n in names if n.startswith(f"elical_hf/metrics/{name}/")} == {
+            f"elical_hf/metrics/{name}/{name}.py", f"elical_hf/metrics/{name}/README.md"
+        }
+    assert {f"elical_hf/metrics/{f}" for f in registration.SHARED_FILES} <= names
+    hf_home = tmp_path / "hf"
+    conf, correct = _data(n=60)
+    out = _site_run(site_dir, _load_all(conf, correct), hf_home)
+    for name in NAMES:
+        assert out[name]["file"].startswith(str(hf_home / "modules")), out[name]["file"]
+        with open(out[name]["file"][: -len(".py")] + ".json", encoding="utf-8") as handle:
+            assert json.load(handle)["original file path"] == str(site_dir / "elical_hf" / "metrics" / name / f"{name}.py")
+        assert out[name]["result"] == _expected(name, conf, correct)
 
 
 def test_hook_uses_cache_chosen_after_start_up(tmp_path):
@@ -150,10 +240,11 @@ def test_install_evaluate_modules_is_idempotent_and_newest(tmp_path):
     for path, name in zip(second, NAMES):
         folder = os.path.dirname(path)
         assert len(os.path.basename(folder)) == 64
-        assert sorted(os.listdir(folder)) == sorted(["__init__.py", "functional.py", f"{name}.py", f"{name}.json"])
-        source = os.path.join(registration.metric_module_path(name), f"{name}.py")
-        with open(path, "rb") as mine, open(source, "rb") as src:
-            assert mine.read() == src.read()
+        sources = registration.module_sources(name)
+        assert sorted(os.listdir(folder)) == sorted(["__init__.py", f"{name}.json", *sources])
+        for target, source in sources.items():
+            with open(os.path.join(folder, target), "rb") as mine, open(source, "rb") as src:
+                assert mine.read() == src.read()
     for init in ("__init__.py", "evaluate_modules/__init__.py", "evaluate_modules/metrics/__init__.py"):
         assert (cache / init).is_file()
 
@@ -184,18 +275,28 @@ def test_pth_line_never_raises(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Folder layout, vendored copy and generated cards
+# Folder layout, Space folders and generated cards
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_folder_is_a_space(name):
-    folder = registration.metric_module_path(name)
-    files = {f for f in os.listdir(folder) if f != "__pycache__"}
-    assert files == SPACE_FILES | {f"{name}.py"}
-    with open(os.path.join(folder, "functional.py"), "rb") as copy, open(F.__file__, "rb") as source:
-        assert copy.read() == source.read(), "run `python -m elical_hf.metrics.metric_cards` to refresh the vendored copy"
-    with open(os.path.join(folder, "README.md"), encoding="utf-8") as handle:
-        readme = handle.read()
+def test_checked_in_folder_holds_only_the_metric(name):
+    """The module script and its card; `functional.py`, the mixin, the widget and the requirements are assembled."""
+    folder = registration.metric_source_folder(name)
+    assert {f for f in os.listdir(folder) if f != "__pycache__"} == {f"{name}.py", "README.md"}
+    script = open(os.path.join(folder, f"{name}.py"), encoding="utf-8").read()
+    for shared in registration.SHARED_FILES:  # evaluate copies only the script's own relative imports
+        assert f"from .{shared[:-3]} import " in script
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_space_folder(tmp_path, name):
+    folder = write_metric_space(name, tmp_path / "space", module_name="renamed")
+    assert {f.name for f in folder.iterdir()} == SPACE_FILES | {"renamed.py"}
+    for target, source in registration.module_sources(name).items():
+        with open(folder / ("renamed.py" if target == f"{name}.py" else target), "rb") as copy, open(source, "rb") as src:
+            assert copy.read() == src.read()
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    assert readme == open(os.path.join(registration.metric_source_folder(name), "README.md"), encoding="utf-8").read()
     front = yaml.safe_load(readme.split("---\n")[1])
     assert front["title"] == CARD_META[name].title and front["sdk"] == "gradio" and front["app_file"] == "app.py"
     assert front["pinned"] is False and front["tags"] == ["evaluate", "metric"] and front["sdk_version"]
@@ -205,19 +306,22 @@ def test_folder_is_a_space(name):
     strings = module_strings(name)
     assert "2510.17509" in strings["_CITATION"]
     assert "Annotation-Efficient Universal Honesty Alignment" in strings["_CITATION"]
-    with open(os.path.join(folder, "app.py"), encoding="utf-8") as handle:
-        app = handle.read()
+    app = (folder / "app.py").read_text(encoding="utf-8")
     compile(app, "app.py", "exec")
-    assert "launch_gradio_widget(evaluate.load(" in app
+    assert 'launch_gradio_widget(evaluate.load(str(Path(__file__).with_name("renamed.py"))))' in app
+    assert {"evaluate", "datasets", "numpy"} <= {line.split(">=")[0] for line in (folder / "requirements.txt").read_text().split()}
+    with pytest.raises(FileExistsError, match="already holds"):  # never over another folder's files
+        write_metric_space(name, folder)
 
 
-def test_cards_and_vendored_copies_in_sync():
-    assert check_metric_folders() == [], "run `python -m elical_hf.metrics.metric_cards` to regenerate them"
+def test_cards_in_sync():
+    assert check_metric_cards() == [], "run `python -m elical_hf.metrics.metric_cards` to regenerate them"
 
 
-def test_metric_module_path_rejects_unknown():
+def test_metric_module_path_rejects_unknown(tmp_path):
     with pytest.raises(ValueError, match="Unknown elical-hf metric module"):
-        registration.metric_module_path("accuracy")
+        registration.metric_module_path("accuracy", modules_cache=str(tmp_path / "modules"))
+    assert not (tmp_path / "modules").exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -235,7 +339,11 @@ def metrics(tmp_path_factory):
             import evaluate  # noqa: F401
     import evaluate
 
-    return {name: evaluate.load(registration.metric_module_path(name), keep_in_memory=True) for name in NAMES}
+    assembled = str(tmp_path_factory.mktemp("assembled"))
+    return {
+        name: evaluate.load(registration.metric_module_path(name, modules_cache=assembled), keep_in_memory=True)
+        for name in NAMES
+    }
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from huggingface_hub import RepoCard
 
-import elical_hf
 from elical_hf import push_metric_space
-from elical_hf.metrics.registration import METRIC_MODULES
+from elical_hf.metrics.functional import alignment
+from elical_hf.metrics.registration import METRIC_MODULES, SHARED_FILES, module_sources
 from tests.hub_server import hub  # noqa: F401 - the fixture
-
-
-METRICS_DIR = Path(elical_hf.__file__).parent / "metrics"
 
 
 def fake_metric(folder: Path, name: str) -> Path:
@@ -43,11 +42,38 @@ def test_space_from_a_metric_folder(hub, tmp_path):
 
 @pytest.mark.parametrize("name", METRIC_MODULES)
 def test_the_library_metric_spaces(hub, name):
+    """A library metric's Space is assembled from the single sources: its script and card, the shared files."""
     push_metric_space(name, f"elical/{name}")
     files = hub.files(f"elical/{name}", "space")
-    assert {f"{name}.py", "app.py", "requirements.txt", "README.md"} <= set(files)
-    assert files[f"{name}.py"] == (METRICS_DIR / name / f"{name}.py").read_bytes()  # the shipped module, as it is
+    assert set(files) - {".gitattributes"} == {f"{name}.py", *SHARED_FILES, "app.py", "requirements.txt", "README.md"}
+    for target, source in module_sources(name).items():
+        assert files[target] == Path(source).read_bytes()  # the shipped module and the package's own files, as they are
     assert RepoCard(files["README.md"].decode()).data.sdk == "gradio"
+
+
+def test_a_pushed_space_runs_on_its_own(hub, tmp_path):
+    """The pushed files, in a folder of their own, load with evaluate by path: no elical_hf, no start-up hook."""
+    push_metric_space("honesty_alignment", "alice/my_alignment")
+    folder = tmp_path / "my_alignment"
+    folder.mkdir()
+    for name, data in hub.files("alice/my_alignment", "space").items():
+        (folder / name).write_bytes(data)
+    conf = [round(0.025 * i, 3) for i in range(40)]
+    correct = [int(i % 3 != 0) if i >= 20 else int(i % 3 == 0) for i in range(40)]
+    script = f"""
+import json, sys
+import evaluate
+metric = evaluate.load({str(folder)!r}, keep_in_memory=True)
+print(json.dumps([metric.compute(predictions={conf!r}, references={correct!r}), "elical_hf" in sys.modules]))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", ELICAL_HF_NO_EVALUATE_HOOK="1")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == alignment(conf, correct) and not imported
+    assert not (tmp_path / "hf" / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--honesty_alignment").exists()
 
 
 def test_bad_metric_space_inputs(hub, tmp_path):

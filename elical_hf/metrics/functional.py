@@ -4,22 +4,24 @@ Every function takes `confidences` (floats in [0, 1], the model's probability th
 (0/1 labels, 1 = the answer was correct) of equal length, validated by [`check_inputs`], and returns Python floats (or
 dicts of them). Nothing here needs scikit-learn at runtime; [`auroc`] and [`auprc`] reproduce `roc_auc_score` and
 `average_precision_score` exactly, including ties.
+
+The `honesty_*` evaluate modules compute with this very file: it is put next to each module script wherever a
+runnable module is assembled (see `registration.py`), so it must import nothing but numpy and the standard library.
 """
 
 from __future__ import annotations
 
-import numbers
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "METRIC_NAMES", "HonestyMetricMixin", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci",
-    "bootstrap_indices", "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval",
-    "prr", "reliability_bins", "risk_coverage_curve",
+    "METRICS", "METRIC_NAMES", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "bootstrap_indices",
+    "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval", "prr",
+    "reliability_bins", "risk_coverage_curve",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
@@ -564,53 +566,3 @@ def compute_all(
         "threshold": align["threshold"],
     }
 
-
-class HonestyMetricMixin:
-    """What the `honesty_*` evaluate modules share (here, so that each module folder stays self-contained with its
-    vendored copy of this file): the `MetricInfo`, and input validation in `add` / `add_batch` / `compute`, before
-    evaluate casts the inputs to its features (which would silently turn a label of 0.5 into 0).
-
-    Mix it in before `evaluate.Metric` and set `_description`, `_kwargs_description`, `_citation` on the subclass.
-    """
-
-    _inputs = "`predictions` are confidences in [0, 1], `references` are 0/1 correctness labels"
-    _description = _kwargs_description = _citation = ""
-
-    @property
-    def _metric_name(self) -> str:
-        return getattr(self, "name", None) or type(self).__name__
-
-    def _validated(self, predictions: Any, references: Any) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            return check_inputs(predictions, references)
-        except ValueError as err:
-            raise ValueError(f"{self._metric_name}: invalid inputs ({self._inputs}): {err}") from None
-
-    def _check_bootstrap(self, bootstrap: Any) -> int:
-        if isinstance(bootstrap, bool) or not isinstance(bootstrap, numbers.Integral) or bootstrap < 0:
-            raise ValueError(
-                f"{self._metric_name}: bootstrap must be an integer >= 0 (number of resamples), got {bootstrap!r}"
-            )
-        return int(bootstrap)
-
-    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
-        """Add a batch of confidences and 0/1 labels, validated before evaluate casts them (0.5 -> 0 otherwise)."""
-        self._validated(predictions, references)
-        super().add_batch(predictions=predictions, references=references, **kwargs)
-
-    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
-        """Add one confidence and its 0/1 label, validated first."""
-        self._validated([prediction], [reference])
-        super().add(prediction=prediction, reference=reference, **kwargs)
-
-    def _info(self) -> Any:
-        import datasets
-        import evaluate
-
-        return evaluate.MetricInfo(
-            description=self._description,
-            citation=self._citation,
-            inputs_description=self._kwargs_description,
-            features=datasets.Features({"predictions": datasets.Value("float64"), "references": datasets.Value("int32")}),
-            reference_urls=["https://arxiv.org/abs/2510.17509"],
-        )

@@ -1,17 +1,16 @@
-"""Keep the three evaluate metric folders in sync with their single sources.
+"""The metric cards, and the metric Space folders assembled from the single sources.
 
-Each folder `elical_hf/metrics/<name>/` is a ready-to-publish evaluate module (and Hugging Face Space):
-`<name>.py`, `functional.py`, `README.md`, `app.py`, `requirements.txt`. Only `<name>.py` and the prose sections of
-`README.md` are written by hand. This module derives everything else:
+The checked-in folder `elical_hf/metrics/<name>/` holds what is specific to one metric: its evaluate module `<name>.py`
+and its card `README.md`. In the card, the YAML front matter and every block between
+`<!-- BEGIN GENERATED: <block> ... -->` and `<!-- END GENERATED: <block> -->` markers are rendered from the module's
+`_DESCRIPTION`, `_KWARGS_DESCRIPTION` (its Args, Returns and Examples) and `_CITATION`, read with `ast`, so nothing
+heavy is imported; the prose sections are written by hand. Run `python -m elical_hf.metrics.metric_cards` to rewrite
+the cards, `--check` to list the stale ones (exit status 1; a test runs the check).
 
-- `functional.py`: a byte-identical copy of `elical_hf/metrics/functional.py`;
-- `app.py` and `requirements.txt`: from the templates below;
-- in `README.md`, the YAML front matter and every block between `<!-- BEGIN GENERATED: <block> ... -->` and
-  `<!-- END GENERATED: <block> -->` markers: rendered from the module's `_DESCRIPTION`, `_KWARGS_DESCRIPTION` (its
-  Args, Returns and Examples) and `_CITATION`, read with `ast`, so nothing heavy is imported.
-
-Run `python -m elical_hf.metrics.metric_cards` to rewrite the derived files, `python -m elical_hf.metrics.metric_cards --check` to
-list the stale ones (exit status 1); a test runs the check.
+A Space folder, one that runs on its own ([`write_metric_space`]; `hub.push_metric_space` stages one, and
+`python -m elical_hf.metrics.metric_cards --spaces DIR` writes all three), is assembled from
+`registration.module_sources` (the script, `functional.py`, `evaluate_mixin.py`), the rendered card, and `app.py`
+and `requirements.txt` from the templates below.
 """
 
 from __future__ import annotations
@@ -23,17 +22,17 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
 
 try:
-    from .registration import METRIC_MODULES, VENDORED_FILES
+    from .registration import METRIC_MODULES, metric_source_folder, module_sources
 except ImportError:  # run as a file
-    from registration import METRIC_MODULES, VENDORED_FILES  # type: ignore[no-redef]
+    from registration import METRIC_MODULES, metric_source_folder, module_sources  # type: ignore[no-redef]
 
 
-__all__ = ["CARD_META", "check_metric_folders", "module_strings", "render_folder", "sync_metric_folders"]
+__all__ = ["CARD_META", "check_metric_cards", "module_strings", "render_card", "sync_metric_cards", "write_metric_space"]
 
-_METRICS_DIR = os.path.dirname(os.path.abspath(__file__))
 _GRADIO_VERSION = "3.19.1"  # launch_gradio_widget uses the gradio 3 `gr.inputs` API
 
 
@@ -81,10 +80,11 @@ correctness labels of those answers (1 = correct).
 >>> results = {name}.compute(predictions=[0.9, 0.2, 0.7], references=[1, 0, 0])
 ```
 
-Without elical-hf installed, load this folder by path (`evaluate.load("path/to/{name}")`) or the published Space
-(`evaluate.load("<user>/{name}")`): the module only needs `evaluate`, `datasets` and `numpy`, since it carries
-`functional.py`, a copy of `elical_hf.metrics.functional`. With elical-hf installed,
-`elical_hf.metrics.registration.metric_module_path("{name}")` gives the folder's path."""
+Without elical-hf installed, load the published Space (`evaluate.load("<user>/{name}")`) or a Space folder by path
+(`evaluate.load("path/to/{name}")`, a folder written by `python -m elical_hf.metrics.metric_cards --spaces DIR`): the
+module only needs `evaluate`, `datasets` and `numpy`, since a Space carries `functional.py` and `evaluate_mixin.py`,
+the files of `elical_hf.metrics` it computes with. With elical-hf installed,
+`evaluate.load(elical_hf.metrics.registration.metric_module_path("{name}"))` loads it by path too."""
 
 _BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<block>[\w-]+)[^\n]*-->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=block) -->)", re.S
@@ -95,7 +95,7 @@ _SECTIONS = ("Args", "Returns", "Examples")
 
 def module_strings(name: str) -> dict[str, str]:
     """`_DESCRIPTION`, `_KWARGS_DESCRIPTION` and `_CITATION` of `<name>/<name>.py`, read without importing it."""
-    path = os.path.join(_METRICS_DIR, name, f"{name}.py")
+    path = os.path.join(metric_source_folder(name), f"{name}.py")
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), filename=path)
     wanted = {"_DESCRIPTION", "_KWARGS_DESCRIPTION", "_CITATION"}
@@ -201,28 +201,50 @@ def _render_readme(name: str, current: str) -> str:
     return _front_matter(name, strings["_DESCRIPTION"]) + body
 
 
-def render_folder(name: str) -> dict[str, str]:
-    """Expected content of every derived file of metric folder `name`, keyed by absolute path.
+def render_card(name: str) -> str:
+    """The card `README.md` of metric `name`: the checked-in one with its front matter and generated blocks rendered.
 
     Args:
         name (`str`): One of `registration.METRIC_MODULES`.
 
     Returns:
-        `dict[str, str]`: path -> text, for `README.md`, `app.py`, `requirements.txt` and the vendored files.
+        `str`: The card's text.
     """
-    folder = os.path.join(_METRICS_DIR, name)
-    readme = os.path.join(folder, "README.md")
-    with open(readme, encoding="utf-8") as handle:
-        current = handle.read()
-    files = {
-        readme: _render_readme(name, current),
-        os.path.join(folder, "app.py"): _APP.format(name=name),
-        os.path.join(folder, "requirements.txt"): _REQUIREMENTS,
-    }
-    for vendored in VENDORED_FILES:
-        with open(os.path.join(_METRICS_DIR, vendored), encoding="utf-8", newline="") as handle:
-            files[os.path.join(folder, vendored)] = handle.read()
-    return files
+    with open(os.path.join(metric_source_folder(name), "README.md"), encoding="utf-8", newline="") as handle:
+        return _render_readme(name, handle.read())
+
+
+def write_metric_space(name: str, folder: str | os.PathLike, module_name: str | None = None) -> Path:
+    """Write the Space folder of metric `name`, a folder that runs on its own (`evaluate.load(folder)`).
+
+    It holds the module script, the files it imports (`registration.module_sources`), the rendered card
+    ([`render_card`]), `app.py` (the Gradio widget) and `requirements.txt`.
+
+    Args:
+        name (`str`): One of `registration.METRIC_MODULES`.
+        folder (`str` or `os.PathLike`): Where to write; created if missing, and must hold none of the files.
+        module_name (`str`, *optional*, defaults to `name`): File name of the script (`<module_name>.py`): evaluate
+            loads a Space's module by the Space's name.
+
+    Returns:
+        `Path`: `folder`.
+    """
+    module_name = module_name or name
+    files: dict[str, bytes] = {}
+    for target, src in module_sources(name).items():
+        with open(src, "rb") as handle:
+            files[f"{module_name}.py" if target == f"{name}.py" else target] = handle.read()
+    files["README.md"] = render_card(name).encode("utf-8")
+    files["app.py"] = _APP.format(name=module_name).encode("utf-8")
+    files["requirements.txt"] = _REQUIREMENTS.encode("utf-8")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    present = sorted(f for f in files if (folder / f).exists())
+    if present:
+        raise FileExistsError(f"{folder} already holds {present}; write a metric Space into an empty folder.")
+    for target, data in files.items():
+        (folder / target).write_bytes(data)
+    return folder
 
 
 def _read(path: str) -> str | None:
@@ -232,37 +254,48 @@ def _read(path: str) -> str | None:
         return handle.read()
 
 
-def sync_metric_folders(check: bool = False, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
-    """Rewrite (or, with `check=True`, only list) the derived files that differ from what their sources give.
+def sync_metric_cards(check: bool = False, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
+    """Rewrite (or, with `check=True`, only list) the checked-in cards that differ from what their modules give.
 
     Args:
         check (`bool`, *optional*, defaults to `False`): Only report, write nothing.
         names (`tuple[str, ...]`, *optional*, defaults to all modules): Metric folders to process.
 
     Returns:
-        `list[str]`: Paths that were stale (and, unless `check`, have been rewritten).
+        `list[str]`: Paths of the `README.md` files that were stale (and, unless `check`, have been rewritten).
     """
     stale = []
     for name in names:
-        for path, text in render_folder(name).items():
-            if _read(path) != text:
-                stale.append(path)
-                if not check:
-                    with open(path, "w", encoding="utf-8", newline="") as handle:
-                        handle.write(text)
+        path = os.path.join(metric_source_folder(name), "README.md")
+        text = render_card(name)
+        if _read(path) != text:
+            stale.append(path)
+            if not check:
+                with open(path, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(text)
     return stale
 
 
-def check_metric_folders(names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
-    """Paths of the derived files that are out of date; empty when everything is in sync."""
-    return sync_metric_folders(check=True, names=names)
+def check_metric_cards(names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
+    """Paths of the cards that are out of date; empty when every card matches its module."""
+    return sync_metric_cards(check=True, names=names)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="list stale files and exit 1 instead of rewriting them")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--check", action="store_true", help="list stale cards and exit 1 instead of rewriting them")
+    group.add_argument("--spaces", metavar="DIR", help="write the three Space folders into DIR/<name>/ instead")
     args = parser.parse_args(argv)
-    stale = sync_metric_folders(check=args.check)
+    if args.spaces:
+        for name in METRIC_MODULES:
+            try:
+                print(f"wrote: {write_metric_space(name, os.path.join(args.spaces, name))}")
+            except FileExistsError as err:
+                print(f"error: {err}", file=sys.stderr)
+                return 2
+        return 0
+    stale = sync_metric_cards(check=args.check)
     verb = "stale" if args.check else "rewrote"
     for path in stale:
         print(f"{verb}: {os.path.relpath(path)}")

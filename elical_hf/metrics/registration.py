@@ -3,9 +3,11 @@
 `evaluate.load(name)` first asks the Hub for `evaluate-metric/<name>` and, when that fails (offline, or no such
 canonical metric), falls back to its module cache, taking the most recently modified
 `$HF_MODULES_CACHE/evaluate_modules/metrics/evaluate-metric--<name>/<64-hex hash>/<name>.py`. This module fills that
-cache with the metric modules shipped in `elical_hf/metrics/<name>/` (the module file plus its sibling
-`functional.py`), in the layout evaluate itself uses for a downloaded module. (evaluate then logs "Using the latest
-cached version of the module ..." on each load by name; that message is expected.)
+cache, in the layout evaluate itself uses for a downloaded module, with modules it assembles there: the metric's own
+script `elical_hf/metrics/<name>/<name>.py` plus the [`SHARED_FILES`] of `elical_hf/metrics/` (`functional.py` and
+`evaluate_mixin.py`, the single sources; no module folder holds a copy). It reads them from the installed package each
+time, so an editable install's edits are in the next process that imports evaluate. (evaluate then logs "Using the
+latest cached version of the module ..." on each load by name; that message is expected.)
 
 Wheels cannot run code at install time, so the wheel ships a one-line `elical_hf_evaluate.pth` in `site-packages`
 (see `setup.py` and [`pth_content`]). At interpreter start-up it only puts a one-shot finder at the front of
@@ -13,9 +15,9 @@ Wheels cannot run code at install time, so the wheel ships a one-line `elical_hf
 this file *by path* (importing `elical_hf` would pull in torch), and right after `evaluate` has been imported it calls
 [`install_evaluate_modules`] with evaluate's own `config.HF_MODULES_CACHE`, so a cache chosen with `HF_HOME` or
 `HF_MODULES_CACHE` (even one set in `os.environ` by the script before importing evaluate) is the one filled. Our copy
-is also made the newest one, so the installed version wins over copies left by other installs. Set
-`ELICAL_HF_NO_EVALUATE_HOOK=1` to switch the hook off; call [`install_evaluate_modules`] yourself where `.pth` files are
-not processed (`python -S`).
+is also made the newest one, so the installed version wins over copies left by other installs or earlier edits. Set
+`ELICAL_HF_NO_EVALUATE_HOOK=1` to switch the hook off; call [`install_evaluate_modules`] yourself where `.pth` files
+are not processed (`python -S`).
 
 This file must only import the standard library: it runs before anything else is importable.
 """
@@ -27,8 +29,8 @@ import sys
 
 
 __all__ = [
-    "METRIC_MODULES", "PTH_FILENAME", "find_evaluate_spec", "install_evaluate_modules", "install_import_hook",
-    "metric_module_path", "pth_content",
+    "METRIC_MODULES", "PTH_FILENAME", "SHARED_FILES", "find_evaluate_spec", "install_evaluate_modules",
+    "install_import_hook", "metric_module_path", "metric_source_folder", "module_sources", "pth_content",
 ]
 
 METRIC_MODULES: tuple[str, ...] = ("honesty_alignment", "honesty_auroc", "honesty_ece")
@@ -37,8 +39,9 @@ METRIC_MODULES: tuple[str, ...] = ("honesty_alignment", "honesty_auroc", "honest
 PTH_FILENAME = "elical_hf_evaluate.pth"
 """Start-up hook written into `site-packages`; sorts after setuptools' `__editable__.*.pth` on purpose."""
 
-VENDORED_FILES: tuple[str, ...] = ("functional.py",)
-"""Files each module folder carries next to `<name>.py` (byte-identical copies of `elical_hf/metrics/...`)."""
+SHARED_FILES: tuple[str, ...] = ("functional.py", "evaluate_mixin.py")
+"""Files of `elical_hf/metrics/` that every assembled module carries next to its `<name>.py` (each script imports them
+directly: evaluate copies only a script's own relative imports)."""
 
 DISABLE_ENV = "ELICAL_HF_NO_EVALUATE_HOOK"
 _NAMESPACE = "evaluate-metric"
@@ -46,8 +49,10 @@ _DYNAMIC_MODULES = "evaluate_modules"  # evaluate.config.MODULE_NAME_FOR_DYNAMIC
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def metric_module_path(name: str) -> str:
-    """Folder of the metric module `name` in the installed package, for `evaluate.load(metric_module_path(name))`.
+def metric_source_folder(name: str) -> str:
+    """The checked-in folder of the metric module `name`: its script `<name>.py` and its card `README.md` only.
+
+    Not loadable by itself (the shared files are missing); see [`metric_module_path`] for a runnable copy.
 
     Args:
         name (`str`): One of [`METRIC_MODULES`].
@@ -60,9 +65,35 @@ def metric_module_path(name: str) -> str:
     return os.path.join(_HERE, name)
 
 
-def _module_files(name: str) -> list[str]:
-    folder = metric_module_path(name)
-    return [os.path.join(folder, f"{name}.py")] + [os.path.join(folder, f) for f in VENDORED_FILES]
+def module_sources(name: str) -> dict[str, str]:
+    """What a runnable module `name` is made of: file name in the assembled folder -> source path in the package.
+
+    Args:
+        name (`str`): One of [`METRIC_MODULES`].
+
+    Returns:
+        `dict[str, str]`: `<name>.py` (from the metric's folder) first, then the [`SHARED_FILES`].
+    """
+    sources = {f"{name}.py": os.path.join(metric_source_folder(name), f"{name}.py")}
+    sources.update((shared, os.path.join(_HERE, shared)) for shared in SHARED_FILES)
+    return sources
+
+
+def metric_module_path(name: str, modules_cache: str | None = None) -> str:
+    """Path of a runnable copy of the metric module `name`, for `evaluate.load(metric_module_path(name))`.
+
+    The copy is the one [`install_evaluate_modules`] assembles in evaluate's module cache (written if missing), so
+    this works without the start-up hook too.
+
+    Args:
+        name (`str`): One of [`METRIC_MODULES`].
+        modules_cache (`str`, *optional*, defaults to `None`): As for [`install_evaluate_modules`].
+
+    Returns:
+        `str`: Absolute path of the assembled `<name>.py`.
+    """
+    metric_source_folder(name)  # refuses an unknown name before anything is written
+    return install_evaluate_modules(modules_cache, names=(name,))[0]
 
 
 def _default_modules_cache() -> str:
@@ -112,10 +143,12 @@ def _make_newest(name_dir: str, ours: str, script: str) -> None:
 
 
 def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
-    """Copy the shipped metric modules into evaluate's module cache, so that `evaluate.load(name)` finds them offline.
+    """Assemble the metric modules in evaluate's module cache ([`module_sources`]: the metric's script and the
+    [`SHARED_FILES`], read from the package now), so that `evaluate.load(name)` finds them offline.
 
     Idempotent and safe to run concurrently: files are written atomically, existing identical copies are kept. The
-    folder name is the SHA-256 of the module files (64 hex digits, as evaluate's own cache entries).
+    folder name is the SHA-256 of the assembled files (64 hex digits, as evaluate's own cache entries), so an edited
+    source gets a folder of its own, made the newest one.
 
     Args:
         modules_cache (`str`, *optional*, defaults to `None`): evaluate's `HF_MODULES_CACHE`; `None` uses the value of
@@ -123,7 +156,7 @@ def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str,
         names (`tuple[str, ...]`, *optional*, defaults to `METRIC_MODULES`): Modules to install.
 
     Returns:
-        `list[str]`: Paths of the cached `<name>.py` files, one per name.
+        `list[str]`: Paths of the cached `<name>.py` files, one per name; `evaluate.load(path)` works on each.
     """
     import hashlib
     import json
@@ -135,24 +168,24 @@ def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str,
     _ensure_init(os.path.join(dynamic, "metrics"))
     installed = []
     for name in names:
-        sources = _module_files(name)
-        contents = []
-        for src in sources:
+        sources = module_sources(name)
+        contents = {}
+        for target, src in sources.items():
             with open(src, "rb") as handle:
-                contents.append(handle.read())
-        digest = hashlib.sha256(b"\0".join(contents)).hexdigest()
+                contents[target] = handle.read()
+        digest = hashlib.sha256(b"\0".join(t.encode() + b"\0" + data for t, data in contents.items())).hexdigest()
         name_dir = os.path.join(dynamic, "metrics", f"{_NAMESPACE}--{name}")
         target_dir = os.path.join(name_dir, digest)
         _ensure_init(name_dir)
         _ensure_init(target_dir)
-        for src, data in zip(sources, contents):
-            dst = os.path.join(target_dir, os.path.basename(src))
+        for target, data in contents.items():
+            dst = os.path.join(target_dir, target)
             if not os.path.isfile(dst) or os.path.getsize(dst) != len(data):
                 _write_atomic(dst, data)
         script = os.path.join(target_dir, f"{name}.py")
         meta = os.path.join(target_dir, f"{name}.json")
         if not os.path.isfile(meta):  # the same record evaluate writes next to a downloaded module
-            record = {"original file path": sources[0], "local file path": script}
+            record = {"original file path": sources[f"{name}.py"], "local file path": script}
             _write_atomic(meta, json.dumps(record).encode("utf-8"))
         _make_newest(name_dir, digest, f"{name}.py")
         installed.append(script)
@@ -223,8 +256,9 @@ def _install_quietly() -> None:
 
         logging.getLogger("elical_hf.metrics").warning(
             "elical-hf could not copy its evaluate metric modules into the evaluate module cache (%s); "
-            "evaluate.load('honesty_auroc') may fail offline. Load by path instead: "
-            "evaluate.load(elical_hf.metrics.registration.metric_module_path('honesty_auroc')).", err
+            "evaluate.load('honesty_auroc') may fail offline. Point HF_MODULES_CACHE at a writable folder, or load "
+            "by path: evaluate.load(elical_hf.metrics.registration.metric_module_path('honesty_auroc', "
+            "modules_cache=<a writable folder>)).", err
         )
 
 

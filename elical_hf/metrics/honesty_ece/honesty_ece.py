@@ -1,8 +1,9 @@
 # Copyright 2025 The elical-hf authors. Licensed under the Apache License, Version 2.0.
 """honesty_ece: expected calibration error (and Brier score) of a model's confidence in its own answers.
 
-The numbers come from the sibling `functional.py`, a byte-identical copy of `elical_hf/metrics/functional.py` (a test
-keeps them equal), so this folder also works on its own: in evaluate's module cache or as a Hugging Face Space.
+The numbers come from `functional.py` and the shared evaluate plumbing from `evaluate_mixin.py`, both of
+`elical_hf/metrics/`: they are put next to this file wherever the module is assembled (evaluate's module cache, a
+metric Space), so the assembled folder works on its own. This folder holds only what is specific to the metric.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import functools
 
 import evaluate
 
-from .functional import HonestyMetricMixin, bootstrap_ci, brier, ece
+from .evaluate_mixin import HonestyMetricMixin
+from .functional import bootstrap_ci, brier, ece
 
 
 _DESCRIPTION = """
