@@ -19,7 +19,7 @@ _LAZY = {
     "ConfidenceConfig": ".configuration",
     "ConfidenceDataCollator": ".data",
     "ConfidenceEstimationPipeline": ".pipeline",
-    "ConfidenceModelCardData": ".cards",
+    "ConfidenceModelCardData": ".model_card",
     "ConfidenceModelOutput": ".modeling",
     "ConfidenceTrainer": ".trainer",
     "ConfidenceTrainingArguments": ".training_args",
@@ -38,7 +38,7 @@ _LAZY = {
     "push_model": ".hub",
     "register_pipeline": ".pipeline",
     "train_elical": ".recipe",
-    "write_honestybench": ".signals.honestybench",
+    "write_honestybench": ".dataset_card",
 }
 """Public name -> the module that defines it (imported on first access)."""
 
@@ -51,17 +51,17 @@ __getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
 if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .auto import AutoModelForConfidence, PeftModelForConfidence
     from .callbacks import ConfidenceCardCallback
-    from .cards import ConfidenceModelCardData
     from .configuration import ConfidenceConfig
-    from .data import ConfidenceDataCollator
     from .convert import convert_official
+    from .data import ConfidenceDataCollator
+    from .dataset_card import write_honestybench
     from .default_model import DEFAULT_MODEL
     from .diagnosis import diagnose
     from .head_calibration import calibrate_head
     from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
+    from .model_card import ConfidenceModelCardData
     from .modeling import ConfidenceModelOutput, ForConfidenceMixin
     from .pipeline import ConfidenceEstimationPipeline, register_pipeline
     from .recipe import train_elical
-    from .signals.honestybench import write_honestybench
     from .trainer import ConfidenceTrainer, confidence_metrics
     from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage

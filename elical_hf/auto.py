@@ -25,12 +25,12 @@ from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAuto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from .atomic import umask_permissions
-from .cards import ConfidenceModelCardData, write_model_card
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .data import load_tokenizer
 from .files import looks_local
 from .default_model import hub_offline, resolve_model_path
-from .hub import hub_id_of_local_copy, is_hub_id
+from .hub_ids import hub_id_of_local_copy, is_hub_id
+from .model_card import ConfidenceModelCardData, write_model_card
 from .precision import resolve_dtype
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .cards import get_card_data
+from .model_card import get_card_data
 from .metrics import METRIC_NAMES
 from .training_args import ConfidenceTrainingArguments, Stage
 

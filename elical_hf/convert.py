@@ -232,11 +232,11 @@ def convert_official(
 
     from .atomic import atomic_folder
     from .auto import HEAD_MODULE
-    from .cards import ConfidenceModelCardData, render_model_card
+    from .model_card import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature
     from .data import load_tokenizer
     from .default_model import hub_offline, resolve_model_path
-    from .hub import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
+    from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
 
     src, dst = os.fspath(src), Path(dst)

@@ -439,7 +439,7 @@ def set_decision_threshold(
         `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified at `alpha` (nothing is
         written then).
     """
-    from .cards import GENERATED_MARKER, write_folder_card
+    from .model_card import GENERATED_MARKER, write_folder_card
     from .metrics import risk_controlling_threshold
 
     path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)

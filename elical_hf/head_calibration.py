@@ -27,7 +27,7 @@ from torch import nn
 from transformers import EvalPrediction, Trainer, get_scheduler
 
 from .callbacks import complete_history_entry, history_entry
-from .cards import get_card_data
+from .model_card import get_card_data
 from .data import EVAL_LABEL_COLUMN, as_dataset
 from .precision import precision_report
 from .trainer import confidence_metrics

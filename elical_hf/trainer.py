@@ -201,7 +201,7 @@ class ConfidenceTrainer(Trainer):
         """Write the elical-hf card (see `model_cards/`) to `output_dir/README.md` instead of the generic one."""
         if not self.is_world_process_zero():
             return
-        from .cards import get_card_data, write_model_card
+        from .model_card import get_card_data, write_model_card
 
         model = self.accelerator.unwrap_model(self.model)
         data = get_card_data(model)

@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.callbacks import ConfidenceCardCallback
-from elical_hf.cards import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
+from elical_hf.model_card import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
 from tests.test_trainer import make_rows
 
 

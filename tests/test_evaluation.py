@@ -82,11 +82,11 @@ def test_report_files_and_plots(tmp_path):
 
 def test_one_metric_vocabulary_names_the_report_and_the_card():
     import elical_hf.callbacks
-    import elical_hf.cards
+    import elical_hf.model_card
     from elical_hf.evaluation import TABLE_METRICS, averages_to_markdown
     from elical_hf.metrics import METRIC_NAMES
 
-    assert elical_hf.cards.METRIC_NAMES is METRIC_NAMES and elical_hf.callbacks.METRIC_NAMES is METRIC_NAMES
+    assert elical_hf.model_card.METRIC_NAMES is METRIC_NAMES and elical_hf.callbacks.METRIC_NAMES is METRIC_NAMES
     assert list(TABLE_METRICS) == ["auroc", "ece", "alignment"] and set(TABLE_METRICS) <= set(METRIC_NAMES)
     header = averages_to_markdown(evaluate_table(*synthetic())).splitlines()[0]
     assert header == (

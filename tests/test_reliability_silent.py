@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.cards import get_card_data
+from elical_hf.model_card import get_card_data
 from elical_hf.cli import main as cli_main
 from elical_hf.metrics import alignment, select_threshold
 from elical_hf.recipe import train_stage

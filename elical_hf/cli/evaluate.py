@@ -188,7 +188,7 @@ def check_trained_model(path: str, what: str) -> None:
     freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
     converted release)."""
     from elical_hf.auto import find_saved_model
-    from elical_hf.cards import ConfidenceModelCardData
+    from elical_hf.model_card import ConfidenceModelCardData
     from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 
     folder = find_saved_model(path)
@@ -212,7 +212,7 @@ def _check_output_dir(output_dir: str, overwrite: bool) -> None:
 
 
 def _update_model_cards(models: dict[str, str], table: dict, sources: dict, correct: list[int], records: str) -> None:
-    from elical_hf.cards import RELIABILITY_IMAGE, record_folder_evaluations
+    from elical_hf.model_card import RELIABILITY_IMAGE, record_folder_evaluations
     from elical_hf.plots import reliability_diagram
 
     for name, path in models.items():

@@ -3,8 +3,9 @@
 [`parse_record_path`] reads model, dataset and source split from a records file's path, [`paper_split`] maps a
 dataset and split word to the paper's split, and [`load_honestybench`] reads a file, a folder or a Hub dataset of
 records (normalized by [`~elical_hf.signals.records.read_records`]) into a [`~datasets.DatasetDict`] with the columns
-the trainer needs. [`write_honestybench`] writes records as a HonestyBench dataset folder (parquet per model, dataset
-and split, with its card), the folder [`~elical_hf.push_honestybench`] publishes.
+the trainer needs. [`write_honestybench_files`] writes records as the data files of a HonestyBench dataset folder
+(parquet per model, dataset and split); [`~elical_hf.write_honestybench`] (publishing, `dataset_card.py`) adds the card,
+and [`~elical_hf.push_honestybench`] publishes the folder.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,8 +31,8 @@ from .records import (
 
 
 __all__ = [
-    "DATASET_ALIASES", "HONESTYBENCH_REPO", "PAPER_SPLITS", "canonical_dataset", "load_honestybench", "paper_split",
-    "parse_record_path", "write_honestybench",
+    "DATASET_ALIASES", "HONESTYBENCH_REPO", "PAPER_SPLITS", "HonestyBenchFiles", "canonical_dataset",
+    "load_honestybench", "paper_split", "parse_record_path", "write_honestybench_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -553,18 +555,35 @@ def _group_records(
     return groups
 
 
-def write_honestybench(
+@dataclass
+class HonestyBenchFiles:
+    """What [`write_honestybench_files`] wrote, and what the dataset card says about it.
+
+    Args:
+        parts (`list[dict]`): One entry per data file: `model`, `dataset`, `split`, `path` (in the folder),
+            `num_examples`, `num_bytes` (Arrow size).
+        features (`datasets.Features`): The records' schema (the same for every file).
+        judges (`dict[str, list[str]]`): Names found in the records' `correctness_judge` / `consistency_judge`.
+        samples_per_record (`list[int]`): Distinct numbers of sampled answers per record.
+    """
+
+    parts: list[dict[str, Any]]
+    features: Features
+    judges: dict[str, list[str]]
+    samples_per_record: list[int]
+
+
+def write_honestybench_files(
     source: Any,
     folder: str | os.PathLike,
     *,
     path_parser: Callable[[str], Mapping[str, str | None]] | None = None,
-    pretty_name: str = "HonestyBench",
-) -> list[dict[str, Any]]:
+) -> HonestyBenchFiles:
     r"""
-    Write HonestyBench records as a Hub dataset repository: `data/<model>/<dataset>/<split>.parquet` plus a dataset
-    card whose `configs` make `datasets.load_dataset(folder_or_repo, "<model>--<dataset>")` (or `"<model>"` for all
-    of a model's datasets) load them with the splits `train` / `in_domain_test` / `ood_test`. Publish the folder with
-    [`~elical_hf.push_honestybench`]; read it back with [`load_honestybench`].
+    Write HonestyBench records as the data files of a Hub dataset repository, `data/<model>/<dataset>/<split>.parquet`
+    (splits `train` / `in_domain_test` / `ood_test`). The card that makes `datasets.load_dataset(folder_or_repo,
+    "<model>--<dataset>")` find them is the publishing layer's: [`~elical_hf.write_honestybench`] writes both. Read
+    the folder back with [`load_honestybench`].
 
     Args:
         source: Records files or folders (model, dataset and split read from each record's fields, else from the
@@ -572,15 +591,12 @@ def write_honestybench(
             `{"<model>/<dataset>/<split>": records or a file}`.
         folder (`str`): Where to write; must not exist or be empty.
         path_parser (`Callable`, *optional*): Maps a file's relative path to `{"model", "dataset", "split"}`.
-        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): Title of the card.
 
     Returns:
-        `list[dict]`: one entry per file: `model`, `dataset`, `split`, `path`, `num_examples`, `num_bytes`.
+        [`HonestyBenchFiles`]: the files written, their schema, the judges and sample counts found in the records.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from ..cards import render_honestybench_card
 
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):
@@ -600,5 +616,14 @@ def write_honestybench(
     judges = {kind: sorted({str(r[f"{kind}_judge"]) for r in rows if r.get(f"{kind}_judge")})
               for kind in ("correctness", "consistency")}
     samples = sorted({len(r["sampling_response"]) for r in rows if r.get("sampling_response") is not None})
-    render_honestybench_card(parts, features, judges, samples, pretty_name).save(folder / "README.md")
-    return parts
+    return HonestyBenchFiles(parts, features, judges, samples)
+
+
+def __getattr__(name: str) -> Any:
+    # The earlier home of `write_honestybench` (examples/reproduce_paper.py imports it from here); it is the
+    # publishing layer's now, which adds the card to these data files.
+    if name == "write_honestybench":
+        from ..dataset_card import write_honestybench
+
+        return write_honestybench
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""Model and dataset cards, rendered from the Jinja templates in `model_cards/` into `huggingface_hub` cards.
+"""The model card of a confidence model, rendered from the Jinja template in `model_cards/` into a
+`huggingface_hub.ModelCard`: part of every saved model folder (`README.md`), like its `confidence_config.json`.
 
 A confidence model carries a [`ConfidenceModelCardData`] (user metadata, evaluation results, training logs) that
 [`~elical_hf.callbacks.ConfidenceCardCallback`] fills while training; `save_pretrained` renders it together with the
@@ -10,17 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from .hub_ids import is_hub_id
 from .metrics import METRIC_NAMES
 
 
 MODEL_CARD_TEMPLATE = "confidence_model_card.md"
-DATASET_CARD_TEMPLATE = "honestybench_dataset_card.md"
 GENERATED_MARKER = "<!-- elical-hf: generated card; `push` re-renders it (remove this line to keep your edits) -->"
 RELIABILITY_IMAGE = "reliability.png"
 
@@ -258,8 +258,6 @@ def render_model_card(
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from .hub import is_hub_id
-
     card_data = card_data or ConfidenceModelCardData()
     folder = Path(folder) if folder is not None else None
     model_name = card_data.model_id or (folder.resolve().name if folder is not None else "confidence-model")
@@ -355,130 +353,3 @@ def record_folder_evaluations(
             card_data.add_evaluation(dataset, metrics, split=split, dataset_id=dataset_id)
     render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
     return os.path.join(folder, "README.md")
-
-
-# -- HonestyBench dataset card (field descriptions live in its template) ---------------------------------------------
-
-
-def _size_category(count: int) -> str:
-    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
-        if count < limit:
-            return name
-    return "1M<n<10M"
-
-
-def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
-    manifest_path = Path(__file__).resolve().parent / "resources" / "qa" / "manifest.json"
-    known = json.loads(manifest_path.read_text(encoding="utf-8"))["datasets"] if manifest_path.is_file() else {}
-    rows = []
-    for name in dataset_names:
-        entry = known.get(name, {})
-        rows.append(
-            {
-                "name": name,
-                "license": entry.get("license", "not recorded here: see the source dataset"),
-                "license_id": entry["license"].lower().replace(" ", "-") if "license" in entry else None,
-                "citation": entry.get("citation", ""),
-                "url": entry.get("url", ""),
-                "split": entry.get("source_split", ""),
-            }
-        )
-    return rows
-
-
-def _judge_text(kind: str, name: str) -> str:
-    from .signals.lexical_judge import CORRECTNESS_JUDGES
-
-    if kind == "correctness" and name.split("@")[0] in CORRECTNESS_JUDGES:
-        return f"`{name}`: string matching of the answer against the gold aliases (no model involved)"
-    if name.startswith("embedding"):
-        return (f"`{name}`: cosine similarity of sentence embeddings of the greedy answer and each sample, "
-                "thresholded (`elical_hf.signals.EmbeddingJudge`; no generative model involved)")
-    if name.startswith("lexical"):
-        return f"`{name}`: ROUGE-L between the greedy answer and each sample, thresholded (no model involved)"
-    return f"`{name}`: an LLM judge, asked the paper's prompt below at temperature 0"
-
-
-def render_honestybench_card(
-    parts: list[dict[str, Any]],
-    features: Any,
-    judges: dict[str, list[str]],
-    samples_per_record: list[int],
-    pretty_name: str = "HonestyBench",
-) -> Any:
-    """
-    Render the dataset card of a HonestyBench repository from `model_cards/honestybench_dataset_card.md`.
-
-    Args:
-        parts (`list[dict]`): One entry per data file: `model`, `dataset`, `split`, `path` (in the repo),
-            `num_examples`, `num_bytes` (Arrow size).
-        features (`datasets.Features`): The records' schema (the same for every file).
-        judges (`dict[str, list[str]]`): Names found in the records' `correctness_judge` / `consistency_judge`.
-        samples_per_record (`list[int]`): Distinct numbers of sampled answers per record.
-        pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): The card's title.
-
-    Returns:
-        `huggingface_hub.DatasetCard`: YAML `configs` (one per model and dataset, `<model>--<dataset>`, and one per
-        model with all its datasets, `<model>`), `dataset_info` (features and split sizes), licenses of the sources,
-        and the text.
-    """
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    from .prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-
-    configs, infos, rows = [], [], []
-    for model in sorted({p["model"] for p in parts}):
-        mine = [p for p in parts if p["model"] == model]
-        for dataset in sorted({p["dataset"] for p in mine}):
-            files = [p for p in mine if p["dataset"] == dataset]
-            configs.append({"config_name": f"{model}--{dataset}", "data_files": [
-                {"split": p["split"], "path": p["path"]} for p in files]})
-            infos.append({"config_name": f"{model}--{dataset}", "features": features._to_yaml_list(),
-                          "splits": [{"name": p["split"], "num_bytes": p["num_bytes"],
-                                      "num_examples": p["num_examples"]} for p in files]})
-            rows.append({"config": f"{model}--{dataset}", "model": model, "dataset": dataset,
-                         "splits": ", ".join(f"{p['split']} ({p['num_examples']:,})" for p in files)})
-        splits = sorted({p["split"] for p in mine})
-        totals = {s: sum(p["num_examples"] for p in mine if p["split"] == s) for s in splits}
-        sizes = {s: sum(p["num_bytes"] for p in mine if p["split"] == s) for s in splits}
-        configs.append({"config_name": model, "data_files": [
-            {"split": s, "path": f"data/{mine[0]['path'].split('/')[1]}/*/{s}.parquet"} for s in splits]})
-        infos.append({"config_name": model, "features": features._to_yaml_list(),
-                      "splits": [{"name": s, "num_bytes": sizes[s], "num_examples": totals[s]} for s in splits]})
-        rows.append({"config": model, "model": model, "dataset": "all of the above",
-                     "splits": ", ".join(f"{s} ({totals[s]:,})" for s in splits)})
-    sources = _sources(sorted({p["dataset"] for p in parts}))
-    licenses = sorted({s["license_id"] for s in sources if s["license_id"]})
-    if any(s["license_id"] is None for s in sources):
-        licenses.append("unknown")
-    total = sum(p["num_examples"] for p in parts)
-    metadata = DatasetCardData(
-        pretty_name=pretty_name,
-        language=["en"],
-        license=licenses,
-        size_categories=[_size_category(total)],
-        task_categories=["question-answering", "text-classification"],
-        tags=["honesty", "calibration", "confidence-estimation", "elical-hf"],
-        configs=configs,
-        dataset_info=infos,
-    )
-    # List(Value('string')) -> List(string)
-    schema = [{"name": name, "type": re.sub(r"Value\('(\w+)'\)", r"\1", str(f))} for name, f in features.items()]
-    return DatasetCard.from_template(
-        metadata,
-        template_path=str(templates_dir() / DATASET_CARD_TEMPLATE),
-        title=pretty_name,
-        configs=rows,
-        example_config=rows[0]["config"] if rows else "",
-        total=total,
-        schema=schema,
-        sources=sources,
-        correctness_judges=[_judge_text("correctness", n) for n in judges.get("correctness", [])],
-        consistency_judges=[_judge_text("consistency", n) for n in judges.get("consistency", [])],
-        samples=", ".join(str(k) for k in samples_per_record) or "none",
-        correctness_prompt=CORRECTNESS_PROMPT,
-        consistency_prompt=SEMANTIC_CONSISTENCY_PROMPT,
-        paper_title=PAPER_TITLE,
-        paper_url=PAPER_URL,
-        citation=CITATION,
-    )
