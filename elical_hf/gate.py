@@ -35,7 +35,7 @@ from torch import nn
 from .data import encode_prompts
 from .kv_prefix import cache_kwarg
 from .prompts import CONTEXT_QA_PROMPT
-from .signals.decoding import Decoder, decode_all
+from .signals.decoding import Decoder, check_prompt_lengths, context_length, decode_all
 from .signals.generation import SamplingSettings, build_prompt_ids
 
 
@@ -251,6 +251,8 @@ def answer_questions(
         return results
     language_model = BaseLanguageModel(inner)
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+    check_prompt_lengths(prompt_ids, context_length(inner), settings.max_new_tokens,
+                         [f"question row {i}" for i in range(len(questions))])
 
     def set_decision(index: int, confidence: float) -> None:
         results[index].update(confidence=confidence, decision=decide(confidence, threshold, retrieve_threshold))
@@ -317,6 +319,9 @@ def _answer_with_context(
         return
     prompts = [CONTEXT_QA_PROMPT.format(context=results[i]["context"], question=results[i]["question"]) for i in rows]
     filled = dataclasses.replace(settings, prompt_template="{question}")
-    outputs = decode_all(decoder, prompts, build_prompt_ids(tokenizer, prompts, filled), progress, "Answering with context")
+    prompt_ids = build_prompt_ids(tokenizer, prompts, filled)
+    check_prompt_lengths(prompt_ids, context_length(decoder.model), settings.max_new_tokens,
+                         [f"question row {i} with its retrieved context" for i in rows])
+    outputs = decode_all(decoder, prompts, prompt_ids, progress, "Answering with context")
     for i, output in zip(rows, outputs):
         results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])

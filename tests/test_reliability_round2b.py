@@ -39,3 +39,27 @@ def test_push_refuses_a_base_the_adapter_was_not_trained_on(hub, tiny_llama, tmp
                                          "base model 'tiny/qwen2'"):
         push_folder(recorded, "alice/relabelled", base_model_name_or_path="tiny/qwen2")
     assert hub.repo("alice/relabelled") is None
+
+
+@case("silent", "`sample` (or `model.answer`, `generate_answers`) on a question longer than the model's context (a "
+      "3,000-word question on a 512-token model)",
+      "refused before anything is sampled or written, naming the question: `1 of 2 question(s) do not fit the model's "
+      "context of 512 tokens with max_new_tokens=4: id 'long' (3,0xx tokens) …`; scoring still cuts from the left "
+      "with its warning (`test_over_long_questions_are_counted`)")
+def test_questions_longer_than_the_context_are_refused_before_sampling(tiny_llama, tmp_path, raise_user_errors):
+    from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, sample_records
+
+    long_question = " ".join(["paris"] * 3000)
+    questions = [{"id": "short", "question": "who wrote hamlet"}, {"id": "long", "question": long_question}]
+    backend = HFBackend(tiny_llama)
+    settings = SamplingSettings(num_samples=1, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"1 of 2 question\(s\) do not fit the model's context of 512 tokens with "
+                                         r"max_new_tokens=4: id 'long' \(3,0\d\d tokens\)"):
+        sample_records(questions, backend, settings, tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(ValueError, match=r"question row 1 \(3,0\d\d tokens\)"):
+        generate_answers(backend.model, backend.tokenizer, ["who wrote hamlet", long_question], settings)
+    near = " ".join(["paris"] * 490)  # fits alone, not with 64 answer tokens
+    with pytest.raises(ValueError, match="question row 0 .* Shorten or drop them, or lower max_new_tokens"):
+        AutoModelForConfidence.from_pretrained(tiny_llama).answer([near], threshold=0.0, max_new_tokens=64)
+    assert len(sample_records(questions[:1], backend, settings, tmp_path / "ok", progress=False)) == 1

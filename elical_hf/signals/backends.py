@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..default_model import resolve_model_path
 from ..precision import precision_report, resolve_dtype
-from .decoding import cut_at_stop, sample_seed
+from .decoding import context_length, cut_at_stop, sample_seed
 from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
 
 
@@ -96,6 +96,11 @@ class HFBackend:
 
     def __repr__(self) -> str:
         return f"HFBackend(name={self.name!r}, weights_source={self.weights_source!r})"
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's context in tokens (`max_position_embeddings`): a prompt and its answer must fit in it."""
+        return context_length(self.model)
 
     def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]:
         """Greedy answer and k samples per question; see [`generate_answers`]."""
@@ -223,6 +228,12 @@ class VLLMBackend:
 
     def __repr__(self) -> str:
         return f"VLLMBackend(name={self.name!r}, weights_source={self.weights_source!r})"
+
+    @property
+    def context_length(self) -> int | None:
+        """vLLM's `max_model_len` for this model: a prompt and its answer must fit in it."""
+        model_config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        return getattr(model_config, "max_model_len", None)
 
     def _run(self, prompt_ids: list[list[int]], params: Any, progress: bool) -> list[Any]:
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]

@@ -267,6 +267,33 @@ def auto_batch_size(rows_per_prompt: int, device: torch.device | str = "cpu") ->
     return max(1, round(rows / rows_per_prompt))
 
 
+def context_length(model: Any) -> int | None:
+    """The most positions `model` was built for (`max_position_embeddings` of its text config), or `None`."""
+    config = model.config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    length = getattr(config, "max_position_embeddings", None)
+    return length if isinstance(length, int) and length > 0 else None
+
+
+def check_prompt_lengths(
+    prompt_ids: list[list[int]], limit: int | None, max_new_tokens: int, names: list[str]
+) -> None:
+    """Refuse prompts that, with `max_new_tokens` answer tokens, do not fit a context of `limit` positions (the model
+    would decode past the positions it knows, with only transformers' warning): one `ValueError` naming the first
+    ones (`names[i]` says which question prompt `i` is) with their token counts. `limit=None` checks nothing."""
+    if limit is None:
+        return
+    over = [(name, len(ids)) for name, ids in zip(names, prompt_ids) if len(ids) + max_new_tokens > limit]
+    if over:
+        shown = ", ".join(f"{name} ({n:,} tokens)" for name, n in over[:3])
+        more = f" and {len(over) - 3} more" if len(over) > 3 else ""
+        raise ValueError(
+            f"{len(over)} of {len(prompt_ids)} question(s) do not fit the model's context of {limit:,} tokens with "
+            f"max_new_tokens={max_new_tokens}: {shown}{more} (prompt tokens, template included). Shorten or drop "
+            "them, or lower max_new_tokens."
+        )
+
+
 def decode_all(decoder: Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
     """Run `decoder` over all prompts in batches of similar length; results in input order."""
     model, batch_size = decoder.model, decoder.settings.batch_size

@@ -16,7 +16,7 @@ import torch
 
 from ..precision import AUTO, resolve_dtype
 from ..prompts import QA_PROMPT, render_prompt
-from .decoding import Decoder, decode_all
+from .decoding import Decoder, check_prompt_lengths, context_length, decode_all
 
 
 @dataclass
@@ -163,6 +163,10 @@ def generate_answers(
             CPU where bf16 is native and faster), else the model's dtype. `None`: no autocast.
             Log-probabilities are always computed in float32.
 
+    Raises:
+        `ValueError`: for questions whose prompt, with `settings.max_new_tokens` answer tokens, does not fit the
+            model's context (`max_position_embeddings`), naming their rows and token counts.
+
     Returns:
         `list[dict]`: one dict per question, in input order, with `greedy_response` (`str`), `greedy_tokens`
         (`list[str]`, one decoded string per generated token, EOS included when emitted), `greedy_logprobs`
@@ -191,6 +195,8 @@ def generate_answers(
     # The chat template and instruction that every prompt starts with are prefilled once per batch.
     decoder = Decoder(model, tokenizer, settings, resolve_autocast_dtype(model, autocast_dtype), share_prefix=True)
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+    check_prompt_lengths(prompt_ids, context_length(model), settings.max_new_tokens,
+                         [f"question row {i}" for i in range(len(questions))])
     return decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
 
 
@@ -252,4 +258,6 @@ def complete_prompts(
         share_prefix=share_prefix,
     )
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
+    check_prompt_lengths(prompt_ids, context_length(model), max_new_tokens,
+                         [f"prompt row {i}" for i in range(len(prompts))])
     return [r["greedy_response"] for r in decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]

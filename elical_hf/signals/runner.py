@@ -36,7 +36,8 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
-from .generation import SamplingSettings
+from .decoding import check_prompt_lengths
+from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
 
 
@@ -128,6 +129,16 @@ def _check_worker(num_workers: Any, worker_index: Any) -> None:
 def _single_worker(num_questions: Any) -> dict[str, Any]:
     """The `worker` entry of a run that samples every question (also read for manifests written before workers)."""
     return {"index": 0, "num_workers": 1, "total_questions": num_questions}
+
+
+def _check_context(backend: Any, questions: list[dict[str, Any]], settings: SamplingSettings) -> None:
+    """Refuse, before sampling, questions whose prompt and answer do not fit the backend's context (naming their ids
+    and token counts); a backend without `tokenizer` and `context_length` is not checked here."""
+    tokenizer, limit = getattr(backend, "tokenizer", None), getattr(backend, "context_length", None)
+    if tokenizer is None or not isinstance(limit, int) or not questions:
+        return
+    prompt_ids = build_prompt_ids(tokenizer, [q["question"] for q in questions], settings)
+    check_prompt_lengths(prompt_ids, limit, settings.max_new_tokens, [f"id {q['id']!r}" for q in questions])
 
 
 def _backend_info(backend: Any) -> dict[str, Any]:
@@ -224,8 +235,10 @@ def sample_records(
         (`shard_seconds`, `shard_tokens`: wall time and generated tokens of the whole shard).
 
     Raises:
-        `ValueError`: for an empty question (naming its row), `shard_size < 1`, or an `output_dir` holding records of
-        other questions, settings, backend or worker (a manifest mismatch; only `batch_size` may change between runs).
+        `ValueError`: for an empty question (naming its row), `shard_size < 1`, an `output_dir` holding records of
+        other questions, settings, backend or worker (a manifest mismatch; only `batch_size` may change between runs),
+        or questions whose prompt and `settings.max_new_tokens` do not fit the backend's `context_length` (naming
+        their ids and token counts; checked before anything is sampled).
 
     A shard file that cannot be read, or whose ids or row count do not match its slice, is reported (logged warning)
     and sampled again; finished shards are never lost. Two processes must not write to the same `output_dir`.
@@ -243,6 +256,7 @@ def sample_records(
         positions = [i for i, q in enumerate(questions) if worker_of(q["id"], num_workers) == worker_index]
         questions = [questions[i] for i in positions]
         worker = {"index": worker_index, "num_workers": num_workers, "total_questions": total}
+    _check_context(backend, questions, settings)  # before anything is written
     output_dir = os.fspath(output_dir)
     num_shards = -(-len(questions) // shard_size)
     manifest = {
