@@ -126,7 +126,8 @@ def _site_run(site_dir, script: str, hf_home) -> dict:
     imports evaluate and its dependencies from this environment, without processing this environment's `.pth` files:
     the only elical_hf (and the only start-up hook) is the one in `site_dir`."""
     purelib = sysconfig.get_paths()["purelib"]
-    code = f"import site, sys; site.addsitedir({str(site_dir)!r}); sys.path.append({purelib!r})\n" + textwrap.dedent(script)
+    code = f"import site, sys; site.addsitedir({str(site_dir)!r}); sys.path.append({purelib!r})\n"
+    code += textwrap.dedent(script)
     proc = subprocess.run([sys.executable, "-S", "-c", code], cwd=site_dir.parent, env=_offline_env(hf_home),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -200,7 +201,8 @@ def test_a_wheel_install_loads_by_name(tmp_path):
     for name in NAMES:
         assert out[name]["file"].startswith(str(hf_home / "modules")), out[name]["file"]
         with open(out[name]["file"][: -len(".py")] + ".json", encoding="utf-8") as handle:
-            assert json.load(handle)["original file path"] == str(site_dir / "elical_hf" / "metrics" / name / f"{name}.py")
+            origin = json.load(handle)["original file path"]  # the unpacked wheel's script, not this tree's
+        assert origin == str(site_dir / "elical_hf" / "metrics" / name / f"{name}.py")
         assert out[name]["result"] == _expected(name, conf, correct)
 
 
@@ -293,8 +295,8 @@ def test_space_folder(tmp_path, name):
     folder = write_metric_space(name, tmp_path / "space", module_name="renamed")
     assert {f.name for f in folder.iterdir()} == SPACE_FILES | {"renamed.py"}
     for target, source in registration.module_sources(name).items():
-        with open(folder / ("renamed.py" if target == f"{name}.py" else target), "rb") as copy, open(source, "rb") as src:
-            assert copy.read() == src.read()
+        copy = folder / ("renamed.py" if target == f"{name}.py" else target)
+        assert copy.read_bytes() == open(source, "rb").read()
     readme = (folder / "README.md").read_text(encoding="utf-8")
     assert readme == open(os.path.join(registration.metric_source_folder(name), "README.md"), encoding="utf-8").read()
     front = yaml.safe_load(readme.split("---\n")[1])
@@ -309,7 +311,8 @@ def test_space_folder(tmp_path, name):
     app = (folder / "app.py").read_text(encoding="utf-8")
     compile(app, "app.py", "exec")
     assert 'launch_gradio_widget(evaluate.load(str(Path(__file__).with_name("renamed.py"))))' in app
-    assert {"evaluate", "datasets", "numpy"} <= {line.split(">=")[0] for line in (folder / "requirements.txt").read_text().split()}
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert {"evaluate", "datasets", "numpy"} <= {line.split(">=")[0] for line in requirements}
     with pytest.raises(FileExistsError, match="already holds"):  # never over another folder's files
         write_metric_space(name, folder)
 

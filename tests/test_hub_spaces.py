@@ -67,13 +67,15 @@ metric = evaluate.load({str(folder)!r}, keep_in_memory=True)
 print(json.dumps([metric.compute(predictions={conf!r}, references={correct!r}), "elical_hf" in sys.modules]))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", ELICAL_HF_NO_EVALUATE_HOOK="1")
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
+    env["ELICAL_HF_NO_EVALUATE_HOOK"] = "1"  # the Space needs no help from the installed package
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     result, imported = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == alignment(conf, correct) and not imported
-    assert not (tmp_path / "hf" / "modules" / "evaluate_modules" / "metrics" / "evaluate-metric--honesty_alignment").exists()
+    cached = tmp_path / "hf" / "modules" / "evaluate_modules" / "metrics"
+    assert not (cached / "evaluate-metric--honesty_alignment").exists()  # the hook stayed off
 
 
 def test_bad_metric_space_inputs(hub, tmp_path):

@@ -17,14 +17,29 @@ import numpy as np
 from .functional import check_inputs
 
 
-__all__ = ["HonestyMetricMixin"]
+__all__ = ["CITATION", "HonestyMetricMixin"]
+
+CITATION = """\
+@misc{ni2025annotationefficient,
+  title         = {Annotation-Efficient Universal Honesty Alignment},
+  author        = {Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin
+                   and Cheng, Xueqi},
+  year          = {2025},
+  eprint        = {2510.17509},
+  archivePrefix = {arXiv},
+  url           = {https://arxiv.org/abs/2510.17509}
+}
+"""
+"""The paper every `honesty_*` module cites (EliCal, arXiv 2510.17509)."""
 
 
 class HonestyMetricMixin:
-    """Mix in before `evaluate.Metric` and set `_description`, `_kwargs_description` and `_citation` on the subclass."""
+    """Mix in before `evaluate.Metric` and set `_description` and `_kwargs_description` on the subclass (`_citation`
+    defaults to [`CITATION`])."""
 
     _inputs = "`predictions` are confidences in [0, 1], `references` are 0/1 correctness labels"
-    _description = _kwargs_description = _citation = ""
+    _description = _kwargs_description = ""
+    _citation = CITATION
 
     @property
     def _metric_name(self) -> str:

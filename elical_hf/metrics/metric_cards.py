@@ -3,9 +3,10 @@
 The checked-in folder `elical_hf/metrics/<name>/` holds what is specific to one metric: its evaluate module `<name>.py`
 and its card `README.md`. In the card, the YAML front matter and every block between
 `<!-- BEGIN GENERATED: <block> ... -->` and `<!-- END GENERATED: <block> -->` markers are rendered from the module's
-`_DESCRIPTION`, `_KWARGS_DESCRIPTION` (its Args, Returns and Examples) and `_CITATION`, read with `ast`, so nothing
-heavy is imported; the prose sections are written by hand. Run `python -m elical_hf.metrics.metric_cards` to rewrite
-the cards, `--check` to list the stale ones (exit status 1; a test runs the check).
+`_DESCRIPTION` and `_KWARGS_DESCRIPTION` (its Args, Returns and Examples) and the shared citation
+(`evaluate_mixin.CITATION`), read with `ast`, so nothing heavy is imported; the prose sections are written by hand.
+Run `python -m elical_hf.metrics.metric_cards` to rewrite the cards, `--check` to list the stale ones (exit status 1;
+a test runs the check).
 
 A Space folder, one that runs on its own ([`write_metric_space`]; `hub.push_metric_space` stages one, and
 `python -m elical_hf.metrics.metric_cards --spaces DIR` writes all three), is assembled from
@@ -31,7 +32,9 @@ except ImportError:  # run as a file
     from registration import METRIC_MODULES, metric_source_folder, module_sources  # type: ignore[no-redef]
 
 
-__all__ = ["CARD_META", "check_metric_cards", "module_strings", "render_card", "sync_metric_cards", "write_metric_space"]
+__all__ = [
+    "CARD_META", "check_metric_cards", "module_strings", "render_card", "sync_metric_cards", "write_metric_space",
+]
 
 _GRADIO_VERSION = "3.19.1"  # launch_gradio_widget uses the gradio 3 `gr.inputs` API
 
@@ -93,12 +96,10 @@ _FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
 _SECTIONS = ("Args", "Returns", "Examples")
 
 
-def module_strings(name: str) -> dict[str, str]:
-    """`_DESCRIPTION`, `_KWARGS_DESCRIPTION` and `_CITATION` of `<name>/<name>.py`, read without importing it."""
-    path = os.path.join(metric_source_folder(name), f"{name}.py")
+def _string_constants(path: str, wanted: set[str]) -> dict[str, str]:
+    """The module-level string constants `wanted` of the Python file `path`, read with `ast` (nothing is imported)."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), filename=path)
-    wanted = {"_DESCRIPTION", "_KWARGS_DESCRIPTION", "_CITATION"}
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -108,6 +109,16 @@ def module_strings(name: str) -> dict[str, str]:
     if missing:
         raise ValueError(f"{path} does not define {sorted(missing)} as string literals")
     return found
+
+
+def module_strings(name: str) -> dict[str, str]:
+    """`_DESCRIPTION` and `_KWARGS_DESCRIPTION` of `<name>/<name>.py`, and as `_CITATION` the `CITATION` of
+    `evaluate_mixin.py` that every module cites, read without importing them."""
+    script = os.path.join(metric_source_folder(name), f"{name}.py")
+    strings = _string_constants(script, {"_DESCRIPTION", "_KWARGS_DESCRIPTION"})
+    mixin = module_sources(name)["evaluate_mixin.py"]
+    strings["_CITATION"] = _string_constants(mixin, {"CITATION"})["CITATION"]
+    return strings
 
 
 def _paragraphs(text: str) -> list[str]:

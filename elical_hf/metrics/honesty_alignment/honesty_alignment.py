@@ -67,23 +67,12 @@ Examples:
     {'alignment': 80.0, 'threshold': 0.71, 'alignment_ci_low': 40.0, 'alignment_ci_high': 100.0}
 """
 
-_CITATION = """\
-@misc{ni2025annotationefficient,
-  title         = {Annotation-Efficient Universal Honesty Alignment},
-  author        = {Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin
-                   and Cheng, Xueqi},
-  year          = {2025},
-  eprint        = {2510.17509},
-  archivePrefix = {arXiv},
-  url           = {https://arxiv.org/abs/2510.17509}
-}
-"""
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class HonestyAlignment(HonestyMetricMixin, evaluate.Metric):
     """The EliCal paper's alignment: held-out accuracy of a confidence threshold chosen on the first rows."""
 
-    _description, _kwargs_description, _citation = _DESCRIPTION, _KWARGS_DESCRIPTION, _CITATION
+    _description, _kwargs_description = _DESCRIPTION, _KWARGS_DESCRIPTION  # the citation: the mixin's
 
     def _compute(
         self, predictions, references, calibration_fraction=0.2, shuffle_seed=None, bootstrap=0,

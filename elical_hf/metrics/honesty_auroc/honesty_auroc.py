@@ -64,23 +64,12 @@ Examples:
     (0.875, 0.5, 1.0)
 """
 
-_CITATION = """\
-@misc{ni2025annotationefficient,
-  title         = {Annotation-Efficient Universal Honesty Alignment},
-  author        = {Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin
-                   and Cheng, Xueqi},
-  year          = {2025},
-  eprint        = {2510.17509},
-  archivePrefix = {arXiv},
-  url           = {https://arxiv.org/abs/2510.17509}
-}
-"""
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class HonestyAUROC(HonestyMetricMixin, evaluate.Metric):
     """AUROC (and AUPRC, AURC, PRR) of confidence as a predictor of answer correctness."""
 
-    _description, _kwargs_description, _citation = _DESCRIPTION, _KWARGS_DESCRIPTION, _CITATION
+    _description, _kwargs_description = _DESCRIPTION, _KWARGS_DESCRIPTION  # the citation: the mixin's
 
     def _compute(self, predictions, references, bootstrap=0, confidence_level=0.95, bootstrap_seed=0):
         conf, correct = self._validated(predictions, references)

@@ -75,23 +75,12 @@ Examples:
     0.02
 """
 
-_CITATION = """\
-@misc{ni2025annotationefficient,
-  title         = {Annotation-Efficient Universal Honesty Alignment},
-  author        = {Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin
-                   and Cheng, Xueqi},
-  year          = {2025},
-  eprint        = {2510.17509},
-  archivePrefix = {arXiv},
-  url           = {https://arxiv.org/abs/2510.17509}
-}
-"""
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class HonestyECE(HonestyMetricMixin, evaluate.Metric):
     """Expected calibration error and Brier score of confidence against answer correctness."""
 
-    _description, _kwargs_description, _citation = _DESCRIPTION, _KWARGS_DESCRIPTION, _CITATION
+    _description, _kwargs_description = _DESCRIPTION, _KWARGS_DESCRIPTION  # the citation: the mixin's
 
     def _compute(
         self, predictions, references, n_bins=10, strategy="uniform", bootstrap=0, confidence_level=0.95,
