@@ -2,9 +2,11 @@
 
 Checks that the workers' manifests agree (same model and backend, same settings but `batch_size`, same question
 list, N workers each given once, every one finished) and that their shards hold exactly the questions assigned to
-them (no overlaps, no gaps), then writes the folder one worker would have written: the same records in the original
-question order, with the same shard layout, so `load_honestybench`, `elical-hf judge` and a rerun of `elical-hf
-sample` read it like any other.
+them (no overlaps, no gaps), then writes the folder in the layout one worker would have written: the same ids and
+question fields in the original question order, with the same shard layout, so `load_honestybench`, `elical-hf
+judge` and a rerun of `elical-hf sample` read it like any other. The answers are those one worker gives, in practice
+text for text; the log-probabilities may differ by float rounding (about 1e-5), because each worker batched other
+questions together (other padding, shared prefix and order of float reductions).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ after an interruption to finish the missing shards.
 
 On N workers (GPUs or machines), run the same command on each with `--num_shards N --shard_index i` and its own
 `--output_dir`: worker i samples the questions whose id hashes to i, and `elical-hf merge` combines the N folders
-into exactly the records one worker would have written.
+into the records one worker would have written, up to float rounding of the log-probabilities (each worker batches
+other questions together; see `elical-hf merge --help`).
 """
 
 from __future__ import annotations

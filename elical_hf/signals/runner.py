@@ -9,8 +9,15 @@ index), an interrupted run finished by a rerun ends with the same records as an 
 Several workers (processes, GPUs or machines) share one question list with `num_workers=N, worker_index=i`: worker i
 samples the questions whose id hashes to i ([`worker_of`]: SHA-256 of the id, so the assignment does not depend on
 the order or number of the other questions), each into its own `output_dir`, and [`merge_samples`] checks that the N
-manifests agree and writes the records in the original question order, exactly as one worker would have written
-them (the seeds are per question, so which worker samples a question does not change its samples).
+manifests agree and writes the records in the original question order, in the layout one worker would have written.
+
+What a merge shares with one worker's run, and what it does not: the ids, the question fields, the record order, the
+shards and the seeds are the same (seeds are per question, so which worker samples a question does not change its
+random draws), and so, in practice, are the greedy answers, their tokens and the sampled answers. The log-probabilities
+(`greedy_logprobs`, `greedy_cumulative_logprobs`) may differ by float rounding, about 1e-5 (8.6e-6 measured on
+SmolLM2): a worker batches other questions together, which changes the padding, the prefix shared by a batch and the
+order of the float reductions. For the same reason a near-tie between two tokens could, rarely, decode another token.
+The timing fields differ.
 
 Layout of `output_dir`:
 
@@ -359,7 +366,9 @@ def _check_workers_agree(folders: list[str], manifests: list[dict[str, Any]]) ->
 
 
 def merge_samples(inputs: list[str | os.PathLike], output_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Combine the folders of the N workers of one sampling run into the folder one worker would have written.
+    """Combine the folders of the N workers of one sampling run into the layout one worker would have written (the
+    same ids, question fields, order, shards and seeds; log-probabilities may differ by float rounding, since the
+    workers batched other questions together: see the module docstring).
 
     Args:
         inputs (`list[str]`): The `output_dir` of every worker ([`sample_records`] with `num_workers=N`), each
