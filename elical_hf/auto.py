@@ -148,7 +148,8 @@ class PeftModelForConfidence(PeftModel):
 
 class AutoModelForConfidence(_BaseAutoModelClass):
     r"""
-    Builds a confidence model (frozen backbone + LoRA + linear head) from a base causal LM, or reloads a saved one.
+    Builds a confidence model (frozen backbone + LoRA + head, linear by default) from a base causal LM, or reloads a
+    saved one.
 
     Examples:
 
@@ -183,6 +184,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         target_modules: list[str] | None = None,
         confidence_config: ConfidenceConfig | None = None,
         use_lora: bool | None = None,
+        head_type: str | None = None,
+        head_init: str | None = None,
         base_model_name_or_path: str | None = None,
         is_trainable: bool = False,
         load_in_4bit: bool = False,
@@ -210,6 +213,14 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 confidence from the prefill that starts the answer (the gate's zero-overhead mode). PEFT needs one
                 adapted module, so the model carries a rank-1 LoRA on one projection that is zero, frozen and switched
                 off. Defaults to `confidence_config.use_lora` (`True`).
+            head_type (`str`, *optional*):
+                The head of a fresh model: `"linear"` (the paper's) or `"mlp"` (the reference code's no-LoRA head);
+                recorded as `confidence_config.head_type`. Defaults to `confidence_config.head_type` (`"linear"`).
+            head_init (`str`, *optional*):
+                How a fresh head is drawn: `"normal"` (transformers' N(0, 0.02)) or `"torch_default"` (PyTorch's
+                uniform +-1/sqrt(fan_in), as the reference code's `nn.Linear`); recorded as
+                `confidence_config.head_init`. Defaults to `confidence_config.head_init` (`"normal"`). A saved model
+                keeps its trained head: for one, either option may only repeat what it was saved with.
             base_model_name_or_path (`str`, *optional*):
                 For a saved model: load its adapter onto this base instead, a local folder with a copy of the model
                 it was trained on. Refused when it is another Hub model, or when its architecture differs.
@@ -234,7 +245,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             raise FileNotFoundError(2, "No such model folder", name)
         saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
-            return cls._from_saved(saved, base_model_name_or_path, is_trainable, **kwargs)
+            return cls._from_saved(saved, base_model_name_or_path, is_trainable, head_type=head_type,
+                                   head_init=head_init, **kwargs)
         if os.path.isfile(os.path.join(name, "adapter_config.json")):
             raise ValueError(
                 f"{name} holds an adapter but no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model "
@@ -249,6 +261,10 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         confidence_config = confidence_config or ConfidenceConfig()
         if use_lora is not None:
             confidence_config.use_lora = use_lora
+        for option, value in (("head_type", head_type), ("head_init", head_init)):
+            if value is not None:
+                setattr(confidence_config, option, value)
+        confidence_config.__post_init__()  # checks the head options set here
         model = cls._load_base(name, confidence_config, **kwargs)
         if not confidence_config.use_lora:
             if peft_config is not None:
@@ -270,8 +286,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         return switch_off_unused_lora(PeftModelForConfidence(model, peft_config))
 
     @classmethod
-    def _load_base(cls, name: str, confidence_config: ConfidenceConfig, **kwargs: Any) -> Any:
-        """Backbone + fresh head as the architecture's `XForConfidence`, with its tokenizer attached."""
+    def _load_base(cls, name: str, confidence_config: ConfidenceConfig, fresh_head: bool = True, **kwargs: Any) -> Any:
+        """Backbone + head (`confidence_config.head_type`) as the architecture's `XForConfidence`, with its tokenizer
+        attached; the head is drawn by `confidence_config.head_init` when `fresh_head` (else trained weights follow)."""
         path, source = resolve_model_path(name, revision=kwargs.get("revision"))
         recorded = name
         if source == "local":  # a Hub cache snapshot or the dequantized embedded default: record its Hub id
@@ -294,6 +311,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
 
             # PEFT's k-bit recipe: the backbone frozen, its norms in float32; checkpointing is the Trainer's option.
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        model.reset_confidence_head(confidence_config.head_type, confidence_config.head_init if fresh_head else None)
         model.confidence_head.float()  # the head stays float32 whatever the backbone's dtype
         model.config._name_or_path = recorded  # cards and adapter configs name the Hub id, not a local cache path
         model.tokenizer = load_tokenizer(path, **hub_kwargs)
@@ -307,9 +325,14 @@ class AutoModelForConfidence(_BaseAutoModelClass):
 
     @classmethod
     def _from_saved(
-        cls, folder: str, base_model_name_or_path: str | None, is_trainable: bool, **kwargs: Any
+        cls, folder: str, base_model_name_or_path: str | None, is_trainable: bool, head_type: str | None = None,
+        head_init: str | None = None, **kwargs: Any
     ) -> PeftModelForConfidence:
         saved_config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+        for option, value in (("head_type", head_type), ("head_init", head_init)):
+            if value is not None and value != getattr(saved_config, option):
+                raise ValueError(f"{folder} holds a trained model with {option}={getattr(saved_config, option)!r}; "
+                                 f"{option}={value!r} applies to a fresh head only.")
         adapter_config = PeftConfig.from_pretrained(folder)
         trained_on = saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
         base = base_model_name_or_path or trained_on
@@ -318,7 +341,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         _check_requested_base(folder, trained_on, base_model_name_or_path)
         loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
         kwargs.pop("revision", None)  # the revision of the adapter's repo, not of the base model's
-        model = cls._load_base(base, loading_config, **kwargs)
+        model = cls._load_base(base, loading_config, fresh_head=False, **kwargs)
         expected, found = saved_config.base_model_signature, loading_config.base_model_signature
         if expected is not None and expected != found:
             raise ValueError(

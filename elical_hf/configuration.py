@@ -18,6 +18,8 @@ from .prompts import QA_PROMPT, render_prompt
 CONFIDENCE_CONFIG_NAME = "confidence_config.json"
 POOLING_MODES = ("last_token",)
 HEAD_ACTIVATIONS = ("sigmoid",)
+HEAD_TYPES = ("linear", "mlp")
+HEAD_INITS = ("normal", "torch_default")
 
 
 def backbone_signature(config: Any) -> dict[str, Any]:
@@ -56,6 +58,14 @@ class ConfidenceConfig:
             attention mask (correct under left or right padding, and when the pad token equals EOS).
         head_activation (`str`, *optional*, defaults to `"sigmoid"`):
             Maps the head's logit to a confidence in [0, 1].
+        head_type (`str`, *optional*, defaults to `"linear"`):
+            The head on the pooled hidden state. `"linear"`: `Linear(hidden_size, 1)` (the paper's). `"mlp"`:
+            `hidden_size -> hidden_size // 2 -> hidden_size // 4 -> 1` with ReLU between, the reference code's head
+            for its no-LoRA ablation (`honesty_alignment/train_mlp.py`). Saved with the model; loading rebuilds it.
+        head_init (`str`, *optional*, defaults to `"normal"`):
+            How a fresh head's weights are drawn (a loaded head keeps its trained weights). `"normal"`: transformers'
+            `_init_weights`, weights from N(0, `initializer_range`) (0.02 for most models), biases 0. `"torch_default"`:
+            PyTorch's `nn.Linear` default, weights and biases uniform in +-1/sqrt(fan_in), as the reference code's head.
         max_length (`int`, *optional*):
             Longest prompt in tokens; longer prompts are truncated from the left so the end of the prompt is kept,
             with a warning that counts them. `None` (the default) means no limit here; a new model built by
@@ -92,6 +102,8 @@ class ConfidenceConfig:
     add_generation_prompt: bool = True
     pooling: str = "last_token"
     head_activation: str = "sigmoid"
+    head_type: str = "linear"
+    head_init: str = "normal"
     max_length: int | None = None
     base_model_name_or_path: str | None = None
     base_model_signature: dict[str, Any] | None = None
@@ -116,6 +128,10 @@ class ConfidenceConfig:
             raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
         if self.head_activation not in HEAD_ACTIVATIONS:
             raise ValueError(f"`head_activation` must be one of {HEAD_ACTIVATIONS}, got {self.head_activation!r}.")
+        if self.head_type not in HEAD_TYPES:
+            raise ValueError(f"`head_type` must be one of {HEAD_TYPES}, got {self.head_type!r}.")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"`head_init` must be one of {HEAD_INITS}, got {self.head_init!r}.")
         if self.max_length is not None and self.max_length < 8:
             raise ValueError(f"`max_length` must be at least 8 tokens, got {self.max_length}.")
         if self.decision_threshold is not None and not 0.0 <= self.decision_threshold <= 1.0:

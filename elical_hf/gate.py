@@ -274,7 +274,7 @@ def answer_questions(
         rows = [int(key) for key in batch_keys]
         if any(i in fused for i in rows):
             head = inner.confidence_head
-            hidden = language_model.last_hidden_state.to(head.weight.dtype)
+            hidden = language_model.last_hidden_state.to(inner.confidence_head_dtype)
             for i, confidence in zip(rows, torch.sigmoid(head(hidden).squeeze(-1).float()).tolist()):
                 if i in fused:
                     set_decision(i, confidence)

@@ -76,24 +76,26 @@ def _inner(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def confidence_head_module(model: Any) -> nn.Linear:
-    """The `nn.Linear` that a (PEFT-wrapped) confidence model's forward uses as its head."""
+def confidence_head_module(model: Any) -> nn.Module:
+    """The head module (`nn.Linear`, or the `nn.Sequential` of an MLP head) that a (PEFT-wrapped) confidence model's
+    forward uses."""
     head = _inner(model).confidence_head
     copies = getattr(head, "modules_to_save", None)
     if copies is not None:  # PEFT's ModulesToSaveWrapper: the active adapter's trainable copy
         adapter = getattr(head, "active_adapter", None) or "default"
         head = copies[adapter if isinstance(adapter, str) else adapter[0]]
-    if not isinstance(head, nn.Linear):
-        raise TypeError(f"Expected the confidence head to be an nn.Linear, found {type(head).__name__}.")
+    if not isinstance(head, (nn.Linear, nn.Sequential)):
+        raise TypeError(f"Expected the confidence head to be an nn.Linear or nn.Sequential, found "
+                        f"{type(head).__name__}.")
     return head
 
 
-def _mse(head: nn.Linear, features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _mse(head: nn.Module, features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return ((torch.sigmoid(head(features).squeeze(-1)) - targets) ** 2).mean()
 
 
 def fit_head(
-    head: nn.Linear,
+    head: nn.Module,
     features: torch.Tensor,
     targets: Sequence[float] | torch.Tensor,
     dev_features: torch.Tensor | None = None,
@@ -106,7 +108,7 @@ def fit_head(
     recipe [`ConfidenceTrainer`] builds from the same arguments.
 
     Args:
-        head (`nn.Linear`): A `Linear(hidden_size, 1)`; its float32 weights are updated in place.
+        head (`nn.Module`): A `Linear(hidden_size, 1)` (or an MLP head); its float32 weights are updated in place.
         features (`torch.Tensor` of shape `(n, hidden_size)`): Training features.
         targets (`list[float]` or `torch.Tensor` of shape `(n,)`): Targets in [0, 1].
         dev_features, dev_targets (*optional*): A dev split, evaluated after every epoch. With `early_stopping_patience`
@@ -133,7 +135,8 @@ def fit_head(
         raise ValueError("Targets must lie in [0, 1].")
     if (dev_features is None) != (dev_targets is None):
         raise ValueError("Pass both dev_features and dev_targets, or neither.")
-    place = {"device": head.weight.device, "dtype": head.weight.dtype}  # features are computed on the CPU in float32
+    weight = next(head.parameters())
+    place = {"device": weight.device, "dtype": weight.dtype}  # features are computed on the CPU in float32
     features, targets = features.to(**place), targets.to(**place)
     has_dev = dev_features is not None and len(dev_features) > 0
     if has_dev:
@@ -144,10 +147,11 @@ def fit_head(
     steps_per_epoch = math.ceil(len(features) / batch_size)
     total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
     optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, head)
-    parameters = dict(head.named_parameters())  # the Trainer's decay rule, for a Linear: the weight, not the bias
+    parameters = dict(head.named_parameters())  # the Trainer's decay rule, for Linear layers: weights, not biases
     groups = [
-        {"params": [p for name, p in parameters.items() if name != "bias"], "weight_decay": args.weight_decay},
-        {"params": [p for name, p in parameters.items() if name == "bias"], "weight_decay": 0.0},
+        {"params": [p for name, p in parameters.items() if not name.endswith("bias")],
+         "weight_decay": args.weight_decay},
+        {"params": [p for name, p in parameters.items() if name.endswith("bias")], "weight_decay": 0.0},
     ]
     optimizer = optimizer_cls(groups, **optimizer_kwargs)
     scheduler = get_scheduler(
@@ -300,7 +304,7 @@ def calibrate_head(
 
     head = confidence_head_module(model)
     inner = _inner(model)
-    precision = precision_report(inner.get_input_embeddings().weight.dtype, head.weight.device)
+    precision = precision_report(inner.get_input_embeddings().weight.dtype, next(head.parameters()).device)
     entry = {**history_entry(args, len(train), precision, uses_lora=uses_lora), "method": "cached-features"}
     dev_features = stack(dev) if dev is not None else None
     summary = fit_head(head, stack(train), train[label_column], dev_features,
@@ -317,13 +321,13 @@ def calibrate_head(
 
 
 def _dev_metrics(
-    head: nn.Linear, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
+    head: nn.Module, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
 ) -> dict[str, float]:
     """The Trainer's dev metrics of the final head (`loss`, and with `greedy_correct` labels the quality metrics)."""
     metrics = {"loss": float(summary["eval_loss"])}
     if EVAL_LABEL_COLUMN in dev.column_names:
         with torch.no_grad():
-            confidences = torch.sigmoid(head(dev_features.to(head.weight)).squeeze(-1)).cpu().numpy()
+            confidences = torch.sigmoid(head(dev_features.to(next(head.parameters()))).squeeze(-1)).cpu().numpy()
         correct = np.array([np.nan if v is None else v for v in dev[EVAL_LABEL_COLUMN]], dtype=np.float64)
         labels = np.asarray(dev[label_column], dtype=np.float64)
         metrics.update(confidence_metrics(EvalPrediction(predictions=confidences, label_ids=(labels, correct))))

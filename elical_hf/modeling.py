@@ -1,4 +1,5 @@
-"""Confidence models: a causal LM backbone (no LM head) plus `Linear(hidden, 1)` + sigmoid on the last prompt token.
+"""Confidence models: a causal LM backbone (no LM head) plus `Linear(hidden, 1)` + sigmoid on the last prompt token
+(or a small MLP head, `ConfidenceConfig.head_type="mlp"`; [`build_confidence_head`]).
 
 One generic implementation, [`ForConfidenceMixin`], serves every architecture: `LlamaForConfidence`,
 `Qwen2ForConfidence`, ... are two-line subclasses built on first use from the architecture's `PreTrainedModel`
@@ -76,6 +77,35 @@ def last_token_indices(attention_mask: torch.Tensor) -> torch.LongTensor:
     return (mask * positions).argmax(dim=-1)
 
 
+def build_confidence_head(hidden_size: int, head_type: str = "linear") -> nn.Module:
+    """The head that maps a pooled hidden state to one logit: `"linear"`, `Linear(hidden_size, 1)`, or `"mlp"`,
+    `hidden_size -> hidden_size // 2 -> hidden_size // 4 -> 1` with ReLU between (the reference code's no-LoRA head).
+    Its weights are PyTorch's default draw; [`initialize_confidence_head`] draws them otherwise."""
+    if head_type == "linear":
+        return nn.Linear(hidden_size, 1)
+    if head_type == "mlp":
+        if hidden_size < 4:
+            raise ValueError(f"An MLP head needs hidden_size >= 4, got {hidden_size}.")
+        return nn.Sequential(nn.Linear(hidden_size, hidden_size // 2), nn.ReLU(),
+                             nn.Linear(hidden_size // 2, hidden_size // 4), nn.ReLU(), nn.Linear(hidden_size // 4, 1))
+    raise ValueError(f"Unknown head_type {head_type!r}; expected 'linear' or 'mlp'.")
+
+
+def initialize_confidence_head(head: nn.Module, head_init: str, std: float = 0.02) -> None:
+    """Draw a fresh head's weights in place: `"normal"`, every `Linear`'s weight from N(0, `std`) and bias 0 (what
+    transformers' `_init_weights` does); `"torch_default"`, `nn.Linear.reset_parameters` (uniform in
+    +-1/sqrt(fan_in), weights and biases)."""
+    for module in head.modules():
+        if isinstance(module, nn.Linear):
+            if head_init == "torch_default":
+                module.reset_parameters()
+            elif head_init == "normal":
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                nn.init.zeros_(module.bias)
+            else:
+                raise ValueError(f"Unknown head_init {head_init!r}; expected 'normal' or 'torch_default'.")
+
+
 class ForConfidenceMixin:
     """
     Generic confidence model. Combined with an architecture's `PreTrainedModel` it loads the backbone weights of any
@@ -96,10 +126,29 @@ class ForConfidenceMixin:
     def __init__(self, config: Any) -> None:
         super().__init__(config)
         setattr(self, self.base_model_prefix, AutoModel.from_config(config))
-        self.confidence_head = nn.Linear(config.get_text_config().hidden_size, 1)
+        self.confidence_head = build_confidence_head(config.get_text_config().hidden_size)
         self.confidence_config = ConfidenceConfig()
         self.tokenizer = None
         self.post_init()
+
+    @property
+    def confidence_head_dtype(self) -> torch.dtype:
+        """The dtype of the head's weights (float32 for models built by [`AutoModelForConfidence`])."""
+        return next(self.confidence_head.parameters()).dtype
+
+    def reset_confidence_head(self, head_type: str = "linear", head_init: str | None = "normal") -> None:
+        """Give the model the head `head_type` ([`build_confidence_head`]), drawn by `head_init`
+        ([`initialize_confidence_head`]); `head_init=None` for a head whose trained weights are loaded next. The
+        linear head transformers initialised on load is kept as it is for `"linear"` + `"normal"` (its draw is that)."""
+        if head_type == "linear" and isinstance(self.confidence_head, nn.Linear):
+            if head_init not in (None, "normal"):
+                initialize_confidence_head(self.confidence_head, head_init)
+            return
+        place, text_config = next(self.confidence_head.parameters()), self.config.get_text_config()
+        head = build_confidence_head(text_config.hidden_size, head_type)
+        if head_init is not None:
+            initialize_confidence_head(head, head_init, getattr(text_config, "initializer_range", 0.02))
+        self.confidence_head = head.to(device=place.device, dtype=place.dtype)
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
@@ -134,7 +183,7 @@ class ForConfidenceMixin:
                 errors divided by it.
         """
         pooled = self.pooled_hidden_state(input_ids, attention_mask, position_ids, inputs_embeds, **kwargs)
-        logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
+        logits = self.confidence_head(pooled.to(self.confidence_head_dtype)).squeeze(-1).float()
         confidence = torch.sigmoid(logits)
 
         loss = None
@@ -233,7 +282,7 @@ class ForConfidenceMixin:
             `list[float]`: one confidence in [0, 1] per question, in input order.
         """
         def head(pooled: torch.Tensor) -> torch.Tensor:
-            logits = self.confidence_head(pooled.to(self.confidence_head.weight.dtype)).squeeze(-1).float()
+            logits = self.confidence_head(pooled.to(self.confidence_head_dtype)).squeeze(-1).float()
             return torch.sigmoid(logits)
 
         outputs = self._map_prompts(questions, head, batch_size, tokenizer, progress)
@@ -270,7 +319,7 @@ class ForConfidenceMixin:
         Arguments as in [`~ForConfidenceMixin.confidence`].
         """
         outputs = self._map_prompts(questions, lambda pooled: pooled.float().cpu(), batch_size, tokenizer, progress)
-        return torch.cat(outputs) if outputs else torch.zeros(0, self.confidence_head.in_features)
+        return torch.cat(outputs) if outputs else torch.zeros(0, self.config.get_text_config().hidden_size)
 
     def _map_prompts(
         self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool
@@ -351,7 +400,9 @@ __all__ = [
     "ConfidenceModelOutput",
     "ForConfidenceMixin",
     "UNKNOWN_CONFIDENCE_CONFIG",
+    "build_confidence_head",
     "confidence_class_for",
     "default_lora_targets",
+    "initialize_confidence_head",
     "last_token_indices",
 ]

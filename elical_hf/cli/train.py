@@ -47,6 +47,16 @@ class TrainCommandArguments:
         metadata={"help": "Load the frozen backbone in 4 bits (QLoRA: NF4, bitsandbytes, one CUDA GPU), computing in "
                   "--dtype; for 7B-class backbones on one GPU."},
     )
+    head_type: str = field(
+        default="linear",
+        metadata={"help": "Head of the fresh models: 'linear' (the paper's) or 'mlp' (H -> H/2 -> H/4 -> 1 with ReLU, "
+                  "the reference code's no-LoRA ablation head).", "choices": ["linear", "mlp"]},
+    )
+    head_init: str = field(
+        default="normal",
+        metadata={"help": "How a fresh head is drawn: 'normal' (transformers' N(0, 0.02), bias 0) or 'torch_default' "
+                  "(PyTorch's uniform +-1/sqrt(H), the reference code's).", "choices": ["normal", "torch_default"]},
+    )
 
     def __post_init__(self) -> None:
         check_dtype_option(self.dtype)
@@ -109,12 +119,21 @@ def main(argv: list[str] | None = None) -> int:
             seed=training_args.seed,
             # each run derives the rest of its training arguments
             training_args={name: value for name, value in given.items() if name in passed},
-            model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit},
+            model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit,
+                               **head_options(options)},
             overwrite_output_dir=options.overwrite_output_dir,
         )
     print(json.dumps(paths, indent=2))
     _print_diagnosis(tables[Stage.CALIBRATION])
     return 0
+
+
+def head_options(options: TrainCommandArguments) -> dict[str, str]:
+    """`--head_type` / `--head_init` where they differ from the defaults (a run that leaves them keeps the run
+    manifest it had before they existed, so it still resumes)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainCommandArguments)}
+    return {name: getattr(options, name) for name in ("head_type", "head_init")
+            if getattr(options, name) != defaults[name]}
 
 
 def _print_diagnosis(labels) -> None:
