@@ -14,7 +14,7 @@ from .version import __version__
 
 _LAZY = {
     "AutoModelForConfidence": ".auto",
-    "CalibrationTrainable": ".training_args",
+    "CalibrationTrainable": ".training_options",
     "ConfidenceCardCallback": ".callbacks",
     "ConfidenceConfig": ".configuration",
     "ConfidenceDataCollator": ".data",
@@ -27,7 +27,7 @@ _LAZY = {
     "ForConfidenceMixin": ".modeling",
     "HubPublishError": ".hub",
     "PeftModelForConfidence": ".auto",
-    "Stage": ".training_args",
+    "Stage": ".training_options",
     "calibrate_head": ".head_calibration",
     "confidence_metrics": ".trainer",
     "convert_official": ".convert",
@@ -64,4 +64,5 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .pipeline import ConfidenceEstimationPipeline, register_pipeline
     from .recipe import train_elical
     from .trainer import ConfidenceTrainer, confidence_metrics
-    from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
+    from .training_args import ConfidenceTrainingArguments
+    from .training_options import CalibrationTrainable, Stage

@@ -57,8 +57,10 @@ def test_console_script_is_installed():
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_commands_are_registered(command, capsys):
-    """Each command's module builds a dataclass parser, and its --help names every option of its dataclasses."""
-    parser = importlib.import_module(COMMANDS[command][0]).make_parser()
+    """Each command's module builds a dataclass parser, and its --help names every option of its dataclasses (of its
+    `make_help_parser()` where it has one: `train`, whose full list is `--help_all`'s)."""
+    module = importlib.import_module(COMMANDS[command][0])
+    parser = getattr(module, "make_help_parser", module.make_parser)()
     assert isinstance(parser, ElicalArgumentParser) and parser.prog == f"elical-hf {command}"
     with pytest.raises(SystemExit) as exit_info:
         cli_main([command, "--help"])
@@ -70,6 +72,24 @@ def test_commands_are_registered(command, capsys):
         shown = f.name if f.metadata.get("positional") else f"--{f.name}"
         assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", out), f"{command} --help lacks {shown}"
     assert "--config FILE.yaml" in out
+
+
+def test_train_help_all_lists_every_training_argument(capsys):
+    """`train --help` lists EliCal's options without torch; `--help_all` every field of the run's parser (all of
+    `TrainingArguments`), and the help parser's fields are a subset of the run parser's."""
+    from elical_hf.cli import train
+
+    run_fields = {f.name for dtype in train.make_parser().dataclass_types for f in dataclasses.fields(dtype) if f.init}
+    help_fields = {f.name for dtype in train.make_help_parser().dataclass_types for f in dataclasses.fields(dtype)}
+    assert help_fields < run_fields and {"learning_rate", "num_train_epochs", "stage"} <= run_fields
+    assert cli_main(["train", "--help_all"]) == 0
+    out = capsys.readouterr().out
+    for name in run_fields:
+        assert re.search(rf"(?<![\w-])--{name}(?![\w-])", out), f"train --help_all lacks --{name}"
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--learning_rate LEARNING_RATE" not in out and "--help_all" in out and "--output_dir DIR" in out
 
 
 def test_yaml_config_sets_defaults_and_flags_override(tmp_path):

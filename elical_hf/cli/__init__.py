@@ -41,6 +41,10 @@ TRACEBACK_ENV = "ELICAL_HF_TRACEBACK"
 
 USER_ERROR_EXIT = 2
 
+HELP_FLAGS = {"-h", "--help"}
+"""`elical-hf <command> --help` prints the help of the command's `make_help_parser()` (else `make_parser()`) and
+exits before its `main` runs."""
+
 
 def _usage() -> str:
     width = max(len(name) for name in COMMANDS)
@@ -65,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0]
     try:
         module = importlib.import_module(COMMANDS[command][0])
+        if HELP_FLAGS & set(argv[1:]):  # the command's parser alone answers: nothing its run needs (torch) is imported
+            getattr(module, "make_help_parser", module.make_parser)().parse_args(["--help"])
         status = int(module.main(argv[1:]) or 0)
     except USER_ERRORS as error:
         if os.environ.get(TRACEBACK_ENV) == "1":

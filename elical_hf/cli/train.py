@@ -1,7 +1,7 @@
 """`elical-hf train`: stage 1 on consistency, stage 2 on a label budget, and Cal-Only, each saved as a model.
 
 Every option of `ConfidenceTrainingArguments` (and so of `transformers.TrainingArguments`) is a flag and applies to
-all three runs, except what the recipe sets per run: `--output_dir` gets elicitation/, elical/ and cal-only/,
+all three runs (`--help` lists EliCal's own; `--help_all` all of them), except what the recipe sets per run: `--output_dir` gets elicitation/, elical/ and cal-only/,
 `--seed` seeds the label subset, the dev splits and training, and `--calibration_trainable` is what stage 2 trains.
 Options left unset keep the recipe's defaults (e.g. the paper's number of epochs for the data size).
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
-from elical_hf.training_args import DEFAULT_LABEL_COLUMNS, ConfidenceTrainingArguments, Stage
+from elical_hf.training_options import DEFAULT_LABEL_COLUMNS, ConfidenceTrainingOptions, Stage
 
 from .parser import ElicalArgumentParser, check_dtype_option
 
@@ -73,15 +74,36 @@ PER_STAGE_ARGUMENTS = ("stage", "label_column")
 """Training arguments that the recipe decides per run, so not options of this command."""
 
 
+USAGE = "%(prog)s --elicitation_data FILE --calibration_data FILE --output_dir DIR [options] (see --help)"
+OUTPUT_DIR_HELP = "Gets elicitation/, elical/ and cal-only/ model folders."
+HELP_ALL = "--help_all"
+
+
 def make_parser() -> ElicalArgumentParser:
+    """The parser of a run: this command's options and every field of `ConfidenceTrainingArguments` (imports torch,
+    as `transformers.TrainingArguments` does)."""
+    from elical_hf.training_args import ConfidenceTrainingArguments
+
     parser = ElicalArgumentParser(
-        (TrainCommandArguments, ConfidenceTrainingArguments), prog="elical-hf train", description=__doc__,
-        usage="%(prog)s --elicitation_data FILE --calibration_data FILE --output_dir DIR [options] (see --help)",
+        (TrainCommandArguments, ConfidenceTrainingArguments), prog="elical-hf train", description=__doc__, usage=USAGE
     )
     for action in parser._actions:
         if action.dest == "output_dir":
             action.required = True
-            action.help = "Gets elicitation/, elical/ and cal-only/ model folders."
+            action.help = OUTPUT_DIR_HELP
+    return parser
+
+
+def make_help_parser() -> ElicalArgumentParser:
+    """The parser `elical-hf train --help` prints, without torch: this command's options and EliCal's training options
+    ([`~elical_hf.training_options.ConfidenceTrainingOptions`]); `--help_all` prints [`make_parser`]'s."""
+    parser = ElicalArgumentParser(
+        (TrainCommandArguments, ConfidenceTrainingOptions), prog="elical-hf train", description=__doc__, usage=USAGE,
+        epilog="Every option of transformers.TrainingArguments is accepted too (--learning_rate, --num_train_epochs, "
+        f"--per_device_train_batch_size, --seed, --report_to, ...): `elical-hf train {HELP_ALL}` lists them all.",
+    )
+    parser.add_argument("--output_dir", metavar="DIR", required=True, help=OUTPUT_DIR_HELP)
+    parser.add_argument(HELP_ALL, action="store_true", help="List every option, TrainingArguments' included.")
     return parser
 
 
@@ -92,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.recipe import train_elical
     from elical_hf.signals.records import load_training_table
 
+    from elical_hf.training_args import ConfidenceTrainingArguments
+
     parser = make_parser()
+    if HELP_ALL in (sys.argv[1:] if argv is None else argv):
+        parser.print_help()
+        return 0
     options, training_args, given = parser.parse_with_config(argv, return_given=True)
     fixed = sorted(set(given) & set(PER_STAGE_ARGUMENTS))
     if fixed:

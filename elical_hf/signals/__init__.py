@@ -17,7 +17,7 @@ _LAZY = {
     "HFBackend": ".backends",
     "PAPER_SPLITS": ".honestybench",
     "RECORD_FEATURES": ".records",
-    "SamplingSettings": ".generation",
+    "SamplingSettings": ".settings",
     "TIMING_FIELDS": ".runner",
     "VLLMBackend": ".backends",
     "apply_judges": ".judging",
@@ -70,13 +70,7 @@ if TYPE_CHECKING:
     from .baselines import BASELINES, compute_baselines, select_demonstrations, verbal
     from .embedding_judge import EmbeddingJudge
     from .decoding import apply_repetition_penalty, filter_candidates, sample_seed
-    from .generation import (
-        SamplingSettings,
-        build_prompt_ids,
-        complete_prompts,
-        generate_answers,
-        resolve_autocast_dtype,
-    )
+    from .generation import build_prompt_ids, complete_prompts, generate_answers, resolve_autocast_dtype
     from .lexical_judge import (
         CORRECTNESS_JUDGES,
         exact_match,
@@ -95,3 +89,4 @@ if TYPE_CHECKING:
     from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
     from .records import RECORD_FEATURES, load_records, normalize_record, read_records, save_records, training_columns
     from .runner import TIMING_FIELDS, merge_samples, sample_records, worker_of
+    from .settings import SamplingSettings
