@@ -28,6 +28,7 @@ COMMANDS = {
     "select-labels": ("elical_hf.cli.select_labels", "Choose which questions to send for correctness labels (stage 2)."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
     "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_shards N` run."),
+    "serve": ("elical_hf.cli.serve", "Serve the gate (or plain completions) as an OpenAI-compatible HTTP server."),
 }
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)

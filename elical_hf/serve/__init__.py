@@ -1,0 +1,10 @@
+"""`elical-hf serve`: the gate behind an OpenAI-compatible HTTP server (the optional `serve` extra: fastapi, uvicorn).
+
+- [`~elical_hf.serve.schema`]: the chat-completions request schema, what is refused, the OpenAI error body;
+- [`~elical_hf.serve.engine`]: what a batch of requests computes (the gate, or a plain completion);
+- [`~elical_hf.serve.batching`]: the micro-batcher (requests of a few milliseconds in one call, on one thread);
+- [`~elical_hf.serve.app`]: the FastAPI routes (`create_app`).
+
+Nothing here is imported by `import elical_hf`; `elical_hf.serve.app` needs fastapi (`pip install "elical-hf[serve]"`).
+See docs/serve.md.
+"""

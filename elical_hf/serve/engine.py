@@ -1,0 +1,368 @@
+"""What the server computes for a batch of chat requests: the gate's decision and answer, or a plain completion.
+
+- [`GateEngine`] (`elical-hf serve MODEL`): each request is one question, scored before generation and answered by
+  the unadapted base model, or abstained, or answered with retrieved context, exactly as `model.answer` does (it
+  calls [`~elical_hf.gate.answer_questions`] once per batch). The decision travels in the response's `elical`
+  field and in `x-elical-*` headers; an abstention answers with the configured message and
+  `finish_reason: "abstain"`.
+- [`CompletionEngine`] (`elical-hf serve MODEL --mode completion`): a plain greedy chat completion of any causal LM,
+  the whole conversation rendered by its chat template (what an LLM judge needs; no gating).
+
+Both check each request before it joins a batch ([`Engine.prepare`]: schema, model name, messages, `max_tokens`,
+thresholds) and, on the worker thread, that its prompt and answer fit the context; a refused request becomes a
+[`~elical_hf.serve.schema.RequestError`] of its own and never fails the others of its batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .schema import ChatCompletionRequest, RequestError, check_supported
+
+
+logger = logging.getLogger(__name__)
+
+ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+"""What an abstention answers by default (`elical-hf serve --abstain_message`)."""
+ABSTAIN_FINISH_REASON = "abstain"
+
+
+@dataclasses.dataclass
+class Job:
+    """One checked request: its messages as `{"role", "content"}` dicts and its decoding and gate settings."""
+
+    messages: list[dict[str, str]]
+    max_tokens: int
+    stop: tuple[str, ...]
+    threshold: float | None = None
+    retrieve_threshold: float | None = None
+    id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+
+    @property
+    def group(self) -> tuple:
+        """Jobs that can share one call: the same answer length, stop strings and thresholds."""
+        return self.max_tokens, self.stop, self.threshold, self.retrieve_threshold
+
+
+@dataclasses.dataclass
+class Reply:
+    """A response body (`chat.completion`) and its extra headers."""
+
+    body: dict[str, Any]
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def load_entry_point(spec: str) -> Callable[[str], str | None]:
+    """The callable `module:function` names (the working directory importable, as uvicorn does); a `ValueError`
+    saying what is wrong otherwise."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"--retriever must be `module:function`, got {spec!r}.")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--retriever {spec}: cannot import {module_name!r} ({error}).") from None
+    target = module
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ValueError(f"--retriever {spec}: {module_name!r} has no {attribute!r}.")
+    if not callable(target):
+        raise ValueError(f"--retriever {spec} is not callable (a {type(target).__name__}).")
+    return target
+
+
+class Engine:
+    """
+    The part of both engines that reads requests and writes responses.
+
+    Args:
+        tokenizer: The model's tokenizer (used on the worker thread only).
+        model_name (`str`): The name `/v1/models` lists; a request naming another model is refused.
+        context_length (`int`, *optional*): The model's context in tokens (prompt plus answer must fit).
+        max_tokens (`int`, *optional*, defaults to 64): Answer tokens when a request gives no `max_tokens`.
+        batch_size (`int`, *optional*, defaults to 16): Prompts per decoding batch.
+    """
+
+    mode = "base"
+
+    def __init__(self, tokenizer: Any, model_name: str, context_length: int | None, max_tokens: int = 64,
+                 batch_size: int = 16) -> None:
+        if max_tokens < 1:
+            raise ValueError(f"--max_tokens must be >= 1, got {max_tokens}.")
+        self.tokenizer, self.model_name, self.context_length = tokenizer, model_name, context_length
+        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.special_tokens = set(tokenizer.all_special_tokens)
+
+    def prepare(self, request: ChatCompletionRequest) -> Job:
+        """Check a parsed request (in the event loop: nothing here touches the model or the tokenizer)."""
+        check_supported(request)
+        if request.model not in (None, "", self.model_name):
+            raise RequestError(f"The model {request.model!r} is not served here; this server serves "
+                               f"{self.model_name!r} (GET /v1/models).", param="model", code="model_not_found",
+                               status=404)
+        messages = [{"role": m.role, "content": m.text(i)} for i, m in enumerate(request.messages)]
+        max_tokens = request.max_completion_tokens or request.max_tokens or self.max_tokens
+        if self.context_length is not None and max_tokens >= self.context_length:
+            raise RequestError(f"max_tokens={max_tokens} leaves no room for a prompt in the model's context of "
+                               f"{self.context_length} tokens.", param="max_tokens", code="context_length_exceeded")
+        return Job(messages, max_tokens, request.stop_strings())
+
+    def run(self, jobs: list[Job]) -> list[Reply | RequestError]:
+        """Compute a batch (on the worker thread): one call per group of jobs that share their settings."""
+        replies: list[Reply | RequestError | None] = [None] * len(jobs)
+        order = sorted(range(len(jobs)), key=lambda i: repr(jobs[i].group))
+        for _, members in itertools.groupby(order, key=lambda i: repr(jobs[i].group)):
+            members = list(members)
+            for i, reply in zip(members, self.run_group([jobs[i] for i in members], len(jobs))):
+                replies[i] = reply
+        return replies
+
+    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+        raise NotImplementedError
+
+    def check_fits(self, prompt_tokens: int, max_tokens: int) -> RequestError | None:
+        """The error for a prompt that, with `max_tokens` answer tokens, does not fit the context (else `None`)."""
+        if self.context_length is None or prompt_tokens + max_tokens <= self.context_length:
+            return None
+        return RequestError(f"This request's prompt has {prompt_tokens} tokens (chat template included) and asks for "
+                            f"max_tokens={max_tokens}: together more than the model's context of "
+                            f"{self.context_length} tokens. Shorten the messages or lower max_tokens.",
+                            param="messages", code="context_length_exceeded")
+
+    def finish_reason(self, tokens: list[str], job: Job) -> str:
+        """`"stop"` (EOS or a stop string) or `"length"` (cut at `max_tokens`)."""
+        if len(tokens) < job.max_tokens or tokens[-1] in self.special_tokens:
+            return "stop"
+        return "stop" if any(stop in "".join(tokens) for stop in job.stop) else "length"
+
+    def reply(self, job: Job, content: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+              **extra: Any) -> Reply:
+        body = {
+            "id": job.id, "object": "chat.completion", "created": job.created, "model": self.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+            **extra,
+        }
+        return Reply(body)
+
+    def prompt_ids(self, texts: list[str]) -> list[list[int]]:
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+class GateEngine(Engine):
+    """
+    Answer, retrieve or abstain per request, with a confidence model ([`~elical_hf.gate.answer_questions`]).
+
+    A request is one question: a single user message (the confidence model was trained on questions alone, so a
+    system prompt or earlier turns would change what is answered without changing what is scored; they are refused).
+
+    Args:
+        model ([`PeftModelForConfidence`]): A saved confidence model loaded with [`AutoModelForConfidence`].
+        model_name (`str`): The served name.
+        threshold (`float`, *optional*), retrieve_threshold (`float`, *optional*): The gate's thresholds, defaulting
+            to the model's saved ones; a request may override them (`"elical": {"threshold": ...}`).
+        retriever (`Callable[[str], str | None]`, *optional*): Context for questions in the retrieve band.
+        abstain_message (`str`, *optional*): The content of an abstention.
+        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): See
+            [`Engine`].
+    """
+
+    mode = "gate"
+
+    def __init__(self, model: Any, model_name: str, *, threshold: float | None = None,
+                 retrieve_threshold: float | None = None, retriever: Callable[[str], str | None] | None = None,
+                 abstain_message: str = ABSTAIN_MESSAGE, max_tokens: int = 64, batch_size: int = 16) -> None:
+        from ..gate import check_thresholds
+        from ..signals.decoding import context_length
+
+        self.model = model
+        self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.config = self.inner.confidence_config
+        if self.config is None or self.inner.tokenizer is None:
+            raise ValueError("`elical-hf serve` needs a saved confidence model (confidence_config.json); to serve a "
+                             "plain causal LM, pass --mode completion.")
+        threshold = self.config.decision_threshold if threshold is None else threshold
+        if threshold is None:
+            raise ValueError("This model has no decision threshold: set one with `elical-hf threshold MODEL --records "
+                             "...`, or pass --threshold.")
+        retrieve_threshold = self.config.retrieve_threshold if retrieve_threshold is None else retrieve_threshold
+        self.threshold, self.retrieve_threshold = check_thresholds(threshold, retrieve_threshold)
+        if self.retrieve_threshold is not None and retriever is None:
+            logger.warning("The retrieve band [%s, %s) is set but no --retriever is: its questions abstain.",
+                           self.retrieve_threshold, self.threshold)
+        self.retriever, self.abstain_message = retriever, abstain_message
+        super().__init__(self.inner.tokenizer, model_name, context_length(self.inner), max_tokens, batch_size)
+
+    def prepare(self, request: ChatCompletionRequest) -> Job:
+        from ..gate import check_thresholds
+
+        job = super().prepare(request)
+        if len(job.messages) != 1 or job.messages[0]["role"] != "user":
+            roles = [m["role"] for m in job.messages]
+            raise RequestError(f"The gate scores one question: send a single user message, got {roles}. A system "
+                               "prompt or earlier turns are not what the confidence was trained on; serve with "
+                               "--mode completion for plain chat.", param="messages", code="unsupported_messages")
+        if not job.messages[0]["content"].strip():
+            raise RequestError("The question (the user message) is empty.", param="messages.0.content")
+        options = request.elical
+        threshold = options.threshold if options and options.threshold is not None else self.threshold
+        if options and options.retrieve_threshold is not None:
+            retrieve = options.retrieve_threshold
+        elif self.retrieve_threshold is not None and self.retrieve_threshold <= threshold:
+            retrieve = self.retrieve_threshold
+        else:  # no band, or a request threshold at or below the server's band: nothing lies between the two
+            retrieve = None
+        try:
+            job.threshold, job.retrieve_threshold = check_thresholds(threshold, retrieve)
+        except ValueError as error:
+            raise RequestError(str(error).replace("`", ""), param="elical") from None
+        return job
+
+    def _settings(self, job: Job) -> Any:
+        from ..signals import SamplingSettings
+
+        return SamplingSettings(num_samples=1, max_new_tokens=job.max_tokens, batch_size=self.batch_size,
+                                stop_strings=list(job.stop))
+
+    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+        from ..gate import answer_questions
+        from ..signals.generation import build_prompt_ids
+
+        settings = self._settings(jobs[0])
+        questions = [job.messages[0]["content"].strip() for job in jobs]
+        prompt_ids = build_prompt_ids(self.tokenizer, questions, settings)
+        confidence_lengths = [len(ids) for ids in self.prompt_ids(
+            [self.config.format_prompt(q, self.tokenizer) for q in questions])]
+        replies: list[Reply | RequestError | None] = [None] * len(jobs)
+        for i, (ids, length) in enumerate(zip(prompt_ids, confidence_lengths)):
+            replies[i] = self.check_fits(len(ids), jobs[i].max_tokens)
+            if replies[i] is None and self.config.max_length is not None and length > self.config.max_length:
+                replies[i] = RequestError(f"The question's confidence prompt has {length} tokens, more than the "
+                                          f"model's max_length of {self.config.max_length}: shorten the question.",
+                                          param="messages", code="context_length_exceeded")
+        rows = [i for i, reply in enumerate(replies) if reply is None]
+        if not rows:
+            return replies
+        errors: dict[str, RequestError] = {}
+        retrieve = self._checked_retriever(settings, errors) if self.retriever is not None else None
+        results = answer_questions(self.model, [questions[i] for i in rows], threshold=jobs[0].threshold,
+                                   retrieve_threshold=jobs[0].retrieve_threshold, retrieve=retrieve,
+                                   settings=settings)
+        for i, result in zip(rows, results):
+            replies[i] = errors.get(questions[i]) or self._reply(jobs[i], result, len(prompt_ids[i]), batch_size)
+        return replies
+
+    def _checked_retriever(self, settings: Any, errors: dict[str, RequestError]) -> Callable[[str], str | None]:
+        """The retriever, with its failures (an exception, a context too long for the model) kept per question in
+        `errors` (answered with a 502) instead of failing the batch."""
+        from ..prompts import CONTEXT_QA_PROMPT, render_prompt
+
+        def retrieve(question: str) -> str | None:
+            try:
+                context = self.retriever(question)
+            except Exception as error:  # noqa: BLE001 - the retriever is the user's code: report it, keep serving
+                logger.exception("The retriever failed on %r", question)
+                errors[question] = RequestError(f"The retriever failed: {type(error).__name__}: {error}",
+                                                code="retriever_failed", status=502, type="server_error")
+                return None
+            if context is not None and not isinstance(context, str):
+                errors[question] = RequestError(f"The retriever returned a {type(context).__name__}, not a string "
+                                                "or None.", code="retriever_failed", status=502, type="server_error")
+                return None
+            if context:
+                text = render_prompt(self.tokenizer, CONTEXT_QA_PROMPT.format(context=context, question=question))
+                if self.check_fits(len(self.prompt_ids([text])[0]), settings.max_new_tokens) is not None:
+                    errors[question] = RequestError("The retrieved context does not fit the model's context of "
+                                                    f"{self.context_length} tokens.", code="context_length_exceeded",
+                                                    status=502, type="server_error")
+                    return None
+            return context
+
+        return retrieve
+
+    def _reply(self, job: Job, result: dict[str, Any], prompt_tokens: int, batch_size: int) -> Reply:
+        decision, confidence = result["decision"], result["confidence"]
+        gate = {"confidence": confidence, "decision": decision, "threshold": job.threshold,
+                "retrieve_threshold": job.retrieve_threshold, "answered": result["answer"] is not None,
+                "context": result["context"], "batch_size": batch_size}
+        if result["answer"] is None:
+            reply = self.reply(job, self.abstain_message, ABSTAIN_FINISH_REASON, prompt_tokens, 0, elical=gate)
+        else:
+            tokens = result["answer_tokens"]
+            reply = self.reply(job, result["answer"], self.finish_reason(tokens, job), prompt_tokens, len(tokens),
+                               elical=gate)
+        reply.headers = {"x-elical-confidence": f"{confidence:.6f}", "x-elical-decision": decision,
+                         "x-elical-threshold": f"{job.threshold:g}", "x-elical-answered": str(gate["answered"]).lower()}
+        if job.retrieve_threshold is not None:
+            reply.headers["x-elical-retrieve-threshold"] = f"{job.retrieve_threshold:g}"
+        return reply
+
+
+class CompletionEngine(Engine):
+    """
+    Plain greedy chat completions of a causal LM, no gating: the conversation rendered by the model's chat template
+    with the assistant header, decoded by the library's own loop (as [`~elical_hf.signals.complete_prompts`], so an
+    LLM judge behind this server gives the verdicts it gives in-process).
+
+    Args:
+        model: A causal LM; tokenizer: its tokenizer; model_name (`str`): the served name.
+        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): See
+            [`Engine`].
+    """
+
+    mode = "completion"
+
+    def __init__(self, model: Any, tokenizer: Any, model_name: str, *, max_tokens: int = 64,
+                 batch_size: int = 16) -> None:
+        from ..signals.decoding import context_length
+
+        self.model = model
+        super().__init__(tokenizer, model_name, context_length(model), max_tokens, batch_size)
+
+    def prepare(self, request: ChatCompletionRequest) -> Job:
+        job = super().prepare(request)
+        if not getattr(self.tokenizer, "chat_template", None) and (
+                len(job.messages) != 1 or job.messages[0]["role"] != "user"):
+            raise RequestError("This model has no chat template: send a single user message.", param="messages",
+                               code="unsupported_messages")
+        return job
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        if not getattr(self.tokenizer, "chat_template", None):
+            return messages[0]["content"]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+        from ..signals.decoding import Decoder, decode_all
+        from ..signals.generation import completion_settings, resolve_autocast_dtype
+
+        prompt_ids = self.prompt_ids([self.render(job.messages) for job in jobs])
+        replies: list[Reply | RequestError | None] = [
+            self.check_fits(len(ids), job.max_tokens) for ids, job in zip(prompt_ids, jobs)]
+        rows = [i for i, reply in enumerate(replies) if reply is None]
+        if not rows:
+            return replies
+        settings = completion_settings(jobs[0].max_tokens, self.batch_size, stop_strings=list(jobs[0].stop))
+        decoder = Decoder(self.model, self.tokenizer, settings, resolve_autocast_dtype(self.model, "auto"),
+                          greedy_only=True, share_prefix=True)
+        outputs = decode_all(decoder, [jobs[i].id for i in rows], [prompt_ids[i] for i in rows], False, "Completing")
+        for i, output in zip(rows, outputs):
+            tokens = output["greedy_tokens"]
+            replies[i] = self.reply(jobs[i], output["greedy_response"], self.finish_reason(tokens, jobs[i]),
+                                    len(prompt_ids[i]), len(tokens))
+        return replies

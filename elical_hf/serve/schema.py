@@ -1,0 +1,145 @@
+"""The OpenAI chat-completions wire format the server speaks: the request schema, its checks, and the error body.
+
+Only what the server does is accepted: a request asking for something it does not do (streaming, several choices,
+tools, a JSON response format, log-probabilities) is refused with a 400 rather than answered as if it had been
+done. Fields of the OpenAI API that do not change a greedy answer (`user`, `seed`, `temperature`, `top_p`, ...)
+are accepted and ignored: answers are always greedy, the answer the confidence is about.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RequestError(Exception):
+    """
+    A request the server refuses: answered with [`error_body`] and `status` (a 4xx), never a traceback.
+
+    Args:
+        message (`str`): What is wrong, in one sentence a client can act on.
+        param (`str`, *optional*): The request field at fault (`"messages"`, `"max_tokens"`, ...).
+        code (`str`, *optional*): A machine-readable code (`"context_length_exceeded"`, `"model_not_found"`, ...).
+        status (`int`, *optional*, defaults to 400): The HTTP status.
+        type (`str`, *optional*, defaults to `"invalid_request_error"`): The OpenAI error type.
+    """
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400,
+                 type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.message, self.param, self.code, self.status, self.type = message, param, code, status, type
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    """The OpenAI error JSON: `{"error": {"message", "type", "param", "code"}}`."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class ContentPart(BaseModel):
+    """One part of a message's content; only text parts are understood."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self, index: int) -> str:
+        """The message's text (text parts joined); a `RequestError` for other parts."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        for part in self.content:
+            if part.type != "text" or part.text is None:
+                raise RequestError(f"messages[{index}]: only text content is supported, got a {part.type!r} part.",
+                                   param=f"messages.{index}.content", code="unsupported_content")
+        return "".join(part.text for part in self.content)
+
+
+class GateOptions(BaseModel):
+    """Per-request gate settings (the `elical` field; `extra_body={"elical": {...}}` with the openai client)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float | None = Field(default=None, description="Answer at or above this confidence.")
+    retrieve_threshold: float | None = Field(default=None, description="Retrieve at or above this (below threshold).")
+
+
+class ChatCompletionRequest(BaseModel):
+    """`POST /v1/chat/completions`. Unknown fields are ignored (clients send many); see [`check_supported`]."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    n: int | None = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    elical: GateOptions | None = None
+
+    def stop_strings(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if any(not stop for stop in stops):
+            raise RequestError("`stop` strings must be non-empty.", param="stop")
+        if len(stops) > 4:
+            raise RequestError(f"At most 4 `stop` strings, got {len(stops)}.", param="stop")
+        return tuple(stops)
+
+
+UNSUPPORTED: dict[str, str] = {
+    "tools": "tool calls", "tool_choice": "tool calls", "functions": "function calls", "function_call": "function calls",
+    "audio": "audio output", "prediction": "predicted outputs",
+}
+"""Request fields the server refuses whenever they are set (to anything but null)."""
+
+
+def check_supported(request: ChatCompletionRequest) -> None:
+    """Refuse, with a `RequestError`, what the server would otherwise pretend to do."""
+    if request.stream:
+        raise RequestError("Streaming is not supported: send `stream: false` (the gate decides before the first "
+                           "token, and answers whole).", param="stream", code="unsupported_parameter")
+    if request.n not in (None, 1):
+        raise RequestError(f"Only n=1 is supported (one greedy answer), got n={request.n}.", param="n",
+                           code="unsupported_parameter")
+    extra = request.model_extra or {}
+    for name, what in UNSUPPORTED.items():
+        if extra.get(name) not in (None, [], {}):
+            raise RequestError(f"`{name}`: {what} are not supported by this server.", param=name,
+                               code="unsupported_parameter")
+    response_format = extra.get("response_format")
+    if response_format not in (None, {"type": "text"}, "text"):
+        raise RequestError("Only the text `response_format` is supported.", param="response_format",
+                           code="unsupported_parameter")
+    if extra.get("logprobs") or extra.get("top_logprobs"):
+        raise RequestError("`logprobs` are not supported by this server.", param="logprobs",
+                           code="unsupported_parameter")
+
+
+def validation_error(errors: list[dict[str, Any]]) -> RequestError:
+    """The first of pydantic's validation errors of the request body, as a `RequestError` naming the field."""
+    if not errors:
+        return RequestError("The request body is not a valid chat-completions request.")
+    error = errors[0]
+    location = [str(part) for part in error.get("loc", ()) if part != "body"]
+    param = ".".join(location) or None
+    if error.get("type") == "json_invalid":
+        return RequestError(f"The request body is not valid JSON: {error.get('msg')}.", code="invalid_json")
+    where = f"`{param}`: " if param else "The request body: "
+    return RequestError(f"{where}{error.get('msg', 'invalid value')}.", param=param, code=error.get("type"))
