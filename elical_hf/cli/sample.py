@@ -98,7 +98,9 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
             raise ValueError(f"{source} has no `question` column; it has {table.column_names}.")
         rows = table.to_list()
         if os.path.exists(source):  # `nq_test.jsonl` names its dataset and split
-            named = parse_record_path(os.path.basename(source.rstrip("/")))
+            name = os.path.basename(source.rstrip("/"))
+            # A typo of a split word in the name matters only for rows without a split of their own.
+            named = parse_record_path(name, strict=not all(row.get("split") for row in rows))
             dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
             if named["split"] is not None:
                 rows = [{"split": named["split"], **row} for row in rows]

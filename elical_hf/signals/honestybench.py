@@ -111,11 +111,15 @@ def _one_slip(word: str, target: str) -> bool:
     return len(longer) == len(shorter) + 1 and any(longer[:i] + longer[i + 1:] == shorter for i in range(len(longer)))
 
 
-def _parse_component(component: str, folder: bool = False) -> tuple[str | None, str | None, str]:
+def _parse_component(
+    component: str, folder: bool = False, strict: bool = True
+) -> tuple[str | None, str | None, str]:
     """(dataset, split word, leftover text) of one path component, split into `_`-separated tokens. In a folder name
-    with other text (`train_run1`), a train word is not taken as the split (the folder is just named so)."""
+    with other text (`train_run1`), a train word is not taken as the split (the folder is just named so). With
+    `strict`, a typo of a split word is a `ValueError` ([`_near_split_word`])."""
     tokens = [t for t in component.split("_") if t]
-    _near_split_word(tokens, component)
+    if strict:
+        _near_split_word(tokens, component)
     dataset = split = None
     for length in range(len(tokens), 0, -1):  # longest run of tokens naming a dataset ("complex_web_questions")
         for begin in range(len(tokens) - length + 1):
@@ -155,7 +159,7 @@ def _reference_layout(parts: tuple[str, ...], stem: str) -> dict[str, str | None
     return {"model": named["model"], "dataset": canonical_dataset(named["dataset"]), "split": named["split"].lower()}
 
 
-def parse_record_path(relative_path: str) -> dict[str, str | None]:
+def parse_record_path(relative_path: str, *, strict: bool = True) -> dict[str, str | None]:
     """Infer `model`, `dataset` and `split` (the source split word) from a records file's path inside its folder.
 
     The layout the paper's reference code writes is recognised first: `<model>/<dataset>/<split>_data/<prompt type>/`
@@ -174,7 +178,9 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     3. The **split** is a token in [`SPLIT_WORDS`] (`train`, `test`, `dev`, `validation`, ...), searched the same way;
        a train word in a folder name with other text (`train_run1`) is not a split (a test word there still is), and
        a typo of a split word (`tset`, `tests`, `trian`: two letters swapped, one added or left out) is a
-       `ValueError`, so test data is never turned into train data by a guess.
+       `ValueError`, so test data is never turned into train data by a guess. With `strict=False` a typo is not an
+       error (it stays in the leftover text): [`load_honestybench`] reads such a path so, and refuses only records
+       that need the path's split, those without a `split` field of their own.
     4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
        not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
        name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
@@ -199,7 +205,8 @@ def parse_record_path(relative_path: str) -> dict[str, str | None]:
     reference = _reference_layout(parts, stem)
     if reference is not None:
         return reference
-    parsed = [_parse_component(stem)] + [_parse_component(p, folder=True) for p in reversed(parts[:-1])]
+    parsed = [_parse_component(stem, strict=strict)]
+    parsed += [_parse_component(p, folder=True, strict=strict) for p in reversed(parts[:-1])]
     dataset = next((d for d, _, _ in parsed if d is not None), None)
     split = next((s for _, s, _ in parsed if s is not None), None)
     folders = [rest for _, _, rest in parsed[1:] if rest and rest.lower() not in IGNORED_FOLDERS]
@@ -252,8 +259,28 @@ def _hinted_record_files(
     hinted = []
     for file in record_files(root):
         relative = os.path.relpath(file, base).replace(os.sep, "/")
-        hinted.append((file, relative, dict(path_parser(relative))))
+        try:
+            hint = dict(path_parser(relative))
+        except ValueError as error:  # a typo of a split word: an error only for records without a split of their own
+            if path_parser is not parse_record_path:
+                raise
+            hint = {**parse_record_path(relative, strict=False), _SPLIT_TYPO: str(error)}
+        hinted.append((file, relative, hint))
     return hinted
+
+
+_SPLIT_TYPO = "split_typo"
+"""The key of a path hint whose split word is a typo (its message): see [`_source_split`]."""
+
+
+def _source_split(own: Any, hint: Mapping[str, Any], fallback: Any = None) -> Any:
+    """A record's own split word, else its path's, else `fallback`. A path whose split word is a typo is refused here,
+    for a record that has neither a split of its own nor a `fallback`, never for its file name alone."""
+    if own:
+        return own
+    if hint.get(_SPLIT_TYPO) and not fallback:
+        raise ValueError(hint[_SPLIT_TYPO])
+    return hint.get("split") or fallback
 
 
 def _as_list(value: str | Iterable[str] | None) -> list[str] | None:
@@ -423,7 +450,7 @@ def _records_to_arrow(
                         )
                     record["dataset"] = canonical_dataset(raw_dataset) or str(raw_dataset)
                     record["model"] = record.get("model") or hint.get("model")
-                    record["source_split"] = record.pop("split", None) or hint.get("split")
+                    record["source_split"] = _source_split(record.pop("split", None), hint)
                     part = paper_split(record["dataset"], record["source_split"])
                     _note(found, record["model"], record["dataset"], part)
                     inferred.setdefault(relative, set()).add((record["model"], record["dataset"], part))
@@ -547,7 +574,7 @@ def _group_records(
                 path_component(row["dataset"], "dataset")
             except ValueError as error:
                 raise ValueError(f"{origin}, record {number}: {error}") from None
-            row["source_split"] = row.pop("split", None) or hint.get("split") or row.get("source_split")
+            row["source_split"] = _source_split(row.pop("split", None), hint, row.get("source_split"))
             key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
             groups.setdefault(key, []).append(row)
     if not groups:
