@@ -33,6 +33,12 @@ class BaselinesArguments:
     parser: str = field(default="paper", metadata={"help": "Verbal score parser: 'paper' (its regex) or 'robust'."})
     seed: int = field(default=42, metadata={"help": "Seed of the demonstration draw."})
     batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the verbal baselines."})
+    lexical_scoring: str = field(
+        default="rouge_score",
+        metadata={"help": "Consis-Lex's ROUGE-L: the `rouge_score` package, or `reference` (the paper's code: the "
+                  "`rouge` package, split at '.', case- and punctuation-sensitive, distinct words).",
+                  "choices": ["rouge_score", "reference"]},
+    )
     allow_incomplete: bool = allow_incomplete_field()
 
     def __post_init__(self):
@@ -70,6 +76,7 @@ def compute(options: BaselinesArguments, records: list[dict], complete=None) -> 
     results = compute_baselines(
         records, complete=complete, train_records=train, which=options.names, seed=options.seed,
         parser=options.parser, batch_size=options.batch_size, summary=verbal_summaries,
+        lexical_scoring=options.lexical_scoring,
     )
     labels = [r.get("greedy_correctness") for r in records]
     report = {"mean": {}, "auroc": {}, "verbal": verbal_summaries}

@@ -40,6 +40,12 @@ class JudgeArguments:
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
     f1_threshold: float = field(default=0.5, metadata={"help": "`f1` correctness: correct when token F1 >= this."})
     lexical_threshold: float = field(default=0.5, metadata={"help": "`lexical`: equivalent when ROUGE-L >= this."})
+    lexical_scoring: str = field(
+        default="rouge_score",
+        metadata={"help": "`lexical`: ROUGE-L of the `rouge_score` package, or `reference` (the paper's code: the "
+                  "`rouge` package, split at '.', case- and punctuation-sensitive, distinct words).",
+                  "choices": ["rouge_score", "reference"]},
+    )
     embedding_model: str | None = field(
         default=None, metadata={"help": "Sentence-transformers folder (default: the bundled all-MiniLM-L6-v2)."}
     )
@@ -80,6 +86,7 @@ def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[s
     return apply_judges(
         records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
         strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,
+        lexical_scoring=options.lexical_scoring,
         embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,
         batch_size=options.batch_size, max_new_tokens=options.max_new_tokens,
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..bundled import normalize_question
 from ..prompts import VERBAL_CONFIDENCE_PROMPT
-from .lexical_judge import response_text, lexical_consistency
+from .lexical_judge import LEXICAL_SCORINGS, lexical_consistency, lexical_scores, response_text
 from .llm_judge import CompletionFn, call_completion
 
 
@@ -84,17 +84,26 @@ def n_prob(records: Sequence[dict]) -> list[float]:
     ]
 
 
-def consis_lex(records: Sequence[dict]) -> list[float]:
+def consis_lex(records: Sequence[dict], scoring: str = "rouge_score") -> list[float]:
     """Consis-Lex: mean ROUGE-L F between the greedy answer and each sample.
 
-    Reuses `consistency_lexical` when it has one score per sample, else computes and stores it.
+    `scoring="rouge_score"` (the default) reuses `consistency_lexical` when it has one score per sample, else computes
+    and stores it. `scoring="reference"` scores as the paper's reference code does (the `rouge` package: sentences
+    split at ".", case- and punctuation-sensitive, distinct words; [`~elical_hf.signals.lexical_judge.
+    rouge_l_reference`]), each time from the answers, and stores nothing.
     """
     _check(records, "consis_lex")
+    if scoring not in LEXICAL_SCORINGS:
+        raise ValueError(f"Unknown lexical scoring {scoring!r}; choose one of {LEXICAL_SCORINGS}.")
     scores = []
     for i, record in enumerate(records):
         samples = record.get("sampling_response") or []
         if not len(samples):
             raise ValueError(f"Record {i} has no `sampling_response`; Consis-Lex needs sampled answers.")
+        if scoring == "reference":
+            lexical = lexical_scores(response_text(record.get("greedy_response")), samples, scoring)
+            scores.append(float(sum(lexical) / len(lexical)))
+            continue
         lexical = record.get("consistency_lexical")
         if lexical is None or len(lexical) != len(samples):
             lexical_consistency([record])
@@ -316,6 +325,7 @@ def compute_baselines(
     batch_size: int = 16,
     progress: bool = True,
     summary: dict | None = None,
+    lexical_scoring: str = "rouge_score",
 ) -> dict[str, list[float]]:
     """Compute the baselines in `which` and store each as `confidence_<name>` in the records (in place).
 
@@ -334,6 +344,9 @@ def compute_baselines(
             As in [`verbal`].
         summary (`dict`, *optional*):
             When given, receives the verbal baselines' summaries (parse-failure rates) under their names.
+        lexical_scoring (`str`, *optional*, defaults to `"rouge_score"`):
+            Consis-Lex's ROUGE-L: `"rouge_score"` or `"reference"` (the reference code's `rouge` package; see
+            [`consis_lex`]).
 
     Returns:
         `dict[str, list[float]]`: baseline name -> one confidence in [0, 1] per record.
@@ -346,7 +359,8 @@ def compute_baselines(
     for name in which:
         baseline = BASELINES[name]
         if not baseline.needs_model:
-            results[name] = baseline.fn(records)
+            options = {"scoring": lexical_scoring} if name == "consis_lex" else {}
+            results[name] = baseline.fn(records, **options)
             continue
         if complete is None:
             raise ValueError(f"{name} needs the answering model: pass `complete` (the CLI's `--model`).")

@@ -74,6 +74,7 @@ def apply_judges(
     strict: bool = False,
     f1_threshold: float = 0.5,
     lexical_threshold: float = 0.5,
+    lexical_scoring: str = "rouge_score",
     embedding_model: str | None = None,
     embedding_threshold: float | None = None,
     lexical_scores: bool = False,
@@ -93,6 +94,9 @@ def apply_judges(
         strict (`bool`, *optional*, defaults to `False`): LLM verdicts are `None` unless the reply says (un)certain.
         f1_threshold (`float`, *optional*, defaults to 0.5): `f1` correctness: correct when token F1 >= this.
         lexical_threshold (`float`, *optional*, defaults to 0.5): `lexical`: equivalent when ROUGE-L F >= this.
+        lexical_scoring (`str`, *optional*, defaults to `"rouge_score"`): `lexical`: the ROUGE-L of the verdicts,
+            `"rouge_score"` or `"reference"` (the reference code's `rouge` package,
+            [`~elical_hf.signals.lexical_judge.rouge_l_reference`]).
         embedding_model (`str`, *optional*): Sentence-transformers folder of `embedding` (default: the bundled one).
         embedding_threshold (`float`, *optional*): `embedding`: equivalent when cosine >= this (default:
             [`~elical_hf.signals.embedding_judge.DEFAULT_THRESHOLD`]).
@@ -133,5 +137,5 @@ def apply_judges(
         threshold = DEFAULT_THRESHOLD if embedding_threshold is None else embedding_threshold
         summaries["consistency"] = EmbeddingJudge(embedding_model, threshold=threshold).judge_records(records)
     elif consistency == "lexical":
-        summaries["consistency"] = lexical_judgement(records, lexical_threshold)
+        summaries["consistency"] = lexical_judgement(records, lexical_threshold, lexical_scoring)
     return summaries
