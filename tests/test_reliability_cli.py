@@ -283,16 +283,16 @@ def test_repeated_questions_are_sampled_once(tmp_path, caplog):
 
 
 @case("silent", "`sampling_response` given as a string, not a list (a records file)",
-      "refused, naming the file and line: ``<file> line 2: `sampling_response` must be a list (one item per sample), "
-      "got a str: 'paris'`` (was: split into one-character samples)")
+      "refused, naming the file, line and id: ``<file> line 2 (id '1'): `sampling_response` must be a list (one item "
+      "per sample), got a str: 'paris'`` (was: split into one-character samples)")
 def test_sampling_response_as_a_string_is_refused(tmp_path, capsys):
     path = jsonl(tmp_path / "records.jsonl", [record(0), record(1, sampling_response="paris")])
-    with pytest.raises(ValueError, match="line 2: `sampling_response` must be a list"):
+    with pytest.raises(ValueError, match=r"line 2 \(id '1'\): `sampling_response` must be a list"):
         read_records(path)
     status, line = run(["judge", "--records", path, "--output", str(tmp_path / "j.jsonl"),
                         "--consistency", "lexical"], capsys)
-    assert status == 2 and line.endswith(f"{path} line 2: `sampling_response` must be a list (one item per sample), "
-                                         "got a str: 'paris'")
+    assert status == 2 and line.endswith(f"{path} line 2 (id '1'): `sampling_response` must be a list (one item per "
+                                         "sample), got a str: 'paris'")
     assert not (tmp_path / "j.jsonl").exists()
 
 

@@ -118,3 +118,28 @@ def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(
         load_honestybench(bare, progress=False, cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="'jtrain' looks like the split word 'train'"):
         load_questions(bare)
+
+
+@case("input", "`elical-hf judge` on records with text in an integer field (`\"num_generated_tokens\": \"one\"`, or "
+      "`\"num_samples\": \"one\"` where the other records hold numbers)",
+      "exits 2 naming the record and field: `<file> line 4 (id 'nq-1'): `num_generated_tokens` must be an integer, "
+      "got 'one'.` / `Field 'num_samples' mixes value types across records: record 3 (id 'nq-1') holds 'one' (str), "
+      "record 0 holds 2 (int)` (was `ArrowInvalid: Could not convert 'one'`)")
+def test_text_in_an_integer_field_names_the_record(tmp_path, capsys):
+    from tests.test_reliability_round2 import records_of
+
+    for field, line in (("num_generated_tokens", "line 4 (id 'nq-1'): `num_generated_tokens` must be an integer, "
+                                                 "got 'one'."),
+                        ("num_samples", "Field 'num_samples' mixes value types across records: record 3 (id 'nq-1') "
+                                        "holds 'one' (str), record 0 holds 2 (int)")):
+        rows = records_of("m")
+        for row in rows:
+            row[field] = 2
+        rows[3][field] = "one"
+        path = tmp_path / f"{field}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        assert cli_main(["judge", "--records", str(path), "--consistency", "lexical",
+                         "--output", str(tmp_path / f"{field}-judged.parquet")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("elical-hf judge: error: ") and err[0].endswith(line), err
+        assert not (tmp_path / f"{field}-judged.parquet").exists()

@@ -116,8 +116,24 @@ def _judgement(value: Any) -> float | None:
     raise ValueError(f"`consistency_judgement` must hold numbers, booleans or judge replies, got {value!r}.")
 
 
-def _float(value: Any) -> float | None:
-    return None if value is None else float(value)
+def _float(value: Any, name: str = "a number field") -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)  # a number, or one written as text ("0.5")
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must hold numbers, got {value!r}.") from None
+
+
+def _int(value: Any, name: str) -> int | None:
+    """An integer field (`num_generated_tokens`, `shard`, ...): an int, a whole float or digits as text."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ValueError(f"`{name}` must be an integer, got {value!r}.")
 
 
 def _answer(value: Any) -> list[str]:
@@ -130,13 +146,19 @@ _NORMALIZERS: dict[str, Callable[[Any], Any]] = {
     "answer": _answer,
     "greedy_response": lambda v: None if (v := _scalar(v, "greedy_response")) is None else str(v),
     "greedy_tokens": lambda v: _flat_list(v, "greedy_tokens"),
-    "greedy_logprobs": lambda v: None if (v := _flat_list(v, "greedy_logprobs")) is None else [_float(x) for x in v],
-    "greedy_cumulative_logprobs": lambda v: _float(_scalar(v, "greedy_cumulative_logprobs")),
+    "greedy_logprobs": lambda v: None if (v := _flat_list(v, "greedy_logprobs")) is None
+    else [_float(x, "greedy_logprobs") for x in v],
+    "greedy_cumulative_logprobs": lambda v: _float(_scalar(v, "greedy_cumulative_logprobs"),
+                                                   "greedy_cumulative_logprobs"),
     "greedy_correctness": lambda v: _bool(_scalar(v, "greedy_correctness"), "greedy_correctness"),
     "sampling_response": lambda v: _list(v, "sampling_response", lambda s: None if s is None else str(s)),
     "sampling_correctness": lambda v: _list(v, "sampling_correctness", lambda x: _bool(x, "sampling_correctness")),
     "consistency_judgement": lambda v: _list(v, "consistency_judgement", _judgement),
-    "consistency_lexical": lambda v: _list(v, "consistency_lexical", _float),
+    "consistency_lexical": lambda v: _list(v, "consistency_lexical", lambda x: _float(x, "consistency_lexical")),
+    "num_generated_tokens": lambda v: _int(v, "num_generated_tokens"),
+    "shard": lambda v: _int(v, "shard"),
+    "shard_tokens": lambda v: _int(v, "shard_tokens"),
+    "shard_seconds": lambda v: _float(v, "shard_seconds"),
 }
 
 
@@ -202,9 +224,28 @@ def record_features(records: list[dict[str, Any]], base: Features = RECORD_FEATU
         try:
             arrow_type = pa.array([r.get(name) for r in records]).type
         except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise ValueError(f"Field {name!r} mixes value types across records: {error}") from None
+            odd = _odd_value(records, name) or error
+            raise ValueError(f"Field {name!r} mixes value types across records: {odd}") from None
         features[name] = generate_from_arrow_type(arrow_type)
     return Features(features)
+
+
+def _odd_value(records: list[dict[str, Any]], name: str) -> str | None:
+    """Which record holds a value of `name` of another kind (text, number, bool, list, dict) than the first record
+    holding one, e.g. `record 3 (id 'nq-1') holds 'one' (str), record 0 holds 2 (int)`; `None` if all are alike."""
+    def kind(value: Any) -> str:
+        return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+    held = [(i, r[name]) for i, r in enumerate(records) if r.get(name) is not None]
+    if not held:
+        return None
+    first, value = held[0]
+    for i, other in held[1:]:
+        if kind(other) != kind(value):
+            named = f" (id {records[i]['id']!r})" if records[i].get("id") is not None else ""
+            return (f"record {i}{named} holds {other!r} ({type(other).__name__}), record {first} holds {value!r} "
+                    f"({type(value).__name__})")
+    return None
 
 
 RECORD_EXTENSIONS = (".jsonl", ".parquet")
@@ -303,7 +344,8 @@ def _normalized(record: Mapping[str, Any], where: str) -> dict[str, Any]:
     try:
         return normalize_record(record)
     except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
+        named = f" (id {record['id']!r})" if record.get("id") is not None else ""
+        raise ValueError(f"{where}{named}: {error}") from None
 
 
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
