@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
+import urllib.request
 
 import pytest
 import torch
@@ -191,13 +193,25 @@ def test_clients_that_go_away_mid_request_do_not_hurt_the_server(gate, expected)
     payload = json.dumps(ask(QUESTIONS[1])).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\n\r\n").encode()
-    for body in (payload, payload[: len(payload) // 2]):  # the request in full (then waiting), or cut mid-body
+    before = health(server)
+    for body in (payload, payload[: len(payload) // 2]):  # the request in full (then gone), or cut mid-body
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", server.port)) as connection:
                 connection.sendall(head + body)
-            # closed before any answer: the server is scoring it (or waiting for the rest of the body)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the three whole requests: dropped before their batch, or their result
+        counts = health(server)  # discarded; never answered to nobody
+        if counts["dropped"] + counts["discarded"] - before["dropped"] - before["discarded"] >= 3:
+            break
+        time.sleep(0.2)
+    assert counts["dropped"] + counts["discarded"] - before["dropped"] - before["discarded"] == 3
     check_reply(*server.post("/chat/completions", ask(QUESTIONS[1])), expected[1])
     assert server.alive and not bugs(server)
+
+
+def health(server: ServerProcess) -> dict:
+    with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=30) as response:
+        return json.loads(response.read())["batching"]
 
 
 def test_the_openai_client(gate, expected):

@@ -8,6 +8,7 @@ unknown route a 404, and a bug a 500 that leaves the server running.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from .batching import MicroBatcher
@@ -26,8 +27,32 @@ from .schema import ChatCompletionRequest, RequestError, error_body, validation_
 logger = logging.getLogger(__name__)
 
 
+CLIENT_CLOSED = 499
+"""The status logged for a request whose client went away before its answer (nginx's "client closed request")."""
+
+
 def error_response(error: RequestError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
+
+
+async def client_gone(request: Request) -> None:
+    """Return when the client of `request` disconnects (its body already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_client_leaves(request: Request, work: Any) -> tuple[bool, Any]:
+    """Await the coroutine `work` unless the client disconnects first, which cancels it: `(True, result)` or
+    `(False, None)`."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(client_gone(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not task.done():
+        task.cancel()
+        return False, None
+    return True, task.result()
 
 
 def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 5.0) -> FastAPI:
@@ -80,7 +105,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "mode": engine.mode, "model": engine.model_name}
+        return {"status": "ok", "mode": engine.mode, "model": engine.model_name, "batching": dict(batcher.counts)}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -94,8 +119,10 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         return model_card
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest) -> JSONResponse:
-        result = await batcher.submit(engine.prepare(body))
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        answered, result = await unless_client_leaves(request, batcher.submit(engine.prepare(body)))
+        if not answered:  # nobody to answer: the job was dropped from its batch, or its result discarded
+            return Response(status_code=CLIENT_CLOSED)
         if isinstance(result, RequestError):
             return error_response(result)
         assert isinstance(result, Reply)

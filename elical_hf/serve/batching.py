@@ -41,6 +41,9 @@ class MicroBatcher(Generic[Job]):
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="elical-serve")
         self.queue: asyncio.Queue | None = None
         self.task: asyncio.Task | None = None
+        self.counts = {"batches": 0, "jobs": 0, "largest_batch": 0, "dropped": 0, "discarded": 0}
+        """Batches run, jobs computed, the largest batch, jobs dropped before their batch (their client left) and
+        results discarded (the client left during the batch)."""
 
     async def submit(self, job: Job) -> Any:
         """Queue `job` and wait for its result (the batch loop starts with the first job)."""
@@ -57,7 +60,9 @@ class MicroBatcher(Generic[Job]):
             await asyncio.sleep(self.max_wait)
         while len(batch) < self.max_batch_size and not self.queue.empty():
             batch.append(self.queue.get_nowait())
-        return [(job, future) for job, future in batch if not future.done()]  # done: cancelled, its client left
+        live = [(job, future) for job, future in batch if not future.done()]  # done: cancelled, its client left
+        self.counts["dropped"] += len(batch) - len(live)
+        return live
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -65,6 +70,9 @@ class MicroBatcher(Generic[Job]):
             batch = await self._next_batch()
             if not batch:
                 continue
+            self.counts["batches"] += 1
+            self.counts["jobs"] += len(batch)
+            self.counts["largest_batch"] = max(self.counts["largest_batch"], len(batch))
             try:
                 results = await loop.run_in_executor(self.executor, self.run, [job for job, _ in batch])
                 if len(results) != len(batch):
@@ -76,7 +84,9 @@ class MicroBatcher(Generic[Job]):
                         future.set_exception(error)
                 continue
             for (_, future), result in zip(batch, results):
-                if not future.done():  # done: the client went away meanwhile
+                if future.done():  # the client went away meanwhile
+                    self.counts["discarded"] += 1
+                else:
                     future.set_result(result)
 
     async def close(self) -> None:
