@@ -13,7 +13,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
-                                    "data_scale", "gate_overhead", "precision_agreement"])
+                                    "data_scale", "gate_overhead", "precision_agreement", "serve_load"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -78,3 +78,21 @@ def test_precision_agreement_benchmark_prints_both_dtypes_side_by_side(tiny_llam
     assert 0 <= float(rows["greedy answers identical (fp32 vs bf16)"][2].rstrip("%")) <= 100
     largest, mean = (float(x) for x in rows["Eli-Only: max / mean abs Δ confidence"][2].split(" / "))
     assert 0 <= mean <= largest < 0.05
+
+
+def test_serve_load_benchmark_drives_both_servers_and_prints_ratios(tiny_llama, tmp_path):
+    """A smoke run (2 requests per round): both servers start, answer, and every cell and ratio is printed."""
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "gate")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "serve_load.py"), "--model", str(tmp_path / "gate"),
+                           "--concurrency", "1", "2", "--requests", "2", "--warmup", "1", "--max_tokens", "2"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Machine: cpu=") and lines[1].startswith("CPU (lscpu): ")
+    cells = {(row[1].strip(), row[2].strip()): float(row[3]) for row in (line.split("|") for line in lines)
+             if len(row) > 3 and row[2].strip().isdigit()}
+    assert set(cells) == {(server, clients) for server in ("batched", "one at a time") for clients in ("1", "2")}
+    assert all(rps > 0 for rps in cells.values())
+    assert lines[-1].startswith("batched / one at a time: 1 clients: ") and "2 clients: " in lines[-1]

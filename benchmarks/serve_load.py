@@ -1,0 +1,143 @@
+"""Load on `elical-hf serve`: requests/s and p50 / p95 latency at 1, 4 and 16 concurrent clients, micro-batched vs
+one request at a time, measured in the same run.
+
+Two server processes serve the same gate model side by side:
+
+- batched: `--max_batch_size 16 --batch_wait_ms 5` (the defaults): requests arriving together are scored and decoded
+  in one `model.answer` call;
+- one at a time: `--max_batch_size 1 --batch_wait_ms 0`: each request is its own call, in arrival order.
+
+For each concurrency c, c client threads send `--requests` requests in all (each thread one after another, a new
+request as soon as its last one is answered), after `--warmup` untimed ones. Latency is the client's wall time per
+request; requests/s is requests over the wall time of the round. Rounds alternate between the two servers, so a drift
+of the machine's speed weighs on both. `--threshold 0` (the default) answers every question, so each request costs a
+prefill and a full decode (a real threshold abstains on some, which then cost only their prefill).
+
+    python benchmarks/serve_load.py                          # the shipped stage-1 adapter on the embedded SmolLM2
+    python benchmarks/serve_load.py --requests 64 --max_tokens 32 --concurrency 1 4 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import threading
+import time
+
+from common import print_machine, print_table
+
+
+STAGE1 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "elical_hf", "resources", "demo",
+                      "stage1-smollm2-135m-instruct")
+SERVERS = {"batched": ["--max_batch_size", "16", "--batch_wait_ms", "5"],
+           "one at a time": ["--max_batch_size", "1", "--batch_wait_ms", "0"]}
+
+
+def lscpu_model() -> str:
+    """The CPU's model name as `lscpu` prints it."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no lscpu)"
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
+                "unknown")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ranked = sorted(values)
+    return ranked[min(len(ranked) - 1, max(0, round(q * (len(ranked) - 1))))]
+
+
+def load_round(server, questions: list[str], concurrency: int, requests: int, max_tokens: int) -> dict[str, float]:
+    """`requests` requests from `concurrency` threads: requests/s, p50 and p95 latency (seconds), failures."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    counter = iter(range(requests))
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            with lock:
+                index = next(counter, None)
+            if index is None:
+                return
+            body = {"messages": [{"role": "user", "content": questions[index % len(questions)]}],
+                    "max_tokens": max_tokens}
+            start = time.perf_counter()
+            status, reply, _ = server.post("/chat/completions", body)
+            elapsed = time.perf_counter() - start
+            with lock:
+                latencies.append(elapsed)
+                if status != 200:
+                    failures.append(f"{status}: {reply}")
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
+    return {"rps": requests / wall, "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=STAGE1, help="A saved confidence model (default: the shipped stage-1 "
+                        "adapter on the embedded SmolLM2-135M-Instruct).")
+    parser.add_argument("--threshold", type=float, default=0.0, help="The gate's threshold (0: answer all).")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--requests", type=int, default=48, help="Timed requests per round.")
+    parser.add_argument("--warmup", type=int, default=4, help="Untimed requests per server first.")
+    parser.add_argument("--rounds", type=int, default=1, help="Rounds per (server, concurrency); medians reported.")
+    parser.add_argument("--max_tokens", type=int, default=32)
+    args = parser.parse_args(argv)
+
+    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.serve.process import ServerProcess
+
+    print_machine()
+    print(f"CPU (lscpu): {lscpu_model()}")
+    questions = [row["question"].strip() for row in load_bundled_questions("nq", max(args.requests, 16))]
+    print(f"{args.model}; threshold {args.threshold:g}; {args.requests} requests per round, {args.max_tokens} tokens "
+          f"at most; {args.rounds} round(s) per cell.\n")
+    common = ["--threshold", str(args.threshold), "--log_level", "warning", "--max_tokens", str(args.max_tokens)]
+    servers = {name: ServerProcess(args.model, *common, *extra) for name, extra in SERVERS.items()}
+    try:
+        for server in servers.values():
+            if args.warmup:
+                load_round(server, questions, 1, args.warmup, args.max_tokens)
+        cells: dict[tuple[str, int], list[dict[str, float]]] = {}
+        for _ in range(args.rounds):
+            for concurrency in args.concurrency:
+                for name, server in servers.items():  # the two servers take turns
+                    cells.setdefault((name, concurrency), []).append(
+                        load_round(server, questions, concurrency, args.requests, args.max_tokens))
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    def median(name: str, concurrency: int, key: str) -> float:
+        return statistics.median(cell[key] for cell in cells[(name, concurrency)])
+
+    rows = []
+    for concurrency in args.concurrency:
+        for name in servers:
+            rows.append([name, concurrency, round(median(name, concurrency, "rps"), 2),
+                         round(median(name, concurrency, "p50"), 3), round(median(name, concurrency, "p95"), 3)])
+    print_table(["server", "clients", "requests/s", "p50 s", "p95 s"], rows)
+    print()
+    ratios = []
+    for concurrency in args.concurrency:
+        ratio = median("batched", concurrency, "rps") / median("one at a time", concurrency, "rps")
+        p95 = median("batched", concurrency, "p95") / median("one at a time", concurrency, "p95")
+        ratios.append(f"{concurrency} clients: {ratio:.2f}x requests/s, {p95:.2f}x p95")
+    print("batched / one at a time: " + "; ".join(ratios))
+
+
+if __name__ == "__main__":
+    main()
