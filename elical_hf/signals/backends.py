@@ -139,7 +139,7 @@ def vllm_available() -> bool:
 
 def vllm_request_params(sampling_params: Any, questions: list[str], settings: SamplingSettings) -> tuple[Any, list[Any]]:
     """The vLLM requests of [`VLLMBackend.generate`]: one greedy `SamplingParams` (temperature 0, `logprobs=0`: the
-    chosen tokens' log-probabilities) for every question, and one sampling `SamplingParams` per question (`n=k`, the
+    chosen tokens' log-probabilities, the settings' `greedy_repetition_penalty`) for every question, and one sampling `SamplingParams` per question (`n=k`, the
     settings' temperature, top-p, top-k, repetition penalty and stop strings, seeded from the settings' seed and the
     question text, so a question's samples do not depend on the other questions or on the worker that samples it).
 
@@ -152,7 +152,8 @@ def vllm_request_params(sampling_params: Any, questions: list[str], settings: Sa
         `tuple`: the greedy parameters and the list of per-question sampling parameters.
     """
     stop = list(settings.stop_strings) or None
-    greedy = sampling_params(n=1, temperature=0.0, max_tokens=settings.max_new_tokens, logprobs=0, stop=stop)
+    greedy = sampling_params(n=1, temperature=0.0, max_tokens=settings.max_new_tokens, logprobs=0, stop=stop,
+                             repetition_penalty=settings.greedy_repetition_penalty)
     sampling = [
         sampling_params(
             n=settings.num_samples,
@@ -280,14 +281,18 @@ class VLLMBackend:
         use_chat_template: bool = True,
         system_prompt: str | None = None,
         stop_strings: list[str] | None = None,
+        repetition_penalty: float = 1.0,
     ) -> list[str]:
-        """Greedy completions of raw user prompts in the chat template (`batch_size` is vLLM's business: ignored)."""
+        """Greedy completions of raw user prompts in the chat template (`batch_size` is vLLM's business: ignored);
+        `repetition_penalty` as in [`complete_prompts`]."""
         prompts = list(prompts)
-        settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
+        settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings,
+                                       repetition_penalty)
         if not prompts:
             return []
         params = self._vllm.SamplingParams(
-            n=1, temperature=0.0, max_tokens=max_new_tokens, stop=settings.stop_strings or None
+            n=1, temperature=0.0, max_tokens=max_new_tokens, stop=settings.stop_strings or None,
+            repetition_penalty=settings.greedy_repetition_penalty,
         )
         outputs = self._run(build_prompt_ids(self.tokenizer, prompts, settings), params, progress)
         return [self._decode(out.outputs[0].token_ids, settings.stop_strings) for out in outputs]

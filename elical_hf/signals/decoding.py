@@ -143,13 +143,17 @@ class Decoder:
         return any(s in tail for s in self.settings.stop_strings)
 
     def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs) -> torch.Tensor:
-        """Greedy rows: argmax of the raw logits, logging its log-probability. Sample rows: penalty, temperature,
-        top-k, top-p, then a draw from the row's own generator."""
+        """Greedy rows: argmax of the logits (after `greedy_repetition_penalty` when it is not 1), logging the raw
+        log-probability of the chosen token. Sample rows: penalty, temperature, top-k, top-p, then a draw from the
+        row's own generator."""
         settings = self.settings
         next_tokens = torch.empty(len(row_ids), dtype=torch.long, device=logits.device)
         if greedy.any():
             raw = logits[greedy]
-            chosen = raw.argmax(-1)
+            penalized = raw
+            if settings.greedy_repetition_penalty != 1.0:
+                penalized = apply_repetition_penalty(raw, seen[greedy], settings.greedy_repetition_penalty)
+            chosen = penalized.argmax(-1)
             next_tokens[greedy] = chosen
             chosen_logprobs = raw.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1).tolist()
             for r, logprob in zip(row_ids[greedy].tolist(), chosen_logprobs):
@@ -195,7 +199,7 @@ class Decoder:
         row_ids = torch.arange(n_rows, device=device)
         is_greedy = row_ids % group == 0
         seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
-        if settings.repetition_penalty != 1.0 and self.num_samples:
+        if (settings.repetition_penalty != 1.0 and self.num_samples) or settings.greedy_repetition_penalty != 1.0:
             seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
             seen = seen.repeat_interleave(group, dim=0)
         generators = [

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..precision import AUTO, resolve_dtype
-from ..prompts import render_prompt
+from ..prompts import check_prompt_texts, render_prompt
 from .decoding import Decoder, check_prompt_lengths, context_length, decode_all
 from .settings import SamplingSettings
 
@@ -37,7 +37,9 @@ def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None 
 
 
 def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
-    """Token ids of each question's prompt, rendered by [`~elical_hf.prompts.render_prompt`]."""
+    """Token ids of each question's prompt, rendered by [`~elical_hf.prompts.render_prompt`]; a question no tokenizer
+    can read (an unpaired surrogate) is a `ValueError` naming its row ([`~elical_hf.prompts.check_prompt_texts`])."""
+    check_prompt_texts(questions, [f"question row {i}" for i in range(len(questions))])
     texts = [
         render_prompt(
             tokenizer,
@@ -126,8 +128,10 @@ def completion_settings(
     use_chat_template: bool = True,
     system_prompt: str | None = None,
     stop_strings: list[str] | None = None,
+    repetition_penalty: float = 1.0,
 ) -> SamplingSettings:
-    """Settings of a greedy completion of raw prompts (shared by every backend's `complete`)."""
+    """Settings of a greedy completion of raw prompts (shared by every backend's `complete`); `repetition_penalty`
+    is the greedy rows' (`SamplingSettings.greedy_repetition_penalty`)."""
     return SamplingSettings(
         num_samples=1,  # unused: completions decode greedy rows only
         max_new_tokens=max_new_tokens,
@@ -136,6 +140,7 @@ def completion_settings(
         use_chat_template=use_chat_template,
         system_prompt=system_prompt,
         stop_strings=list(stop_strings or []),
+        greedy_repetition_penalty=repetition_penalty,
     )
 
 
@@ -150,15 +155,17 @@ def complete_prompts(
     use_chat_template: bool = True,
     system_prompt: str | None = None,
     stop_strings: list[str] | None = None,
+    repetition_penalty: float = 1.0,
     autocast_dtype: torch.dtype | str | None = "auto",
     share_prefix: bool = True,
 ) -> list[str]:
     """Greedy completions of raw user prompts, each wrapped in the chat template (LLM judges, verbalized confidence).
 
-    The loop of [`generate_answers`] with the greedy row only (one prefill per prompt, argmax of the raw logits,
+    The loop of [`generate_answers`] with the greedy row only (one prefill per prompt, argmax of the logits,
     finished rows leave the batch). `prompts` are filled-in user messages (e.g. `CORRECTNESS_PROMPT.format(...)`);
     `max_new_tokens`, `batch_size`, `use_chat_template`, `system_prompt`, `stop_strings` and `autocast_dtype` mean
-    what they mean in [`SamplingSettings`] and [`generate_answers`]. With `share_prefix`, the token prefix that all
+    what they mean in [`SamplingSettings`] and [`generate_answers`]; `repetition_penalty` is
+    `SamplingSettings.greedy_repetition_penalty` (1.0: the plain argmax). With `share_prefix`, the token prefix that all
     prompts of a batch share (at least `MIN_SHARED_PREFIX` tokens, e.g. Verbal-10's ten demonstrations) is prefilled
     once per batch instead of once per prompt: the same positions and attention, so the same completions up to
     floating-point rounding, for a fraction of the prefill.
@@ -170,7 +177,8 @@ def complete_prompts(
     for row, prompt in enumerate(prompts):
         if not isinstance(prompt, str):
             raise ValueError(f"`prompts` must hold strings; row {row} holds {type(prompt).__name__}.")
-    settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings)
+    settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings,
+                                   repetition_penalty)
     if not prompts:
         return []
     decoder = Decoder(

@@ -43,6 +43,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
+from ..prompts import check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
@@ -60,6 +61,9 @@ TIMING_FIELDS = ("shard_seconds", "shard_tokens")
 
 # Settings that do not change the records: a rerun may change them (e.g. a smaller batch after running out of memory).
 _FREE_SETTINGS = ("batch_size",)
+LATER_SETTINGS = {"greedy_repetition_penalty": 1.0}
+"""Settings added after manifests were first written, with the value that a manifest without them was sampled with
+(what the code did before the setting existed), so such a run still resumes and merges."""
 
 
 def shard_path(output_dir: str | os.PathLike, index: int) -> str:
@@ -74,9 +78,10 @@ def _prepare_questions(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(question, dict):
             raise ValueError(f"Question row {row} must be a dict with a 'question', got {type(question).__name__}.")
         text = question.get("question")
+        name = f"row {row}" + (f" (id {question['id']!r})" if question.get("id") is not None else "")
         if not isinstance(text, str) or not text.strip():
-            name = f"row {row}" + (f" (id {question['id']!r})" if question.get("id") is not None else "")
             raise ValueError(f"Question {name} has an empty or non-string 'question': {text!r}.")
+        check_prompt_texts([text], [f"question {name}"])
         defaults = {"id": question.get("id", row), "answer": question.get("answer"), "dataset": question.get("dataset")}
         prepared.append(normalize_record({**question, **defaults}))
     return prepared
@@ -166,6 +171,8 @@ def _load_manifest(path: str, advice: str) -> dict[str, Any]:
         raise ValueError(f"Cannot read {path} ({error}); {advice}.") from None
     if found.get("format") != MANIFEST_FORMAT:
         raise ValueError(f"{path} is not a sampling manifest written by elical-hf; {advice}.")
+    if isinstance(found.get("settings"), dict):
+        found["settings"] = {**LATER_SETTINGS, **found["settings"]}
     return {"worker": _single_worker(found.get("num_questions")), **found}
 
 

@@ -33,6 +33,11 @@ class SamplingSettings:
             Keep only the `top_k` most likely tokens (ties with the k-th kept). `0` disables it.
         repetition_penalty (`float`, *optional*, defaults to `1.05`):
             Hugging Face repetition penalty over the prompt and the generated tokens, applied to sample rows only.
+        greedy_repetition_penalty (`float`, *optional*, defaults to `1.0`):
+            The same penalty for the greedy answer: its next token is the argmax of the penalized logits, as
+            `generate(do_sample=False, repetition_penalty=...)` picks it (its logged log-probabilities stay the
+            model's own). `1.0` (the default) is the plain argmax. The paper's reference code passes 1.05 to its greedy
+            decoding too (`infer_scripts/run_infer_consistency.sh:54-56`): `1.05` reproduces it (`docs/reference.md`).
         max_new_tokens (`int`, *optional*, defaults to `256`):
             Most tokens generated per answer.
 
@@ -71,6 +76,11 @@ class SamplingSettings:
     use_chat_template: bool = field(default=True, metadata={"help": "Wrap the prompt in the chat template."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message (None: template default)."})
     stop_strings: list[str] = field(default_factory=list, metadata={"help": "Strings that end an answer."})
+    greedy_repetition_penalty: float = field(
+        default=1.0,
+        metadata={"help": "Repetition penalty (> 0) of the greedy answer; 1.0 (default) is the plain argmax, 1.05 the "
+                  "paper's reference code."},
+    )
 
     def __post_init__(self):
         checks = [
@@ -79,6 +89,7 @@ class SamplingSettings:
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", self.top_k >= 0, "must be >= 0 (0 disables top-k)"),
             ("repetition_penalty", self.repetition_penalty > 0, "must be > 0 (1.0 disables it)"),
+            ("greedy_repetition_penalty", self.greedy_repetition_penalty > 0, "must be > 0 (1.0 disables it)"),
             ("max_new_tokens", self.max_new_tokens >= 1, "must be >= 1"),
             ("batch_size", self.batch_size is None or self.batch_size >= 1, "must be >= 1 (or None: automatic)"),
         ]
