@@ -13,6 +13,7 @@ import torch
 from datasets import Dataset
 
 from .configuration import ConfidenceConfig
+from .prompts import check_prompt_texts
 from .files import check_text_file, looks_local
 
 
@@ -56,7 +57,9 @@ def load_tokenizer(name_or_path: str | os.PathLike, fallback: Any = None, **kwar
 
 def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:
     """Render each question with `config` and tokenize it, keeping the last `config.max_length` tokens (all of them
-    when it is `None`); one warning counts the prompts that were cut."""
+    when it is `None`); one warning counts the prompts that were cut. A question no tokenizer can read (an unpaired
+    surrogate) is a `ValueError` naming its row ([`~elical_hf.prompts.check_prompt_texts`])."""
+    check_prompt_texts(questions, [f"question row {i}" for i in range(len(questions))])
     texts = [config.format_prompt(question, tokenizer) for question in questions]
     input_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
     limit = config.max_length
@@ -115,14 +118,42 @@ def _float_or_nan(value: Any) -> float:
 
 
 def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]], name: str) -> Dataset:
-    """Accept a `datasets.Dataset`, a list of row dicts or a dict of columns."""
+    """Accept a `datasets.Dataset`, a list of row dicts or a dict of columns.
+
+    Raises:
+        `ValueError`: for columns of different lengths (a dict of lists), a column that is not a list, or a text no
+            tokenizer can read (an unpaired surrogate), naming the column or the row.
+    """
     if isinstance(data, Dataset):
         return data
     if isinstance(data, Mapping):
-        return Dataset.from_dict(dict(data))
-    if isinstance(data, Sequence) and not isinstance(data, str):
-        return Dataset.from_list(list(data))
-    raise TypeError(f"The {name} dataset must be a datasets.Dataset, a list of dicts or a dict of lists, got {type(data)}.")
+        columns = dict(data)
+        lengths = {}
+        for column, values in columns.items():
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise ValueError(f"The {name} dataset's column {column!r} must be a list (one value per row), got "
+                                 f"{type(values).__name__}.")
+            lengths[column] = len(values)
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{column!r}: {n}" for column, n in lengths.items())
+            raise ValueError(f"The {name} dataset's columns have different lengths ({shown}): every column needs one "
+                             "value per row.")
+        rows = None
+    elif isinstance(data, Sequence) and not isinstance(data, str):
+        rows = list(data)
+    else:
+        raise TypeError(
+            f"The {name} dataset must be a datasets.Dataset, a list of dicts or a dict of lists, got {type(data)}."
+        )
+    try:
+        return Dataset.from_dict(columns) if rows is None else Dataset.from_list(rows)
+    except UnicodeEncodeError:  # a text Arrow cannot hold: say which
+        if rows is None:
+            rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+        for row, record in enumerate(rows):
+            if isinstance(record, Mapping):
+                check_prompt_texts(record.values(), [f"the {name} dataset's row {row}, column {c!r}," for c in record])
+        raise
 
 
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}

@@ -47,6 +47,29 @@ VERBAL_CONFIDENCE_PROMPT = (
 """Verbalized-confidence prompt (Verbal-0; Verbal-10 prepends ten demonstrations)."""
 
 
+def check_prompt_texts(texts: Any, names: Any = None) -> None:
+    """Refuse a text that no tokenizer can read: one holding an unpaired surrogate (`"who \\udcff wrote"`, what
+    `errors="surrogateescape"` leaves of bytes that are not UTF-8), which tokenizers reject with a `TypeError` and Arrow
+    with a `UnicodeEncodeError`. One `ValueError` naming the text (`names[i]`, default `row i`) and the character.
+
+    Args:
+        texts (`Iterable[str]`): The texts (questions); other values are left to the callers' own checks.
+        names (`Iterable[str]`, *optional*): How to name each text in the error, e.g. `question row 3 (id 'q3')`.
+    """
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            name = f"row {row}" if names is None else list(names)[row]
+            raise ValueError(
+                f"The text of {name} is not valid Unicode: it holds an unpaired surrogate {text[error.start]!r} at "
+                f"character {error.start} (bytes that were not UTF-8, decoded with errors='surrogateescape'?). Fix "
+                "the text or drop it."
+            ) from None
+
+
 def render_prompt(
     tokenizer: Any,
     user_text: str,

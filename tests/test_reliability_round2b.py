@@ -143,3 +143,46 @@ def test_text_in_an_integer_field_names_the_record(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("elical-hf judge: error: ") and err[0].endswith(line), err
         assert not (tmp_path / f"{field}-judged.parquet").exists()
+
+
+@case("input", "`ConfidenceTrainer` (or any training entry point) given a dict of columns of different lengths, or a "
+      "column that is not a list", "one `ValueError`: `The train dataset's columns have different lengths "
+      "('question': 2, 'consistency': 1): every column needs one value per row.` (was `ArrowInvalid` from datasets)")
+def test_columns_of_different_lengths_are_named(tiny_llama, tmp_path):
+    from elical_hf import ConfidenceTrainer, ConfidenceTrainingArguments
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "t"), report_to="none")
+    with pytest.raises(ValueError, match=r"The train dataset's columns have different lengths \('question': 2, "
+                                         r"'consistency': 1\)"):
+        ConfidenceTrainer(model, args=args, train_dataset={"question": ["a?", "b?"], "consistency": [0.5]})
+    with pytest.raises(ValueError, match="column 'consistency' must be a list"):
+        ConfidenceTrainer(model, args=args, train_dataset={"question": ["a?"], "consistency": 0.5})
+
+
+@case("input", "a question holding an unpaired surrogate (`\"who \\udcff wrote\"`): training rows, `model.confidence`, "
+      "`model.answer`, `sample_records`, a records file",
+      "one `ValueError` naming the row (and id, file and line where known): `The text of question row 0 is not valid "
+      "Unicode: it holds an unpaired surrogate '\\udcff' at character 4 …` (was a tokenizers `TypeError`)")
+def test_a_question_with_an_unpaired_surrogate_is_named(tiny_llama, tmp_path):
+    from elical_hf.data import as_dataset
+    from elical_hf.signals import HFBackend, SamplingSettings, sample_records
+    from elical_hf.signals.records import read_records
+
+    bad = "who \udcff wrote"
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    unicode = r"is not valid Unicode: it holds an unpaired surrogate '\\udcff' at character 4"
+    with pytest.raises(ValueError, match=f"The text of question row 1 {unicode}"):
+        model.confidence(["who wrote hamlet", bad])
+    with pytest.raises(ValueError, match=f"The text of question row 0 {unicode}"):
+        model.answer([bad], threshold=0.0, max_new_tokens=2)
+    with pytest.raises(ValueError, match=f"The text of the train dataset's row 1, column 'question', {unicode}"):
+        as_dataset([{"question": "fine?", "consistency": 0.5}, {"question": bad, "consistency": 0.5}], "train")
+    with pytest.raises(ValueError, match=f"The text of question row 1 \\(id 'q1'\\) {unicode}"):
+        sample_records([{"id": "q0", "question": "fine?"}, {"id": "q1", "question": bad}], HFBackend(tiny_llama),
+                       SamplingSettings(num_samples=1, max_new_tokens=2), tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"id": "x", "question": bad, "greedy_response": "a"}) + "\n")  # JSON escapes it
+    with pytest.raises(ValueError, match=f"records.jsonl line 1 \\(id 'x'\\): The text of the question {unicode}"):
+        read_records(path)

@@ -23,6 +23,7 @@ from datasets.features.features import generate_from_arrow_type
 
 from ..atomic import atomic_file
 from ..files import text_lines
+from ..prompts import check_prompt_texts
 
 
 __all__ = [
@@ -141,8 +142,14 @@ def _answer(value: Any) -> list[str]:
     return [str(a) for a in value if a is not None]
 
 
+def _question(value: Any) -> Any:
+    check_prompt_texts([value], ["the question"])  # an unpaired surrogate, e.g.: one line now, not a TypeError later
+    return value
+
+
 _NORMALIZERS: dict[str, Callable[[Any], Any]] = {
     "id": lambda v: None if v is None else str(v),
+    "question": _question,
     "answer": _answer,
     "greedy_response": lambda v: None if (v := _scalar(v, "greedy_response")) is None else str(v),
     "greedy_tokens": lambda v: _flat_list(v, "greedy_tokens"),
