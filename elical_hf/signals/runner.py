@@ -44,7 +44,6 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
 from ..prompts import check_prompt_texts
-from ..prompts import check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
