@@ -186,3 +186,16 @@ def test_a_question_with_an_unpaired_surrogate_is_named(tiny_llama, tmp_path):
     path.write_text(json.dumps({"id": "x", "question": bad, "greedy_response": "a"}) + "\n")  # JSON escapes it
     with pytest.raises(ValueError, match=f"records.jsonl line 1 \\(id 'x'\\): The text of the question {unicode}"):
         read_records(path)
+
+
+@case("input", "`elical-hf threshold MODEL --alpha 2` (or `--delta 1.5`)",
+      "exits 2 before any file is read or model loaded: `--alpha must lie in (0, 1) …, got 2.0` / `--delta must lie in "
+      "(0, 1) …`")
+def test_threshold_levels_are_checked_before_anything_loads(tmp_path, raise_user_errors):
+    missing = ["threshold", str(tmp_path / "no-model"), "--records", str(tmp_path / "no-records.jsonl")]
+    with pytest.raises(ValueError, match=r"--alpha must lie in \(0, 1\) .*got 2.0"):
+        cli_main([*missing, "--alpha", "2"])
+    with pytest.raises(ValueError, match=r"--delta must lie in \(0, 1\) .*got 1.5"):
+        cli_main([*missing, "--alpha", "0.1", "--delta", "1.5"])
+    with pytest.raises(OSError):  # with sound levels the missing files are what is reported
+        cli_main([*missing, "--alpha", "0.1"])
