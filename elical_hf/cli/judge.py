@@ -53,7 +53,14 @@ class JudgeArguments:
         default=None, metadata={"help": "`embedding`: equivalent when cosine >= this (default: DEFAULT_THRESHOLD)."}
     )
     batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the LLM judge."})
-    max_new_tokens: int = field(default=16, metadata={"help": "Longest LLM judge reply in tokens."})
+    max_new_tokens: int = field(
+        default=64, metadata={"help": "Longest LLM judge reply in tokens (the paper's reference code: 64; a reply cut "
+                              "before its verdict is read without it)."}
+    )
+    judge_repetition_penalty: float = field(
+        default=1.05, metadata={"help": "Repetition penalty of the LLM judge's greedy decoding (the reference code's "
+                                "1.05; 1.0: plain argmax)."}
+    )
     allow_incomplete: bool = allow_incomplete_field()
 
     def __post_init__(self):
@@ -61,6 +68,9 @@ class JudgeArguments:
 
         if self.correctness is None and self.consistency is None:
             raise ValueError("Nothing to do: pass --correctness and/or --consistency.")
+        if self.max_new_tokens < 1 or self.judge_repetition_penalty <= 0:
+            raise ValueError(f"--max_new_tokens must be >= 1 and --judge_repetition_penalty > 0, got "
+                             f"{self.max_new_tokens} and {self.judge_repetition_penalty}.")
         if self.correctness is not None and self.correctness not in CORRECTNESS_CHOICES:
             raise ValueError(f"--correctness must be one of {CORRECTNESS_CHOICES}, got {self.correctness!r}.")
         if self.consistency is not None and self.consistency not in CONSISTENCY_CHOICES:
@@ -89,6 +99,7 @@ def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[s
         lexical_scoring=options.lexical_scoring,
         embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,
         batch_size=options.batch_size, max_new_tokens=options.max_new_tokens,
+        judge_repetition_penalty=options.judge_repetition_penalty,
     )
 
 

@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from .lexical_judge import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
-from .llm_judge import CompletionFn, judge_with_llm
+from .llm_judge import JUDGE_MAX_NEW_TOKENS, JUDGE_REPETITION_PENALTY, CompletionFn, judge_with_llm
 
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,8 @@ def apply_judges(
     embedding_threshold: float | None = None,
     lexical_scores: bool = False,
     batch_size: int = 16,
-    max_new_tokens: int = 16,
+    max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
+    judge_repetition_penalty: float = JUDGE_REPETITION_PENALTY,
 ) -> dict[str, dict[str, int]]:
     """Judge the correctness and / or the consistency of `records` in place, with the judges named.
 
@@ -102,8 +103,10 @@ def apply_judges(
             [`~elical_hf.signals.embedding_judge.DEFAULT_THRESHOLD`]).
         lexical_scores (`bool`, *optional*, defaults to `False`): Also fill `consistency_lexical` (ROUGE-L F per
             sample, what Consis-Lex averages) when the consistency judge is not the lexical one.
-        batch_size (`int`, *optional*, defaults to 16), max_new_tokens (`int`, *optional*, defaults to 16): Of the
-            LLM judge.
+        batch_size (`int`, *optional*, defaults to 16): Of the LLM judge.
+        max_new_tokens (`int`, *optional*, defaults to 64), judge_repetition_penalty (`float`, *optional*, defaults
+            to 1.05): The LLM judge's decoding, the reference code's ([`~elical_hf.signals.llm_judge.
+            JUDGE_MAX_NEW_TOKENS`], [`~elical_hf.signals.llm_judge.JUDGE_REPETITION_PENALTY`]).
 
     Returns:
         `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`.
@@ -120,7 +123,8 @@ def apply_judges(
 
         complete = HFBackend(judge_model or DEFAULT_MODEL).complete
     llm: dict[str, Any] = dict(
-        batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model
+        batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model,
+        repetition_penalty=judge_repetition_penalty,
     )
     summaries: dict[str, dict[str, int]] = {}
     if correctness == "llm":

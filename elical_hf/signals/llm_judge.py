@@ -1,9 +1,11 @@
 """LLM judges: the paper's correctness and semantic-consistency judges, run through any completion function.
 
 A *completion function* takes a list of raw user prompts and returns one greedy reply per prompt, the prompt wrapped
-in the judge model's chat template (e.g. `HFBackend(model).complete`). It may also accept `batch_size`, `progress` and
-`max_new_tokens` keywords; they are passed only when its signature has them. Every prompt of every record goes into one
-call (identical prompts once), so the backend can batch for throughput.
+in the judge model's chat template (e.g. `HFBackend(model).complete`). It may also accept `batch_size`, `progress`,
+`max_new_tokens` and `repetition_penalty` keywords; they are passed only when its signature has them. Every prompt of
+every record goes into one call (identical prompts once), so the backend can batch for throughput. Replies are decoded
+as the reference code decodes its judges: up to [`JUDGE_MAX_NEW_TOKENS`] (64) tokens, repetition penalty
+[`JUDGE_REPETITION_PENALTY`] (1.05).
 
 Verdict parsing follows the paper's reference code (`deal_judge_new`): a reply is negative when the reference
 `has_answer` rule finds one of [`NEGATIVE_PHRASES`] in it, positive otherwise. See [`parse_verdict`] for the exact
@@ -22,6 +24,15 @@ from .lexical_judge import normalized_aliases, response_text, contains_run, refe
 
 CompletionFn = Callable[[list[str]], list[str]]
 """A completion function: raw user prompts in, one greedy reply per prompt out."""
+
+JUDGE_MAX_NEW_TOKENS = 64
+"""Longest judge reply, in tokens: the reference code's judge runs (`infer_scripts/run_infer_consistency.sh`, lines
+129-138 for consistency, 184-193 for correctness: temperature 0, `max_tokens=64`). A shorter cap cuts a chatty reply
+before its verdict, and the cut reply is then read without it."""
+
+JUDGE_REPETITION_PENALTY = 1.05
+"""Repetition penalty of the judge's greedy decoding: the reference code's (the same lines,
+`repetition_penalty=1.05`)."""
 
 NEGATIVE_PHRASES: tuple[str, ...] = (
     "sorry",
@@ -80,7 +91,9 @@ def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     - a combining mark belongs to its word: "no" + U+0303 (a decomposed "nõ") is not "no", so it is positive;
     - "not" itself is not a negative word, so "not certain" and "not equivalent" read as positive;
     - "uncertain" is negative, "certain" is not;
-    - a reply without any of the words, including an empty one or a chatty sentence, is positive.
+    - a reply without any of the words, including an empty one or a chatty sentence, is positive;
+    - the whole reply is read, however long: a verdict after some reasoning counts (a reply cut before its verdict,
+      by too small a `max_new_tokens`, is read without it, so the judges decode [`JUDGE_MAX_NEW_TOKENS`] tokens).
 
     `strict=True` only accepts replies that give the verdict the prompts ask for: it returns `None` unless the reply
     has the token "certain" or "uncertain"; "uncertain" is negative, "certain" after a negation ("not certain",
@@ -128,7 +141,8 @@ def consistency_prompt(question: str, greedy: str, sample: str) -> str:
 def call_completion(complete: CompletionFn, prompts: Sequence[str], **options: Any) -> list[str]:
     """Run `complete` on `prompts` once per distinct prompt; return one reply per prompt, in order.
 
-    `options` (e.g. `batch_size`, `progress`, `max_new_tokens`) are passed only when `complete` accepts them.
+    `options` (e.g. `batch_size`, `progress`, `max_new_tokens`, `repetition_penalty`) are passed only when `complete`
+    accepts them.
     """
     unique = list(dict.fromkeys(prompts))
     if not unique:
@@ -202,8 +216,9 @@ def judge_with_llm(
     batch_size: int = 16,
     progress: bool = True,
     strict: bool = False,
-    max_new_tokens: int = 16,
+    max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
     judge_model: str | None = None,
+    repetition_penalty: float = JUDGE_REPETITION_PENALTY,
 ) -> dict[str, int]:
     """Judge records in place with the paper's LLM correctness (`kind="correctness"`) or semantic-consistency
     (`kind="consistency"`) judge.
@@ -228,10 +243,13 @@ def judge_with_llm(
             Passed to `complete` when it accepts it (a progress bar over prompts).
         strict (`bool`, *optional*, defaults to `False`):
             Parse replies with `parse_verdict(..., strict=True)`; unparseable verdicts are stored as `None`.
-        max_new_tokens (`int`, *optional*, defaults to `16`):
-            Passed to `complete` when it accepts it.
+        max_new_tokens (`int`, *optional*, defaults to [`JUDGE_MAX_NEW_TOKENS`], 64):
+            Longest reply; passed to `complete` when it accepts it. The verdict is read from the whole reply, so a cap
+            that cuts replies before their verdict changes verdicts silently.
         judge_model (`str`, *optional*):
             The judge's name, stored in each judged record's `correctness_judge` / `consistency_judge`.
+        repetition_penalty (`float`, *optional*, defaults to [`JUDGE_REPETITION_PENALTY`], 1.05):
+            Of the judge's greedy decoding; passed to `complete` when it accepts it (1.0: the plain argmax).
 
     Returns:
         `dict[str, int]`: `judged` (records), `calls` (distinct prompts sent), `unparseable` (verdicts that are
@@ -255,7 +273,8 @@ def judge_with_llm(
         prompts += asked
         spans.append((record, len(asked)))
     summary["calls"] = len(set(prompts))
-    options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens}
+    options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens,
+               "repetition_penalty": repetition_penalty}
     replies = call_completion(complete, prompts, **options)
     verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
     summary["unparseable"] += sum(v is None for v in verdicts)
