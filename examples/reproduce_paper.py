@@ -100,6 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Correctness judge of the records (`keep`: the stored labels of --records). The committed records were "
         "judged with `has_answer_squad`; the default re-judges them with the paper's rule.",
     )
+    parser.add_argument(
+        "--runs_from", default=None,
+        help="A committed `confidences.json`: its runs and Verbal baselines are taken as finished (written to runs/ "
+        "and baselines.json where missing), so only the runs it lacks are trained. Stage 1 is retrained when an "
+        "EliCal run needs its adapter; its test confidences are compared with the file's (`stage1_rerun.json`).",
+    )
     return parser.parse_args(argv)
 
 
@@ -130,7 +136,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration", "extra_seeds",
-                    "seeded_budgets", "lora_methods")
+                    "seeded_budgets", "lora_methods", "runs_from")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -175,7 +181,7 @@ def step_sample(args: argparse.Namespace, questions: list[dict[str, Any]]) -> No
 def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Correctness (gold-alias containment), ROUGE-L and embedding consistency; writes `records.parquet`."""
     from elical_hf.signals import TIMING_FIELDS
-    from elical_hf.signals.honestybench import write_honestybench
+    from elical_hf import write_honestybench
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records, read_records, save_records
 
@@ -299,6 +305,42 @@ class Runs:
         logger.info("%s finished in %.0f s", name, entry["seconds"])
 
 
+def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
+    """Take the runs of a committed `confidences.json` as finished: `runs/<name>.json` for each trained method and
+    the Verbal baselines in `baselines.json` (the other baselines are recomputed exactly from the records)."""
+    from elical_hf.signals import BASELINES
+
+    with open(args.runs_from, encoding="utf-8") as handle:
+        committed = json.load(handle)
+    test, train = partition(records, "test"), rows_of(records, "train")
+    if committed["ids"] != [r["id"] for r in test]:
+        raise SystemExit(f"{args.runs_from} scores other test records than --records; it cannot seed these runs.")
+    runs = Runs(args, test)
+    by_paper_name = {spec.paper_name: key for key, spec in BASELINES.items()}
+    verbal = {}
+    for name, values in committed["confidences"].items():
+        if name in by_paper_name:
+            if by_paper_name[name].startswith("verbal"):  # generation: expensive, and not what this rerun measures
+                verbal[by_paper_name[name]] = values
+            continue
+        if runs.done(name):
+            continue
+        budget, _, seed = name.partition("@")[2].partition("~")
+        labels = 0 if not budget else len(train) if budget == "all" else int(budget)
+        entry = {"name": name, "confidences": values, "test_ids": runs.test_ids, "labels": labels,
+                 "seed": int(seed) if seed else args.seed, "from": args.runs_from}
+        atomic_write_text(os.path.join(runs.folder, f"{name}.json"), json.dumps(entry) + "\n")
+    path = os.path.join(args.output_dir, "baselines.json")
+    cached = {"ids": runs.test_ids, "scores": {}, "summary": {}}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            cached = json.load(handle)
+    if any(key not in cached["scores"] for key in verbal):
+        cached["scores"] = {**verbal, **cached["scores"]}
+        atomic_write_text(path, json.dumps(cached) + "\n")
+    logger.info("seeded runs/ and baselines.json from %s", args.runs_from)
+
+
 def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
     import torch
@@ -326,13 +368,6 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     def score(model: Any) -> list[float]:
         return model.confidence(runs.test_questions, batch_size=32, progress=True)
 
-    if not runs.done("Eli-Only"):
-        started = time.perf_counter()
-        settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
-        trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
-        model = AutoModelForConfidence.from_pretrained(eli_dir)
-        runs.save("Eli-Only", score(model), started, labels=0, **training_summary(trainer))
-
     def clip(n: int) -> int:
         return min(n, len(train)) if n else len(train)
 
@@ -341,6 +376,28 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
                               for seed in (args.seed, *(args.extra_seeds if n in args.seeded_budgets else ()))))
     head_jobs = jobs if "head" in args.calibration else []
     lora_jobs = jobs if "lora" in args.calibration else []
+    needs_stage1 = any(not runs.done(run_name("EliCal-head", n, len(train), seed, args.seed)) for n, seed in head_jobs)
+    needs_stage1 |= "EliCal" in args.lora_methods and any(
+        not runs.done(run_name("EliCal", n, len(train), seed, args.seed)) for n, seed in lora_jobs)
+    # a saved model ends with its confidence_config.json (written last): a killed stage 1 leaves a folder without it
+    stage1_saved = os.path.exists(os.path.join(eli_dir, "confidence_config.json"))
+    if not runs.done("Eli-Only") or (needs_stage1 and not stage1_saved):
+        started = time.perf_counter()
+        settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
+        trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
+        model = AutoModelForConfidence.from_pretrained(eli_dir)
+        confidences = score(model)
+        if runs.done("Eli-Only"):  # a seeded run: say how closely this stage 1 reproduces it
+            with open(os.path.join(runs.folder, "Eli-Only.json"), encoding="utf-8") as handle:
+                kept = json.load(handle)["confidences"]
+            gaps = sorted(abs(a - b) for a, b in zip(confidences, kept))
+            rerun = {"max_abs_diff": gaps[-1], "median_abs_diff": gaps[len(gaps) // 2],
+                     "seconds": round(time.perf_counter() - started, 1), "confidences": confidences}
+            atomic_write_text(os.path.join(args.output_dir, "stage1_rerun.json"), json.dumps(rerun) + "\n")
+            logger.info("stage 1 retrained: test confidences within %.2g (median %.2g) of the kept Eli-Only run",
+                        gaps[-1], gaps[len(gaps) // 2])
+        else:
+            runs.save("Eli-Only", confidences, started, labels=0, **training_summary(trainer))
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir)),
                          ("Cal-Only-head", fresh)):
@@ -457,7 +514,8 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     # (6 significant digits, not 6 decimals: Prob's products of token probabilities go far below 1e-6; Prob is also
     # kept as its log, the greedy answer's summed token log-probability, which ranks exactly as Prob does)
     scores = {"ids": [r["id"] for r in test], "datasets": [r["dataset"] for r in test], "correct": correct,
-              "confidences": {name: [float(f"{float(c):.6g}") for c in values] for name, values in confidences.items()},
+              "confidences": {name: [float(f"{float(c):.6g}") for c in values] for name, values in
+                              {**confidences, **{n: r["confidences"] for n, r in seed_runs.items()}}.items()},
               "log_prob": [float(r["greedy_cumulative_logprobs"]) for r in test]}
     atomic_write_text(os.path.join(folder, "confidences.json"), json.dumps(scores) + "\n")
     extra = []
@@ -547,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     if "sample" in args.steps and args.records is None:
         step_sample(args, questions)
     records = step_judge(args, questions) if set(args.steps) & {"judge", "baselines", "train", "evaluate"} else []
+    if args.runs_from is not None:
+        seed_runs_from(args, records)
     if "baselines" in args.steps:
         step_baselines(args, records)
     if "train" in args.steps:

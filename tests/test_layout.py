@@ -56,7 +56,8 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("signals", ["signals", "signals.*"]),
     ("evaluation", ["diagnosis", "evaluation", "plots"]),
     ("publishing", ["convert", "dataset_card", "hub", "metrics.metric_cards", "metrics.registration"]),
-    ("entry points", ["", "cli", "cli.*", "demo", "gate", "label_selection", "pipeline", "serve", "serve.*"]),
+    ("entry points", ["", "cli", "cli.*", "demo", "gate", "label_selection", "pipeline", "serve", "serve.*",
+                      "integrations", "integrations.*"]),
 ]
 """The floors of docs/architecture.md's room table, lowest first: module names relative to `elical_hf` (`""` is the
 package itself, `x.*` every module of the package `x` not named on another floor). A module may import modules of
@@ -72,20 +73,6 @@ UPWARD_DOORS: dict[tuple[str, str], str] = {
 }
 """The only imports of a higher floor: each inside a function (made when called, never when the lower module is
 imported), for the reason given; docs/architecture.md argues them."""
-
-TEMPORARY_DOORS: dict[tuple[str, str], str] = {
-    ("signals.honestybench", "dataset_card"): "the earlier import path of write_honestybench, `from "
-    "elical_hf.signals.honestybench import write_honestybench`, which examples/reproduce_paper.py still uses (a module "
-    "__getattr__ there): a call-time cycle dataset_card -> signals.honestybench -> dataset_card until it goes",
-}
-"""Doors kept only for an old import path, left out of the cycle check as well; each goes (with the code it lets
-through) once nothing uses that path, which [`test_temporary_doors_are_still_needed`] watches."""
-
-OLD_IMPORT_PATHS = {
-    ("signals.honestybench", "dataset_card"): (
-        "examples/reproduce_paper.py", "from elical_hf.signals.honestybench import write_honestybench"),
-}
-"""Temporary door -> the file and the line that still needs it."""
 
 
 def package_modules(package: Path) -> dict[str, Path]:
@@ -160,13 +147,11 @@ def layering_problems(
     package: Path,
     floors: list[tuple[str, list[str]]] = FLOORS,
     doors: dict[tuple[str, str], str] = UPWARD_DOORS,
-    temporary: dict[tuple[str, str], str] = TEMPORARY_DOORS,
 ) -> list[str]:
     """Every module without a floor, every import of a higher floor that is not a door (and every door imported at
-    import time), and every import cycle (but through a temporary door)."""
+    import time), and every import cycle."""
     modules = package_modules(package)
     graph = {name: imports_of(name, path, modules, package.name) for name, path in modules.items()}
-    doors = {**doors, **temporary}
     problems = [f"{name or package.name}: on no floor (add it to FLOORS and to docs/architecture.md's table)"
                 for name in modules if floor_of(name, floors) is None]
     for name, targets in graph.items():
@@ -179,8 +164,7 @@ def layering_problems(
                 problems.append(f"{where}: a lower floor reaches up")
             elif at_import:
                 problems.append(f"{where} at import time: a door is imported only when it is used")
-    kept = {name: {t: a for t, a in targets.items() if (name, t) not in temporary} for name, targets in graph.items()}
-    problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in import_cycles(kept)]
+    problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in import_cycles(graph)]
     return problems
 
 
@@ -235,17 +219,9 @@ def test_every_module_has_a_floor_and_none_reaches_up():
 def test_the_doors_are_real_and_only_called():
     """Each allowed upward import exists, inside a function (a stale door would hide nothing, but says what is not)."""
     modules = package_modules(PACKAGE)
-    for (name, target), reason in {**UPWARD_DOORS, **TEMPORARY_DOORS}.items():
+    for (name, target), reason in UPWARD_DOORS.items():
         found = imports_of(name, modules[name], modules)
         assert found.get(target) is False, f"{name} -> {target} ({reason}) is not a call-time import"
-
-
-def test_temporary_doors_are_still_needed():
-    assert set(OLD_IMPORT_PATHS) == set(TEMPORARY_DOORS)
-    for door, (file, line) in OLD_IMPORT_PATHS.items():
-        text = (PACKAGE.parent / file).read_text(encoding="utf-8")
-        assert line in text, (f"{file} no longer says `{line}`: remove the temporary door {door} (TEMPORARY_DOORS, "
-                              "OLD_IMPORT_PATHS) and the code it lets through")
 
 
 def test_the_layering_check_catches_what_it_must(tmp_path):
@@ -266,7 +242,7 @@ def test_the_layering_check_catches_what_it_must(tmp_path):
     }.items():
         (package / name).write_text(text)
     floors = [("low", ["low", "mid", "door"]), ("high", ["", "high", "sub", "sub.*"])]
-    problems = layering_problems(package, floors, {("door", "high"): "a reason"}, {})
+    problems = layering_problems(package, floors, {("door", "high"): "a reason"})
     assert problems == [
         "stray: on no floor (add it to FLOORS and to docs/architecture.md's table)",
         "door (low) imports high (high) at import time: a door is imported only when it is used",
@@ -275,7 +251,4 @@ def test_the_layering_check_catches_what_it_must(tmp_path):
         "import cycle: sub.a -> sub.b -> sub.a",
     ], problems
     (package / "high.py").write_text("def f():\n    from . import mid\n")  # now mid <-> high, both call-time
-    assert "import cycle: high -> mid -> high" in layering_problems(package, floors, {}, {})
-    # a temporary door lets the upward import through and is left out of the cycle check
-    problems = layering_problems(package, floors, {}, {("mid", "high"): "an old path"})
-    assert not any("mid" in problem for problem in problems), problems
+    assert "import cycle: high -> mid -> high" in layering_problems(package, floors, {})

@@ -645,12 +645,3 @@ def write_honestybench_files(
     samples = sorted({len(r["sampling_response"]) for r in rows if r.get("sampling_response") is not None})
     return HonestyBenchFiles(parts, features, judges, samples)
 
-
-def __getattr__(name: str) -> Any:
-    # The earlier home of `write_honestybench` (examples/reproduce_paper.py imports it from here); it is the
-    # publishing layer's now, which adds the card to these data files.
-    if name == "write_honestybench":
-        from ..dataset_card import write_honestybench
-
-        return write_honestybench
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
