@@ -158,6 +158,7 @@ LONG_QUESTION = " ".join(["who wrote hamlet"] * 200)  # 600 tokens: more than th
     (ask("who wrote hamlet", n=2), 400, "n", "unsupported_parameter"),
     (ask("who wrote hamlet", tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tools",
      "unsupported_parameter"),
+    (ask("who wrote hamlet", repetition_penalty=1.05), 400, "repetition_penalty", "unsupported_parameter"),
     (ask("who wrote hamlet", max_tokens=0), 400, "max_tokens", "greater_than_equal"),
     (ask("who wrote hamlet", max_tokens=600), 400, "max_tokens", "context_length_exceeded"),
     (ask(LONG_QUESTION), 400, "messages", "context_length_exceeded"),

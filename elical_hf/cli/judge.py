@@ -3,7 +3,8 @@
 Correctness: `has_answer` (the paper's reference string match), `has_answer_squad`, `exact_match`, `f1` (lexical,
 against the gold aliases) or `llm` (the paper's judge prompt).
 Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline) or `llm`
-(the paper's semantic-equivalence prompt). LLM judges run `--judge_model` (default: the embedded SmolLM2). Records are
+(the paper's semantic-equivalence prompt). LLM judges run `--judge_model` (default: the embedded SmolLM2), or any
+OpenAI-compatible endpoint with `--judge_endpoint URL` (e.g. `elical-hf serve MODEL --mode completion`). Records are
 read from a jsonl/parquet file or a folder of them and written atomically to `--output` (format by extension).
 """
 
@@ -36,7 +37,12 @@ class JudgeArguments:
     consistency: str | None = field(
         default=None, metadata={"help": f"Consistency judge: {'|'.join(CONSISTENCY_CHOICES)}."}
     )
-    judge_model: str = field(default=DEFAULT_MODEL, metadata={"help": "LLM judge (Hub id or folder) of `llm`."})
+    judge_model: str = field(default=DEFAULT_MODEL, metadata={"help": "LLM judge (Hub id or folder) of `llm`; with "
+                             "--judge_endpoint, the model name sent to it."})
+    judge_endpoint: str | None = field(
+        default=None, metadata={"help": "Run the `llm` judge on an OpenAI-compatible endpoint (http://host:port/v1; "
+                                "a hosted API, vLLM, `elical-hf serve --mode completion`) instead of loading "
+                                "--judge_model; the bearer token is read from OPENAI_API_KEY."})
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
     f1_threshold: float = field(default=0.5, metadata={"help": "`f1` correctness: correct when token F1 >= this."})
     lexical_threshold: float = field(default=0.5, metadata={"help": "`lexical`: equivalent when ROUGE-L >= this."})
@@ -79,6 +85,12 @@ class JudgeArguments:
             value = getattr(self, name, None)
             if value is not None and not 0.0 <= value <= 1.0:  # a score in [0, 1] is compared with it
                 raise ValueError(f"--{name} must lie in [0, 1], got {value}: every answer would be judged the same.")
+        if self.judge_endpoint is not None:
+            if "llm" not in (self.correctness, self.consistency):
+                raise ValueError("--judge_endpoint runs the `llm` judge: pass --correctness llm and/or --consistency llm.")
+            from elical_hf.signals.endpoint import chat_completions_url
+
+            chat_completions_url(self.judge_endpoint)
         if os.path.isdir(self.output):
             raise ValueError(f"--output {self.output} is a folder; give a .jsonl or .parquet file path.")
         record_format(self.output)
@@ -95,6 +107,7 @@ def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[s
     check_judgeable(records, options.correctness, options.consistency, source=options.records)
     return apply_judges(
         records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
+        judge_endpoint=options.judge_endpoint,
         strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,
         lexical_scoring=options.lexical_scoring,
         embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,

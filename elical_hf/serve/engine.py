@@ -45,13 +45,14 @@ class Job:
     stop: tuple[str, ...]
     threshold: float | None = None
     retrieve_threshold: float | None = None
+    repetition_penalty: float = 1.0
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     @property
     def group(self) -> tuple:
-        """Jobs that can share one call: the same answer length, stop strings and thresholds."""
-        return self.max_tokens, self.stop, self.threshold, self.retrieve_threshold
+        """Jobs that can share one call: the same answer length, stop strings, thresholds and penalty."""
+        return self.max_tokens, self.stop, self.threshold, self.retrieve_threshold, self.repetition_penalty
 
 
 @dataclasses.dataclass
@@ -60,6 +61,14 @@ class Reply:
 
     body: dict[str, Any]
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def finish_reason(tokens: list[str], max_tokens: int, special_tokens: set[str], stop: tuple[str, ...] = ()) -> str:
+    """Why an answer of `tokens` (one decoded string per token, as the gate returns them) ended: `"stop"` (an EOS or
+    another special token, a stop string) or `"length"` (cut at `max_tokens`)."""
+    if len(tokens) < max_tokens or tokens[-1] in special_tokens:
+        return "stop"
+    return "stop" if any(s in "".join(tokens) for s in stop) else "length"
 
 
 def load_entry_point(spec: str) -> Callable[[str], str | None]:
@@ -118,7 +127,8 @@ class Engine:
         if self.context_length is not None and max_tokens >= self.context_length:
             raise RequestError(f"max_tokens={max_tokens} leaves no room for a prompt in the model's context of "
                                f"{self.context_length} tokens.", param="max_tokens", code="context_length_exceeded")
-        return Job(messages, max_tokens, request.stop_strings())
+        penalty = 1.0 if request.repetition_penalty is None else request.repetition_penalty
+        return Job(messages, max_tokens, request.stop_strings(), repetition_penalty=penalty)
 
     def run(self, jobs: list[Job]) -> list[Reply | RequestError]:
         """Compute a batch (on the worker thread): one call per group of jobs that share their settings."""
@@ -143,10 +153,7 @@ class Engine:
                             param="messages", code="context_length_exceeded")
 
     def finish_reason(self, tokens: list[str], job: Job) -> str:
-        """`"stop"` (EOS or a stop string) or `"length"` (cut at `max_tokens`)."""
-        if len(tokens) < job.max_tokens or tokens[-1] in self.special_tokens:
-            return "stop"
-        return "stop" if any(stop in "".join(tokens) for stop in job.stop) else "length"
+        return finish_reason(tokens, job.max_tokens, self.special_tokens, job.stop)
 
     def reply(self, job: Job, content: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
               **extra: Any) -> Reply:
@@ -219,6 +226,10 @@ class GateEngine(Engine):
                                "--mode completion for plain chat.", param="messages", code="unsupported_messages")
         if not job.messages[0]["content"].strip():
             raise RequestError("The question (the user message) is empty.", param="messages.0.content")
+        if job.repetition_penalty != 1.0:
+            raise RequestError("The gate answers with the plain greedy answer its confidence is about: "
+                               "`repetition_penalty` is only for --mode completion.", param="repetition_penalty",
+                               code="unsupported_parameter")
         options = request.elical
         threshold = options.threshold if options and options.threshold is not None else self.threshold
         if options and options.retrieve_threshold is not None:
@@ -357,7 +368,8 @@ class CompletionEngine(Engine):
         rows = [i for i, reply in enumerate(replies) if reply is None]
         if not rows:
             return replies
-        settings = completion_settings(jobs[0].max_tokens, self.batch_size, stop_strings=list(jobs[0].stop))
+        settings = completion_settings(jobs[0].max_tokens, self.batch_size, stop_strings=list(jobs[0].stop),
+                                       repetition_penalty=jobs[0].repetition_penalty)
         decoder = Decoder(self.model, self.tokenizer, settings, resolve_autocast_dtype(self.model, "auto"),
                           greedy_only=True, share_prefix=True)
         outputs = decode_all(decoder, [jobs[i].id for i in rows], [prompt_ids[i] for i in rows], False, "Completing")

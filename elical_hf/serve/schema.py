@@ -92,6 +92,7 @@ class ChatCompletionRequest(BaseModel):
     n: int | None = 1
     temperature: float | None = None
     top_p: float | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0)
     elical: GateOptions | None = None
 
     def stop_strings(self) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ _LAZY = {
     "BACKENDS": ".backends",
     "BASELINES": ".baselines",
     "CORRECTNESS_JUDGES": ".lexical_judge",
+    "ChatEndpoint": ".endpoint",
     "DATASET_ALIASES": ".honestybench",
     "EmbeddingJudge": ".embedding_judge",
     "HFBackend": ".backends",
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from .backends import BACKENDS, HFBackend, VLLMBackend, make_backend, vllm_available
     from .baselines import BASELINES, compute_baselines, select_demonstrations, verbal
     from .embedding_judge import EmbeddingJudge
+    from .endpoint import ChatEndpoint
     from .decoding import apply_repetition_penalty, filter_candidates, sample_seed
     from .generation import build_prompt_ids, complete_prompts, generate_answers, resolve_autocast_dtype
     from .lexical_judge import (

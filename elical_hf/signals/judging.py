@@ -71,6 +71,7 @@ def apply_judges(
     *,
     complete: CompletionFn | None = None,
     judge_model: str | None = None,
+    judge_endpoint: str | None = None,
     strict: bool = False,
     f1_threshold: float = 0.5,
     lexical_threshold: float = 0.5,
@@ -92,6 +93,9 @@ def apply_judges(
             [`~elical_hf.signals.llm_judge`]); by default the greedy completion of `judge_model`.
         judge_model (`str`, *optional*): The LLM judge (Hub id or folder), loaded when `complete` is not given
             (default: the embedded SmolLM2), and recorded in each record's `*_judge` field.
+        judge_endpoint (`str`, *optional*): An OpenAI-compatible endpoint (`http://host:port/v1`) that runs the LLM
+            judge instead, asked for `judge_model` by name ([`~elical_hf.signals.endpoint.ChatEndpoint`]); records
+            name `"<judge_model> via <endpoint>"` as their judge.
         strict (`bool`, *optional*, defaults to `False`): LLM verdicts are `None` unless the reply says (un)certain.
         f1_threshold (`float`, *optional*, defaults to 0.5): `f1` correctness: correct when token F1 >= this.
         lexical_threshold (`float`, *optional*, defaults to 0.5): `lexical`: equivalent when ROUGE-L F >= this.
@@ -119,9 +123,16 @@ def apply_judges(
     check_judgeable(records, correctness, consistency)
     if "llm" in (correctness, consistency) and complete is None:
         from ..default_model import DEFAULT_MODEL
-        from .backends import HFBackend
 
-        complete = HFBackend(judge_model or DEFAULT_MODEL).complete
+        if judge_endpoint is not None:
+            from .endpoint import ChatEndpoint
+
+            endpoint = ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
+            complete, judge_model = endpoint.complete, endpoint.name
+        else:
+            from .backends import HFBackend
+
+            complete = HFBackend(judge_model or DEFAULT_MODEL).complete
     llm: dict[str, Any] = dict(
         batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model,
         repetition_penalty=judge_repetition_penalty,
