@@ -1,0 +1,166 @@
+"""The answer/abstain/retrieve gate as a LangChain `Runnable`, in-process (`pip install "elical-hf[langchain]"`).
+
+```python
+>>> from langchain_core.output_parsers import StrOutputParser
+>>> from elical_hf.integrations.langchain import ConfidenceGate
+>>> gate = ConfidenceGate("out/elical", retriever=vector_store.as_retriever(), abstain=big_chat_model)  # doctest: +SKIP
+>>> (gate | StrOutputParser()).invoke("Who wrote Hamlet?")  # doctest: +SKIP
+'William Shakespeare'
+```
+
+Each question is scored before any token is generated ([`~elical_hf.gate.answer_questions`], what `model.answer`
+does), then
+
+- **answer**: the unadapted base model's greedy answer;
+- **retrieve** (the retrieve band): `retriever` (any LangChain retriever, or a Runnable from the question to documents)
+  is called with the question; the documents' `page_content`, joined by blank lines, is the context the question is
+  answered with (no documents: no answer, so it is treated as an abstention);
+- **abstain**: the question goes to `abstain` when one is given (a larger chat model, a hand-off to a human, any
+  Runnable taking the question), else the reply is `abstain_message`.
+
+The output is an `AIMessage` whose `response_metadata` holds `finish_reason` (`"stop"`, `"length"` or `"abstain"`) and
+`elical`: the `confidence`, `decision`, `threshold`, `retrieve_threshold`, `context`, `answered` (by the base model)
+and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call. Inputs: a
+question string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prompt value / message list
+holding a single human message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..extras import require_extra
+
+
+require_extra("langchain", "elical_hf.integrations.langchain")
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
+from langchain_core.prompt_values import PromptValue  # noqa: E402
+from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
+
+
+__all__ = ["ConfidenceGate"]
+
+ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+
+
+def question_of(value: Any) -> str:
+    """The question an input of [`ConfidenceGate`] asks; a `ValueError` saying why for anything else."""
+    if isinstance(value, dict):
+        key = next((k for k in ("question", "input") if k in value), None)
+        if key is None:
+            raise ValueError(f"A dict input needs a 'question' (or 'input') key, got the keys {sorted(value)}.")
+        value = value[key]
+    if isinstance(value, PromptValue):
+        value = value.to_messages()
+    if isinstance(value, BaseMessage):
+        value = [value]
+    if isinstance(value, (list, tuple)):
+        humans = [m for m in value if isinstance(m, HumanMessage)]
+        if len(humans) != 1 or len(value) != 1:
+            kinds = [type(m).__name__ for m in value]
+            raise ValueError(f"The gate scores one question: give a single human message, got {kinds} (a system "
+                             "prompt or earlier turns are not what the confidence was trained on).")
+        value = humans[0].content
+        if isinstance(value, list):  # content blocks: text only
+            if any(not isinstance(part, str) and not (isinstance(part, dict) and part.get("type") == "text")
+                   for part in value):
+                raise ValueError("The gate reads text only; the human message has other content blocks.")
+            value = "".join(part if isinstance(part, str) else part.get("text", "") for part in value)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"The gate needs a non-empty question, got {value!r}.")
+    return value.strip()
+
+
+class ConfidenceGate(Runnable):
+    """
+    Route each question by its confidence: answer with the base model, retrieve context first, or abstain.
+
+    Args:
+        model ([`PeftModelForConfidence`] or `str`): A confidence model, or the folder / Hub repo of a saved one.
+        retriever (`Runnable`, *optional*): A LangChain retriever (`str -> list[Document]`) for the retrieve band.
+        abstain (`Runnable`, *optional*): Where abstained questions go (called with the question); its output (a
+            message or a string) is the reply. Without it the reply is `abstain_message`.
+        threshold (`float`, *optional*), retrieve_threshold (`float`, *optional*): The gate's thresholds (defaults:
+            the model's saved ones).
+        abstain_message (`str`, *optional*): The reply of an abstention without `abstain`.
+        max_new_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): Of the
+            answers.
+    """
+
+    def __init__(self, model: Any, *, retriever: Runnable | None = None, abstain: Runnable | None = None,
+                 threshold: float | None = None, retrieve_threshold: float | None = None,
+                 abstain_message: str = ABSTAIN_MESSAGE, max_new_tokens: int = 64, batch_size: int = 16) -> None:
+        if isinstance(model, str):
+            from ..auto import AutoModelForConfidence
+
+            model = AutoModelForConfidence.from_pretrained(model)
+        for name, value in (("retriever", retriever), ("abstain", abstain)):
+            if value is not None and not isinstance(value, Runnable):
+                raise ValueError(f"`{name}` must be a LangChain Runnable, got a {type(value).__name__}.")
+        self.model, self.retriever, self.abstain = model, retriever, abstain
+        self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.threshold, self.retrieve_threshold = threshold, retrieve_threshold
+        self.abstain_message, self.max_new_tokens, self.batch_size = abstain_message, max_new_tokens, batch_size
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AIMessage:
+        return self.batch([input], config)[0]
+
+    def batch(self, inputs: list[Any], config: RunnableConfig | list[RunnableConfig] | None = None, *,
+              return_exceptions: bool = False, **kwargs: Any) -> list[AIMessage]:
+        if not inputs:
+            return []
+        return self._batch_with_config(self._gate, list(inputs), config, return_exceptions=return_exceptions,
+                                       run_type="chain")
+
+    def _gate(self, inputs: list[Any], run_manager: list[Any]) -> list[AIMessage | Exception]:
+        from ..serve.engine import finish_reason
+
+        run_managers = run_manager  # one per input (LangChain passes them under this name)
+        questions = [question_of(value) for value in inputs]
+        managers = dict(zip(questions, run_managers))
+        results = self.model.answer(questions, threshold=self.threshold, retrieve_threshold=self.retrieve_threshold,
+                                    retrieve=self._retrieve(managers) if self.retriever is not None else None,
+                                    max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
+        config = self.inner.confidence_config
+        threshold = config.decision_threshold if self.threshold is None else self.threshold
+        retrieve_threshold = config.retrieve_threshold if self.retrieve_threshold is None else self.retrieve_threshold
+        specials = set(self.inner.tokenizer.all_special_tokens)
+        replies: list[AIMessage | None] = [None] * len(questions)
+        unanswered = []
+        for i, result in enumerate(results):
+            gate = {"confidence": result["confidence"], "decision": result["decision"], "threshold": threshold,
+                    "retrieve_threshold": retrieve_threshold, "context": result["context"],
+                    "answered": result["answer"] is not None, "routed": False}
+            if result["answer"] is None:
+                unanswered.append(i)
+                replies[i] = AIMessage(self.abstain_message, response_metadata={"finish_reason": "abstain",
+                                                                                 "elical": gate})
+            else:
+                reason = finish_reason(result["answer_tokens"], self.max_new_tokens, specials)
+                replies[i] = AIMessage(result["answer"], response_metadata={"finish_reason": reason, "elical": gate})
+        if self.abstain is not None and unanswered:
+            routed = self.abstain.batch([questions[i] for i in unanswered],
+                                        [{"callbacks": run_managers[i].get_child()} for i in unanswered])
+            for i, output in zip(unanswered, routed):
+                gate = {**replies[i].response_metadata["elical"], "routed": True}
+                if isinstance(output, BaseMessage):
+                    replies[i] = AIMessage(output.content, response_metadata={
+                        **output.response_metadata, "elical": gate})
+                else:
+                    replies[i] = AIMessage(str(output), response_metadata={"finish_reason": "stop", "elical": gate})
+        return replies
+
+    def _retrieve(self, managers: dict[str, Any]) -> Callable[[str], str | None]:
+        def retrieve(question: str) -> str | None:
+            manager = managers.get(question)
+            config = {"callbacks": manager.get_child()} if manager is not None else None
+            documents = self.retriever.invoke(question, config=config)
+            texts = [getattr(document, "page_content", document) for document in documents or []]
+            if any(not isinstance(text, str) for text in texts):
+                raise ValueError(f"The retriever must return documents (or strings); for {question!r} it returned "
+                                 f"{[type(d).__name__ for d in documents]}.")
+            return "\n\n".join(text for text in texts if text.strip()) or None
+
+        return retrieve

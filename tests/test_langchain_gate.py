@@ -1,0 +1,115 @@
+"""`elical_hf.integrations.langchain.ConfidenceGate` with the real langchain-core: it answers, retrieves (through a
+real LangChain retriever) and abstains as `model.answer` does, batches in one call, routes abstentions, and composes
+in chains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from elical_hf import AutoModelForConfidence
+from tests.conftest import save_tiny_base
+from tests.serving import cut, gated_model
+
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
+from langchain_core.language_models import FakeListChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
+from langchain_core.output_parsers import StrOutputParser  # noqa: E402
+from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
+from langchain_core.runnables import RunnableLambda  # noqa: E402
+from langchain_core.vectorstores import InMemoryVectorStore  # noqa: E402
+
+from elical_hf.integrations.langchain import ConfidenceGate, question_of  # noqa: E402
+
+
+pytestmark = pytest.mark.float32
+
+QUESTIONS = ["who wrote hamlet", "what is the capital of france", "how tall is mount everest in metres?",
+             "when was the king born", "who was the first president", "what is the largest river in the world"]
+NOTES = ["william shakespeare wrote hamlet .", "paris is the capital of france .", "the nile is a river ."]
+MAX_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A gate model (2 answered, 2 in the retrieve band, 2 abstained), a real in-memory vector-store retriever over
+    three notes, and what `model.answer` gives with that retriever."""
+    root = tmp_path_factory.mktemp("lc")
+    base = save_tiny_base(root / "base", "llama", seed=3, initializer_range=0.2)
+    confidences = gated_model(base, root / "model", QUESTIONS, answered=2)
+    model = AutoModelForConfidence.from_pretrained(root / "model", dtype=torch.float32)
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    store.add_texts(NOTES)
+    retriever = store.as_retriever(search_kwargs={"k": 1})
+    band = cut(confidences, 4)
+
+    def retrieve(question: str) -> str:
+        return retriever.invoke(question)[0].page_content
+
+    expected = model.answer(QUESTIONS, retrieve_threshold=band, retrieve=retrieve, max_new_tokens=MAX_TOKENS)
+    return model, retriever, band, expected
+
+
+def test_it_answers_retrieves_and_abstains_as_model_answer(setup):
+    model, retriever, band, expected = setup
+    gate = ConfidenceGate(model, retriever=retriever, retrieve_threshold=band, max_new_tokens=MAX_TOKENS)
+    assert [r["decision"] for r in expected].count("retrieve") == 2
+    for question, want in zip(QUESTIONS, expected):
+        message = gate.invoke(question)
+        assert isinstance(message, AIMessage)
+        meta = message.response_metadata
+        assert meta["elical"]["decision"] == want["decision"]
+        assert meta["elical"]["confidence"] == pytest.approx(want["confidence"], abs=1e-6)
+        assert meta["elical"]["context"] == want["context"]
+        if want["decision"] == "retrieve":
+            assert want["context"] in NOTES  # the vector store's document
+        if want["answer"] is None:
+            assert (message.content, meta["finish_reason"]) == (gate.abstain_message, "abstain")
+        else:
+            assert message.content == want["answer"] and meta["finish_reason"] in ("stop", "length")
+
+
+def test_batch_is_one_model_answer_call(setup, monkeypatch):
+    model, retriever, band, expected = setup
+    calls = []
+    answer = model.answer
+    monkeypatch.setattr(model, "answer", lambda questions, **kw: calls.append(len(questions)) or answer(questions, **kw))
+    gate = ConfidenceGate(model, retriever=retriever, retrieve_threshold=band, max_new_tokens=MAX_TOKENS)
+    replies = gate.batch(QUESTIONS)
+    assert calls == [len(QUESTIONS)]
+    assert [r.content for r in replies] == [w["answer"] or gate.abstain_message for w in expected]
+
+
+def test_abstentions_go_to_the_abstain_runnable(setup):
+    model, _, _, expected = setup
+    fallback = FakeListChatModel(responses=["a bigger model answers"] * 8)
+    gate = ConfidenceGate(model, abstain=fallback, max_new_tokens=MAX_TOKENS)
+    for question, want in zip(QUESTIONS, expected):
+        message = gate.invoke(question)
+        if want["decision"] == "answer":
+            assert message.content == want["answer"] and not message.response_metadata["elical"]["routed"]
+        else:  # without a retriever the retrieve band has no answer either: routed too
+            assert message.content == "a bigger model answers"
+            assert message.response_metadata["elical"]["routed"] and not message.response_metadata["elical"]["answered"]
+
+
+def test_it_composes_in_chains_and_reads_the_usual_inputs(setup):
+    model, _, _, expected = setup
+    gate = ConfidenceGate(model, threshold=0.0, max_new_tokens=MAX_TOKENS)  # answers everything
+    chain = RunnableLambda(lambda row: {"question": row["q"]}) | gate | StrOutputParser()
+    assert chain.invoke({"q": QUESTIONS[0]}) == model.answer([QUESTIONS[0]], threshold=0.0,
+                                                             max_new_tokens=MAX_TOKENS)[0]["answer"]
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    assert (prompt | gate).invoke({"question": QUESTIONS[1]}).content == gate.invoke(QUESTIONS[1]).content
+    assert question_of(HumanMessage(QUESTIONS[2])) == question_of({"input": QUESTIONS[2]}) == QUESTIONS[2]
+    with pytest.raises(ValueError, match="single human message"):
+        gate.invoke([SystemMessage("be brief"), HumanMessage(QUESTIONS[0])])
+    with pytest.raises(ValueError, match="non-empty question"):
+        gate.invoke("   ")
+    with pytest.raises(ValueError, match="'question'"):
+        gate.invoke({"query": QUESTIONS[0]})
+    with pytest.raises(ValueError, match="must be a LangChain Runnable"):
+        ConfidenceGate(model, retriever=lambda q: q)
