@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
-__all__ = ["atomic_file", "atomic_folder", "atomic_write_text", "current_umask", "one_writer", "umask_permissions"]
+__all__ = [
+    "atomic_file", "atomic_folder", "atomic_write_text", "cache_lock", "current_umask", "one_writer",
+    "umask_permissions",
+]
 
 
 @contextmanager
@@ -120,17 +123,36 @@ def one_writer(folder: str | os.PathLike) -> Iterator[None]:
     if os.environ.get("RANK", "0") != "0":
         yield
         return
+    with _folder_lock(folder, 0, lambda path: f"Another process is writing to {folder} (it holds {path}): wait for "
+                      "it to finish, or choose another output folder."):
+        yield
+
+
+@contextmanager
+def cache_lock(folder: str | os.PathLike, timeout: float = 1800.0) -> Iterator[None]:
+    """Hold the lock of a cache `folder` that is written once and then read by every process (a converted model):
+    a second process waits for the first (up to `timeout` seconds, then one `ValueError`), and should then find the
+    folder complete and reuse it. Every process takes it, whatever its rank; the lock file sits beside the folder
+    (`.<name>.lock`), as for [`one_writer`]."""
+    with _folder_lock(folder, timeout, lambda path: f"Another process has been writing {folder} for more than "
+                      f"{timeout:.0f} s (it holds {path}); if none is running, delete {path} and retry."):
+        yield
+
+
+@contextmanager
+def _folder_lock(folder: str | os.PathLike, timeout: float, message: Callable[[Path], str]) -> Iterator[None]:
+    """Hold `filelock`'s lock `.<name>.lock` beside `folder`, waiting up to `timeout` seconds (0: not at all) for
+    another holder; a `ValueError` with `message(lock path)` when it does not come free."""
     from filelock import FileLock, Timeout
 
     target = Path(folder).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.lock"
-    lock = FileLock(str(path), timeout=0)
+    lock = FileLock(str(path), timeout=timeout)
     try:
         lock.acquire()
     except Timeout:
-        raise ValueError(f"Another process is writing to {folder} (it holds {path}): wait for it to finish, or "
-                         "choose another output folder.") from None
+        raise ValueError(message(path)) from None
     try:
         yield
     finally:

@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import atomic_folder
+from .atomic import atomic_folder, cache_lock
 
 
 logger = logging.getLogger(__name__)
@@ -121,23 +121,33 @@ def embedded_copy_of(folder: str | os.PathLike) -> str | None:
     return next((hub_id for hub_id, embedded in EMBEDDED_MODELS.items() if embedded.origin == origin), None)
 
 
+CONVERSION_TIMEOUT = 1800.0
+"""Seconds a process waits for another one converting the same embedded model ([`convert_embedded`])."""
+
+
 def convert_embedded(name: str) -> Path:
-    """Dequantize the embedded GGUF of `name` into a safetensors folder once; return that folder."""
+    """Dequantize the embedded GGUF of `name` into a safetensors folder once; return that folder.
+
+    Two processes converting at once do not write over each other: the second waits for the first (a lock beside
+    the folder, [`~elical_hf.atomic.cache_lock`], up to [`CONVERSION_TIMEOUT`] seconds) and then reuses its folder."""
     embedded = EMBEDDED_MODELS[name]
     target = cache_root() / "models" / (name.replace("/", "--") + "--" + Path(embedded.gguf_file).stem)
     if (target / COMPLETE_MARKER).exists():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    with cache_lock(target, timeout=CONVERSION_TIMEOUT):
+        if (target / COMPLETE_MARKER).exists():  # converted by another process while this one waited
+            return target
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    folder = embedded.gguf_folder()
-    logger.warning("Converting %s from %s once into %s.", name, embedded.gguf_file, target)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=embedded.gguf_file, quantization_config=GgufConfig(dequantize=True)
-    )
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=embedded.gguf_file)
-    with atomic_folder(target) as staging:  # replaces an earlier, interrupted conversion
-        model.config.name_or_path = name
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        (staging / COMPLETE_MARKER).write_text(f"{embedded.origin}\n")
+        folder = embedded.gguf_folder()
+        logger.warning("Converting %s from %s once into %s.", name, embedded.gguf_file, target)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=embedded.gguf_file, quantization_config=GgufConfig(dequantize=True)
+        )
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=embedded.gguf_file)
+        with atomic_folder(target) as staging:  # replaces an earlier, interrupted conversion
+            model.config.name_or_path = name
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            (staging / COMPLETE_MARKER).write_text(f"{embedded.origin}\n")
     return target

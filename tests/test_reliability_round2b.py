@@ -5,6 +5,9 @@ to load."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,9 @@ from elical_hf.cli import main as cli_main
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
 from tests.test_hub import upload_base
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @case("silent", "`elical-hf push --base_model X` of an adapter trained on another backbone (a tiny Llama adapter "
@@ -199,3 +205,70 @@ def test_threshold_levels_are_checked_before_anything_loads(tmp_path, raise_user
         cli_main([*missing, "--alpha", "0.1", "--delta", "1.5"])
     with pytest.raises(OSError):  # with sound levels the missing files are what is reported
         cli_main([*missing, "--alpha", "0.1"])
+
+
+def _hold(code: str, tmp_path: Path) -> subprocess.Popen:
+    """A process that runs `code` (which prints `held` once it holds its lock); returns once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@case("data", "two processes converting the embedded GGUF model into its cache folder at once",
+      "the second waits for the first (a lock beside the folder, `atomic.cache_lock`, up to 30 min) and reuses its "
+      "folder, never converting over it (was: the second deleted and rewrote the folder the first was loading)")
+def test_a_second_conversion_waits_and_reuses_the_first(tmp_path, monkeypatch):
+    from elical_hf import default_model
+
+    entry = default_model.EmbeddedModel(package="no_such_gguf_package", gguf_file="tiny.Q4_1.gguf", install_hint="-")
+    monkeypatch.setitem(default_model.EMBEDDED_MODELS, "tiny/embedded", entry)
+    monkeypatch.setenv("ELICAL_HF_CACHE", str(tmp_path / "cache"))
+    target = tmp_path / "cache" / "models" / "tiny--embedded--tiny.Q4_1"
+    holder = _hold(  # converts (stands in for it) while holding the lock, slowly
+        "import time\nfrom pathlib import Path\nfrom elical_hf.atomic import cache_lock\n"
+        f"target = Path({str(target)!r})\n"
+        "with cache_lock(target, timeout=5):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
+        "    target.mkdir(parents=True)\n    (target / 'config.json').write_text('{\"by\": \"first\"}')\n"
+        "    (target / '.elical_complete').write_text('no_such_gguf_package/tiny.Q4_1.gguf\\n')\n", tmp_path)
+    try:
+        # Converting itself would fail (no such package): it must wait for the first and take its folder.
+        assert default_model.convert_embedded("tiny/embedded") == target
+    finally:
+        holder.wait(timeout=60)
+    assert json.loads((target / "config.json").read_text()) == {"by": "first"}
+
+
+@case("data", "two processes installing the metric modules into evaluate's module cache at once (`import evaluate` "
+      "in two processes)",
+      "they take turns (`registration.install_lock`, a POSIX `flock`), and each module folder is built aside and moved "
+      "into place, so another process's `evaluate.load` never sees a module without its `functional.py`")
+def test_evaluate_module_installs_take_turns_and_never_show_a_part(tmp_path, monkeypatch):
+    from elical_hf.metrics import registration
+
+    cache = tmp_path / "modules"
+    metrics = cache / "evaluate_modules" / "metrics"
+    released = tmp_path / "released"
+    holder = _hold(
+        "import time\nfrom pathlib import Path\nfrom elical_hf.metrics.registration import install_lock\n"
+        f"with install_lock({str(metrics)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
+        f"    Path({str(released)!r}).write_text('done')\n", tmp_path)
+    try:
+        registration.install_evaluate_modules(str(cache))
+        assert released.exists()  # it waited for the holder
+    finally:
+        holder.wait(timeout=60)
+
+    seen_parts = []
+    replace = os.replace
+
+    def watching_replace(source, destination):  # what a reader in another process could see at each step
+        for script in (tmp_path / "fresh").glob("evaluate_modules/metrics/*/*/honesty_*.py"):
+            shared = [script.parent / name for name in registration.SHARED_FILES]
+            if len(script.parent.name) == 64 and not all(path.is_file() for path in shared):
+                seen_parts.append(script)
+        return replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", watching_replace)
+    paths = registration.install_evaluate_modules(str(tmp_path / "fresh"))
+    assert seen_parts == [] and all(Path(p).is_file() for p in paths)

@@ -24,13 +24,15 @@ This file must only import the standard library: it runs before anything else is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 
 __all__ = [
     "METRIC_MODULES", "PTH_FILENAME", "SHARED_FILES", "find_evaluate_spec", "install_evaluate_modules",
-    "install_import_hook", "metric_module_path", "metric_source_folder", "module_sources", "pth_content",
+    "install_import_hook", "install_lock", "metric_module_path", "metric_source_folder", "module_sources",
+    "pth_content",
 ]
 
 METRIC_MODULES: tuple[str, ...] = ("honesty_alignment", "honesty_auroc", "honesty_ece")
@@ -107,20 +109,6 @@ def _default_modules_cache() -> str:
     return os.path.join(os.path.expanduser(hf_home), "modules")
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-elical-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _ensure_init(folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     init = os.path.join(folder, "__init__.py")
@@ -142,13 +130,84 @@ def _make_newest(name_dir: str, ours: str, script: str) -> None:
         os.utime(target, ns=(newer, newer))
 
 
+INSTALL_LOCK_NAME = ".elical-install.lock"
+"""The lock file [`install_lock`] takes in `<cache>/evaluate_modules/metrics/` (evaluate ignores it)."""
+
+
+@contextlib.contextmanager
+def install_lock(folder: str, timeout: float = 60.0):
+    """Hold the install lock of the metrics folder of evaluate's module cache for the block: processes installing at
+    once take turns (a POSIX `flock` on [`INSTALL_LOCK_NAME`], waited for up to `timeout` seconds).
+
+    Where `fcntl` is missing (Windows), or the lock does not come free in time (a hung holder), the block runs without
+    it: each module folder still appears complete or not at all (see [`install_evaluate_modules`]), so readers never
+    see a part of one; an import must not wait forever on another process.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    import time
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, INSTALL_LOCK_NAME), "a") as handle:
+        deadline, locked = time.monotonic() + timeout, False
+        while not locked:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _is_complete(folder: str, files: dict[str, bytes]) -> bool:
+    return all(os.path.isfile(os.path.join(folder, name)) and os.path.getsize(os.path.join(folder, name)) == len(data)
+               for name, data in files.items())
+
+
+def _write_folder(folder: str, files: dict[str, bytes]) -> None:
+    """Write `files` into a hidden staging folder beside `folder`, then move it into place: `folder` appears with all
+    of them or not at all. An incomplete `folder` (an install killed before this version) is replaced."""
+    import secrets
+    import shutil
+
+    parent = os.path.dirname(folder)
+    staging = os.path.join(parent, f".tmp-elical-{secrets.token_hex(8)}")
+    os.mkdir(staging)  # the umask's permissions, as evaluate's own folders
+    try:
+        for name, data in files.items():
+            with open(os.path.join(staging, name), "wb") as handle:
+                handle.write(data)
+        if os.path.isdir(folder):  # incomplete: moved out of the way first (a rename is atomic, a removal is not)
+            old = os.path.join(parent, f".old-elical-{secrets.token_hex(8)}")
+            os.replace(folder, old)
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(staging, folder)
+        except OSError:
+            if not _is_complete(folder, files):  # another installer's complete copy won the race: keep it
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str, ...] = METRIC_MODULES) -> list[str]:
     """Assemble the metric modules in evaluate's module cache ([`module_sources`]: the metric's script and the
     [`SHARED_FILES`], read from the package now), so that `evaluate.load(name)` finds them offline.
 
-    Idempotent and safe to run concurrently: files are written atomically, existing identical copies are kept. The
-    folder name is the SHA-256 of the assembled files (64 hex digits, as evaluate's own cache entries), so an edited
-    source gets a folder of its own, made the newest one.
+    Idempotent and safe to run concurrently: installers take turns ([`install_lock`]), each module folder is built
+    in a hidden staging folder and moved into place (a reader, e.g. `evaluate.load` in another process, sees it
+    complete or not at all), and existing complete copies are kept. The folder name is the SHA-256 of the assembled
+    files (64 hex digits, as evaluate's own cache entries), so an edited source gets a folder of its own, made the
+    newest one.
 
     Args:
         modules_cache (`str`, *optional*, defaults to `None`): evaluate's `HF_MODULES_CACHE`; `None` uses the value of
@@ -165,30 +224,28 @@ def install_evaluate_modules(modules_cache: str | None = None, names: tuple[str,
     _ensure_init(cache)
     dynamic = os.path.join(cache, _DYNAMIC_MODULES)
     _ensure_init(dynamic)
-    _ensure_init(os.path.join(dynamic, "metrics"))
+    metrics = os.path.join(dynamic, "metrics")
+    _ensure_init(metrics)
     installed = []
-    for name in names:
-        sources = module_sources(name)
-        contents = {}
-        for target, src in sources.items():
-            with open(src, "rb") as handle:
-                contents[target] = handle.read()
-        digest = hashlib.sha256(b"\0".join(t.encode() + b"\0" + data for t, data in contents.items())).hexdigest()
-        name_dir = os.path.join(dynamic, "metrics", f"{_NAMESPACE}--{name}")
-        target_dir = os.path.join(name_dir, digest)
-        _ensure_init(name_dir)
-        _ensure_init(target_dir)
-        for target, data in contents.items():
-            dst = os.path.join(target_dir, target)
-            if not os.path.isfile(dst) or os.path.getsize(dst) != len(data):
-                _write_atomic(dst, data)
-        script = os.path.join(target_dir, f"{name}.py")
-        meta = os.path.join(target_dir, f"{name}.json")
-        if not os.path.isfile(meta):  # the same record evaluate writes next to a downloaded module
+    with install_lock(metrics):
+        for name in names:
+            sources = module_sources(name)
+            contents = {}
+            for target, src in sources.items():
+                with open(src, "rb") as handle:
+                    contents[target] = handle.read()
+            digest = hashlib.sha256(b"\0".join(t.encode() + b"\0" + data for t, data in contents.items())).hexdigest()
+            name_dir = os.path.join(metrics, f"{_NAMESPACE}--{name}")
+            target_dir = os.path.join(name_dir, digest)
+            _ensure_init(name_dir)
+            script = os.path.join(target_dir, f"{name}.py")
+            # The same record evaluate writes next to a downloaded module.
             record = {"original file path": sources[f"{name}.py"], "local file path": script}
-            _write_atomic(meta, json.dumps(record).encode("utf-8"))
-        _make_newest(name_dir, digest, f"{name}.py")
-        installed.append(script)
+            required = {**contents, "__init__.py": b""}
+            if not (_is_complete(target_dir, required) and os.path.isfile(os.path.join(target_dir, f"{name}.json"))):
+                _write_folder(target_dir, {**required, f"{name}.json": json.dumps(record).encode("utf-8")})
+            _make_newest(name_dir, digest, f"{name}.py")
+            installed.append(script)
     return installed
 
 
