@@ -18,8 +18,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_text
 from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
-from .bundled import question_parts
-from .data import as_dataset
+from .columns import EVAL_LABEL_COLUMN
+from .data import as_dataset, split_dev
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
 
@@ -44,18 +44,6 @@ def paper_epochs(num_examples: int) -> int:
     return 50 if num_examples <= 10_000 else 15
 
 
-def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dataset, Dataset | None]:
-    """Split rows into train and dev, disjoint by question text (seeded)."""
-    dataset = as_dataset(data, name)
-    if not 0.0 <= dev_fraction < 1.0:
-        raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
-    if dev_fraction == 0.0 or len(dataset) < 10:
-        return dataset, None
-    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
-    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
-    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
-
-
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
     """A seeded random subset of `num_labels` labelled rows (all rows when `None`)."""
     dataset = as_dataset(data, "calibration")
@@ -73,9 +61,28 @@ def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
     return chosen
 
 
+def take_elicitation(data: Any, num_elicitation: int | None, seed: int) -> Any:
+    """A seeded random subset of `num_elicitation` stage-1 rows (`data` itself when `None`): the stage-1 budget of the
+    paper's elicitation-data-size ablation. Drawn independently of the label subset ([`take_labels`]) even when both
+    come from one table."""
+    if num_elicitation is None:
+        return data
+    dataset = as_dataset(data, "elicitation")
+    if isinstance(num_elicitation, bool) or not isinstance(num_elicitation, int) or num_elicitation < 2:
+        raise ValueError(f"`num_elicitation` must be an integer >= 2, got {num_elicitation!r}.")
+    if num_elicitation >= len(dataset):
+        if num_elicitation > len(dataset):
+            logger.warning("num_elicitation=%d asked for, but the elicitation data has %d rows: stage 1 uses all %d "
+                           "(recorded as num_elicitation_used in the run manifest).", num_elicitation, len(dataset),
+                           len(dataset))
+        return dataset
+    indices = sorted(random.Random(f"{seed}:elicitation").sample(range(len(dataset)), num_elicitation))
+    return dataset.select(indices)
+
+
 def _warn_single_class(labels: Dataset) -> None:
     """Stage 2 on labels of one class learns a constant: say so (training goes on; the user may mean it)."""
-    for column in ("greedy_correct", "correctness"):
+    for column in (EVAL_LABEL_COLUMN, "correctness"):
         if column in labels.column_names:
             values = {value for value in labels[column] if value is not None}
             if len(values) == 1:
@@ -239,6 +246,7 @@ def train_elical(
     output_dir: str,
     *,
     num_labels: int | None = None,
+    num_elicitation: int | None = None,
     calibration_trainable: str = "all",
     cal_only: bool = True,
     dev_fraction: float = 0.1,
@@ -267,6 +275,9 @@ def train_elical(
             Gets `elicitation/`, `elical/` and (with `cal_only`) `cal-only/`, each a loadable confidence model.
         num_labels (`int`, *optional*):
             Label budget for stage 2 (dev rows for early stopping are taken out of it). `None`: all rows.
+        num_elicitation (`int`, *optional*):
+            Stage-1 budget: a seeded random subset of this many elicitation rows ([`take_elicitation`]; dev rows come
+            out of it too), for the paper's elicitation-data-size ablation. `None`: all rows.
         calibration_trainable (`str`, *optional*, defaults to `"all"`):
             What stage 2 trains on top of stage 1: `"all"` (LoRA + head, as the paper's reference code) or `"head"`.
         cal_only (`bool`, *optional*, defaults to `True`):
@@ -289,11 +300,14 @@ def train_elical(
         `dict[str, str]`: the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`.
     """
     labelled = take_labels(calibration_data, num_labels, seed)
+    elicitation_data = take_elicitation(elicitation_data, num_elicitation, seed)
     stage2_args = {**(training_args or {}), **(calibration_training_args or {})}
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
     init = model_init_kwargs or {}
     run = _jsonable({
         "model_name_or_path": model_name_or_path, "num_labels": num_labels, "num_labels_used": len(labelled),
+        "num_elicitation": num_elicitation,  # None (all rows) matches a manifest written before the option existed
+        **({"num_elicitation_used": len(elicitation_data)} if num_elicitation is not None else {}),
         "calibration_trainable": calibration_trainable,
         "dev_fraction": dev_fraction, "seed": seed, "model_init_kwargs": init,
         "training_args": {k: v for k, v in (training_args or {}).items() if k not in FREE_TRAINING_ARGS},

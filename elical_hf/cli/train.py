@@ -31,6 +31,14 @@ class TrainCommandArguments:
     calibration_data: str = field(metadata={"help": "Table with `question` and `correctness`."})
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Base causal LM (Hub id or folder)."})
     num_labels: int | None = field(default=None, metadata={"help": "Stage-2 label budget (default: all rows)."})
+    num_elicitation: int | None = field(
+        default=None, metadata={"help": "Stage-1 budget: a seeded random subset of this many elicitation rows "
+                                "(default: all rows)."}
+    )
+    num_samples_used: int | None = field(
+        default=None, metadata={"help": "Derive the consistency and correctness targets of judged records from their "
+                                "first N samples only (the paper's k ablation; default: every sample)."}
+    )
     cal_only: bool = field(default=True, metadata={"help": "Also train Cal-Only on the same labels."})
     dev_fraction: float = field(default=0.1, metadata={"help": "Share of rows held out (by question) for early stopping."})
     overwrite_output_dir: bool = field(
@@ -65,6 +73,10 @@ class TrainCommandArguments:
             raise ValueError(f"--dev_fraction must lie in [0, 1), got {self.dev_fraction}.")
         if self.num_labels is not None and self.num_labels < 2:
             raise ValueError(f"--num_labels must be at least 2, got {self.num_labels}.")
+        if self.num_elicitation is not None and self.num_elicitation < 2:
+            raise ValueError(f"--num_elicitation must be at least 2, got {self.num_elicitation}.")
+        if self.num_samples_used is not None and self.num_samples_used < 1:
+            raise ValueError(f"--num_samples_used must be at least 1, got {self.num_samples_used}.")
 
 
 RECIPE_ARGUMENTS = ("output_dir", "seed", "calibration_trainable")
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         # judged records (`elical-hf judge --output`) get their training columns; both tables are checked before
         # stage 1 trains, so a bad target fails in seconds
         name, target = f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage]
-        tables[stage] = load_training_table(source, name, target)
+        tables[stage] = load_training_table(source, name, target, options.num_samples_used)
         validate_columns(tables[stage], name, target)
     with one_writer(training_args.output_dir):
         paths = train_elical(
@@ -140,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             tables[Stage.CALIBRATION],
             training_args.output_dir,
             num_labels=options.num_labels,
+            num_elicitation=options.num_elicitation,
             calibration_trainable=training_args.calibration_trainable.value,
             cal_only=options.cal_only,
             dev_fraction=options.dev_fraction,

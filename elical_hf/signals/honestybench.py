@@ -25,8 +25,8 @@ from tqdm.auto import tqdm
 from ..bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
 from ..files import looks_local, path_component
 from .records import (
-    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, iter_record_batches, normalize_record, read_records,
-    record_features, record_files, training_columns,
+    RECORD_FEATURES, TRAINING_FEATURES, check_complete_samples, first_samples, iter_record_batches, normalize_record,
+    read_records, record_features, record_files, training_columns,
 )
 
 
@@ -304,6 +304,7 @@ def load_honestybench(
     progress: bool = True,
     allow_incomplete: bool = False,
     cache_dir: str | os.PathLike | None = None,
+    num_samples: int | None = None,
 ) -> DatasetDict:
     """Load HonestyBench records (the official files or our own) into the paper's splits, with training columns.
 
@@ -337,6 +338,11 @@ def load_honestybench(
             paths, sizes and modification times, the filters and `path_parser`); defaults to
             `<datasets cache>/elical_hf/honestybench`. Do not load the same files into one folder from two processes
             at once: load once, before launching several.
+        num_samples (`int`, *optional*): Keep only each record's first `num_samples` samples (the paper's k
+            ablation, targets from k' of the k samples): the per-sample fields are cut to them
+            ([`~elical_hf.signals.records.first_samples`]) and `consistency` / `correctness` are derived from them,
+            replacing a record's own values. A record with fewer samples, or with a target of its own but no
+            per-sample judgements to derive it from, is a `ValueError`. `None` (the default) keeps every sample.
 
     Returns:
         [`~datasets.DatasetDict`]: non-empty splits among `train` (in-domain train files; in-domain data without a
@@ -364,10 +370,11 @@ def load_honestybench(
     check_complete_samples(root, allow_incomplete)
 
     hinted = _hinted_record_files(root, path_parser)
-    folder = _cache_folder(cache_dir, hinted, (models, datasets, split), path_parser)
+    filters = (models, datasets, split) if num_samples is None else (models, datasets, split, num_samples)
+    folder = _cache_folder(cache_dir, hinted, filters, path_parser)
     if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
         _records_to_arrow(hinted, folder, wanted_models, wanted_datasets, split, path_or_repo, (models, datasets, split),
-                          progress)
+                          progress, num_samples)
     with open(os.path.join(folder, ARROW_INDEX), encoding="utf-8") as handle:
         index = json.load(handle)
     if index["others"]:
@@ -386,7 +393,7 @@ RECORD_BATCH_SIZE = 10_000
 def _cache_folder(
     cache_dir: str | os.PathLike | None,
     hinted: list[tuple[str, str, dict[str, str | None]]],
-    filters: tuple[Any, Any, Any],
+    filters: tuple[Any, ...],
     path_parser: Callable,
 ) -> str:
     """`<cache_dir>/<key>` (`cache_dir` defaults to `<datasets cache>/elical_hf/honestybench`): the key hashes the
@@ -417,6 +424,7 @@ def _records_to_arrow(
     path_or_repo: Any,
     filters: tuple[Any, Any, Any],
     progress: bool,
+    num_samples: int | None = None,
 ) -> None:
     """Stream the records of `hinted` files into Arrow files under `folder` (one per file, batch and split), then
     write `ARROW_INDEX`; the folder appears complete or not at all."""
@@ -464,7 +472,7 @@ def _records_to_arrow(
                         continue
                     if split is not None and part not in split:
                         continue
-                    _add_training_columns(record)
+                    _add_training_columns(record, num_samples)
                     rows.append((part, record))
                 for part in sorted({p for p, _ in rows}):
                     chunk = [r for p, r in rows if p == part]
@@ -495,9 +503,19 @@ def _records_to_arrow(
         (staging / ARROW_INDEX).write_text(json.dumps(index, indent=2), encoding="utf-8")
 
 
-def _add_training_columns(record: dict[str, Any]) -> None:
+def _add_training_columns(record: dict[str, Any], num_samples: int | None = None) -> None:
     """Add the [`training_columns`] a record lacks; its own values win (a `consistency` of its own has
-    `consistency_source` `"consistency"` unless it names one)."""
+    `consistency_source` `"consistency"` unless it names one). With `num_samples`, the record keeps its first
+    `num_samples` samples and its targets are derived from them, replacing its own."""
+    if num_samples is not None:
+        record.update(first_samples(record, num_samples))
+        columns = training_columns(record)
+        for key in ("consistency", "correctness"):
+            if record.get(key) is not None and columns[key] is None:
+                raise ValueError(f"Record {record.get('id', '(no id)')!r} has a `{key}` of its own but no per-sample "
+                                 f"judgements to derive it from its first {num_samples} samples.")
+        record.update(columns)
+        return
     columns = training_columns(record)
     if record.get("consistency") is not None:
         columns["consistency_source"] = record.get("consistency_source") or "consistency"

@@ -28,8 +28,9 @@ from ..prompts import check_prompt_texts
 
 __all__ = [
     "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "RECORD_FEATURES", "TRAINING_FEATURES",
-    "check_complete_samples", "iter_record_batches", "load_records", "normalize_record", "read_records",
-    "record_features", "record_files", "record_format", "save_records", "training_columns",
+    "SAMPLE_FIELDS", "check_complete_samples", "first_samples", "iter_record_batches", "load_records",
+    "normalize_record", "read_records", "record_features", "record_files", "record_format", "save_records",
+    "training_columns",
 ]
 
 logger = logging.getLogger(__name__)
@@ -196,8 +197,36 @@ def _mean(values: Iterable[Any] | None) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def training_columns(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The trainer's columns of one record (official or ours).
+SAMPLE_FIELDS = ("sampling_response", "sampling_correctness", "consistency_judgement", "consistency_lexical")
+"""The per-sample fields of a record: one entry per sampled answer, in sampling order."""
+
+
+def first_samples(record: Mapping[str, Any], num_samples: int) -> dict[str, Any]:
+    """`record` as if it had been sampled with its first `num_samples` answers: every per-sample field
+    ([`SAMPLE_FIELDS`]) that it has cut to its first `num_samples` entries (the paper's k ablation draws the targets
+    from k' <= k samples; our sampler seeds each sample from its index, so the first k' are what a k' run draws).
+
+    Raises:
+        `ValueError`: `num_samples < 1`, or a per-sample field with fewer entries (naming the record's id).
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}.")
+    flat = dict(record)
+    for name in SAMPLE_FIELDS:
+        values = flat.get(name)
+        if values is None:
+            continue
+        values = list(values)
+        if len(values) < num_samples:
+            raise ValueError(f"Record {flat.get('id', '(no id)')!r} has {len(values)} entries in `{name}`, fewer than "
+                             f"the {num_samples} samples asked for (num_samples).")
+        flat[name] = values[:num_samples]
+    return flat
+
+
+def training_columns(record: Mapping[str, Any], num_samples: int | None = None) -> dict[str, Any]:
+    """The trainer's columns of one record (official or ours); with `num_samples`, from its first `num_samples`
+    samples only ([`first_samples`]).
 
     Returns:
         `dict`: `consistency` (mean of `consistency_judgement` when it is present and non-empty, else mean of
@@ -206,6 +235,8 @@ def training_columns(record: Mapping[str, Any]) -> dict[str, Any]:
         judged) and `greedy_correct` (1/0, `None` when not judged).
     """
     flat = normalize_record(record)
+    if num_samples is not None:
+        flat = first_samples(flat, num_samples)
     consistency, source = _mean(flat.get("consistency_judgement")), "consistency_judgement"
     if consistency is None:
         consistency, source = _mean(flat.get("consistency_lexical")), "consistency_lexical"
@@ -429,20 +460,27 @@ def is_records_table(columns: Iterable[str]) -> bool:
     return bool(set(RECORD_MARKERS) & set(columns))
 
 
-def with_training_columns(rows: Any, name: str, target: str) -> Any:
+def with_training_columns(rows: Any, name: str, target: str, num_samples: int | None = None) -> Any:
     """Judged records as training rows: the trainer's columns (`consistency`, `correctness`, `greedy_correct`,
     [`training_columns`]) added to a `datasets.Dataset` of records wherever the judgements allow; a table that already
-    has `target`, or holds no records, comes back unchanged.
+    has `target`, or holds no records, comes back unchanged. With `num_samples`, the columns are derived anew from
+    each record's first `num_samples` samples (replacing any the table has), which needs the per-sample judgements.
 
     Raises:
         `ValueError`: A record lacks the judgement `target` is derived from (named, with the `judge` option that fills
-            it).
+            it), or `num_samples` is given for a table without records.
     """
-    if target in rows.column_names or not is_records_table(rows.column_names):
+    if num_samples is not None:
+        if not is_records_table(rows.column_names):
+            raise ValueError(f"The {name} table has no per-sample judgements (columns {rows.column_names}): targets "
+                             f"from the first {num_samples} samples need judged records.")
+        rows = rows.remove_columns([c for c in ("consistency", "consistency_source", "correctness", "greedy_correct")
+                                    if c in rows.column_names])
+    elif target in rows.column_names or not is_records_table(rows.column_names):
         return rows
     derived = []
     for row, record in enumerate(rows):  # one pass over the table
-        columns = training_columns(record)
+        columns = training_columns(record, num_samples)
         if columns[target] is None:
             where = f"record {record.get('id')!r}" if record.get("id") is not None else f"row {row}"
             hint = JUDGE_OPTIONS.get(target, "elical-hf judge")
@@ -456,10 +494,10 @@ def with_training_columns(rows: Any, name: str, target: str) -> Any:
     return rows
 
 
-def load_training_table(source: str, name: str, target: str) -> Any:
+def load_training_table(source: str, name: str, target: str, num_samples: int | None = None) -> Any:
     """A training table from any records input: a table file or `save_to_disk` folder (`load_table`), a folder of
     record files (an `elical-hf sample` output, a HonestyBench layout), or judged records — with the trainer's columns
-    derived where they are missing ([`with_training_columns`])."""
+    derived where they are missing, or from the first `num_samples` samples ([`with_training_columns`])."""
     from ..data import load_table
 
     if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "dataset_info.json")):
@@ -468,7 +506,7 @@ def load_training_table(source: str, name: str, target: str) -> Any:
         rows = Dataset.from_list(load_records(source))
     else:
         rows = load_table(source)
-    return with_training_columns(rows, name, target)
+    return with_training_columns(rows, name, target, num_samples)
 
 
 def same_model(a: str, b: str) -> bool:
