@@ -1,6 +1,6 @@
-"""`SamplingSettings.greedy_repetition_penalty`: the greedy answer with the repetition penalty the paper's reference code
-passes to its greedy decoding too (`infer_scripts/run_infer_consistency.sh:54-56`), in our decoder, completions, the
-vLLM requests, `elical-hf sample`, and old sampling manifests that predate it."""
+"""`SamplingSettings.greedy_repetition_penalty`: the greedy answer with the repetition penalty the paper's reference
+code passes to its greedy decoding too (`infer_scripts/run_infer_consistency.sh:54-56`), in our decoder, completions,
+the vLLM requests, `elical-hf sample`, and old sampling manifests that predate it."""
 
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def test_completions_take_the_penalty(model, tokenizer):
 
 def test_vllm_greedy_request_carries_the_penalty():
     params = lambda **kwargs: SimpleNamespace(**kwargs)  # noqa: E731 (a stand-in for vllm.SamplingParams)
-    greedy_params, sampling = vllm_request_params(params, QUESTIONS[:2], SamplingSettings(greedy_repetition_penalty=1.05))
+    settings = SamplingSettings(greedy_repetition_penalty=1.05)
+    greedy_params, sampling = vllm_request_params(params, QUESTIONS[:2], settings)
     assert (greedy_params.temperature, greedy_params.repetition_penalty) == (0.0, 1.05)
     assert sampling[0].repetition_penalty == 1.05
     default, _ = vllm_request_params(params, QUESTIONS[:2], SamplingSettings())

@@ -117,7 +117,8 @@ def test_train_command_passes_the_head_options_only_when_set(tmp_path, monkeypat
     monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"question": "q", "consistency": 0.5, "correctness": 0.5}) + "\n")
-    base = ["train", "--elicitation_data", str(data), "--calibration_data", str(data), "--output_dir", str(tmp_path / "o")]
+    base = ["train", "--elicitation_data", str(data), "--calibration_data", str(data),
+            "--output_dir", str(tmp_path / "o")]
     assert cli_main([*base, "--head_type", "mlp", "--head_init", "torch_default"]) == 0
     assert cli_main(base) == 0
     chosen, default = (call["model_init_kwargs"] for call in calls)

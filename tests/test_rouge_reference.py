@@ -1,5 +1,6 @@
-"""Consis-Lex as the paper's reference code scores it (`honesty_alignment/eval.py` uses the `rouge` package), re-implemented
-in `elical_hf.signals.lexical_judge.rouge_l_reference`, and the `lexical_scoring` option that selects it."""
+"""Consis-Lex as the paper's reference code scores it (`honesty_alignment/eval.py` uses the `rouge` package),
+re-implemented in `elical_hf.signals.lexical_judge.rouge_l_reference`, and the `lexical_scoring` option that selects
+it."""
 
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ def test_consis_lex_scores_each_sample_as_the_hypothesis_against_the_greedy_answ
 def test_lexical_judge_verdicts_under_the_reference_scoring():
     records = [_record("The capital is Paris.", ["paris", "The capital is Paris."])]
     assert lexical_judgement(records, threshold=0.3) == {"judged": 1, "without_samples": 0}
-    assert records[0]["consistency_judgement"] == [True, True] and records[0]["consistency_judge"] == "lexical:rougeL@0.3"
+    assert records[0]["consistency_judgement"] == [True, True]
+    assert records[0]["consistency_judge"] == "lexical:rougeL@0.3"
     apply_judges(records, consistency="lexical", lexical_threshold=0.3, lexical_scoring="reference")
     assert records[0]["consistency_judgement"] == [False, True]
     assert records[0]["consistency_judge"] == "lexical:rougeL-reference@0.3"
