@@ -333,11 +333,27 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             if value is not None and value != getattr(saved_config, option):
                 raise ValueError(f"{folder} holds a trained model with {option}={getattr(saved_config, option)!r}; "
                                  f"{option}={value!r} applies to a fresh head only.")
+        missing = [name for name in ("adapter_config.json", SAFETENSORS_WEIGHTS_NAME)
+                   if not os.path.isfile(os.path.join(folder, name))]
+        if missing:  # PEFT would look them up on the Hub, under the folder's path
+            raise ValueError(
+                f"{folder} holds {CONFIDENCE_CONFIG_NAME} but no {' and no '.join(missing)}: an incomplete copy of a "
+                "saved confidence model (its adapter was not copied, or was deleted). Copy the whole folder again, or "
+                "save the model again."
+            )
         adapter_config = PeftConfig.from_pretrained(folder)
         trained_on = saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
         base = base_model_name_or_path or trained_on
         if base is None:
             raise ValueError(f"{folder} does not name its base model; pass `base_model_name_or_path=`.")
+        if not os.path.isdir(base) and (looks_local(base) or not is_hub_id(base)):  # a path, not there
+            if base_model_name_or_path is not None:
+                raise FileNotFoundError(2, "No such model folder", base)
+            raise ValueError(
+                f"{folder} was trained on the base model in the folder {base}, which is not there any more (moved or "
+                "deleted?). Pass the folder it is in now as `base_model_name_or_path=`, or set "
+                f"`base_model_name_or_path` in {os.path.join(folder, CONFIDENCE_CONFIG_NAME)} to it."
+            )
         _check_requested_base(folder, trained_on, base_model_name_or_path)
         loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
         kwargs.pop("revision", None)  # the revision of the adapter's repo, not of the base model's

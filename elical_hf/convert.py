@@ -236,6 +236,7 @@ def convert_official(
     from .configuration import ConfidenceConfig, backbone_signature
     from .data import load_tokenizer
     from .default_model import hub_offline, resolve_model_path
+    from .files import looks_local
     from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
     from .modeling import confidence_class_for, confidence_class_name
 
@@ -244,6 +245,8 @@ def convert_official(
         raise ValueError(f"{dst} is not empty; convert into a new folder.")
     if os.path.isdir(src):
         root = Path(src)
+    elif looks_local(src):  # a mistyped path, not a Hub id
+        raise FileNotFoundError(2, "No such release folder", src)
     else:
         from huggingface_hub import snapshot_download
 

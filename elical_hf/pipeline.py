@@ -32,6 +32,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, find_saved_model
 from .data import encode_prompts, ensure_pad_token
+from .files import looks_local
 from .gate import answer_questions, check_threshold, decide
 from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 
@@ -48,6 +49,8 @@ def load_confidence_model(name: str, **kwargs: Any) -> PeftModelForConfidence:
     """[`AutoModelForConfidence.from_pretrained`] of a *saved* confidence model; anything else (a base model, a
     failed load) raises [`ConfidencePipelineLoadError`] with the cause."""
     try:
+        if looks_local(name) and not os.path.exists(name):  # never looked up on the Hub
+            raise FileNotFoundError(2, "No such model folder", name)
         hub_options = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
         if find_saved_model(name, **hub_options) is None:
             raise ValueError(

@@ -272,3 +272,48 @@ def test_evaluate_module_installs_take_turns_and_never_show_a_part(tmp_path, mon
     monkeypatch.setattr(os, "replace", watching_replace)
     paths = registration.install_evaluate_modules(str(tmp_path / "fresh"))
     assert seen_parts == [] and all(Path(p).is_file() for p in paths)
+
+
+@case("input", "local folders that fail to load: a confidence model folder without `adapter_model.safetensors`, one "
+      "whose recorded base folder was moved, a missing path given to `ConfidenceEstimationPipeline.from_pretrained`, "
+      "`load_honestybench` or `convert-official` (transformers' own `pipeline()` reads the path before any code of "
+      "ours runs and keeps its Hub error)",
+      "one line naming the folder: `… holds confidence_config.json but no adapter_model.safetensors: an incomplete "
+      "copy …` / `… was trained on the base model in the folder …, which is not there any more …` / `No such model "
+      "folder: …` / `No such file or folder: …` / `No such release folder: …` (were `LocalEntryNotFoundError`, `Repo "
+      "id must be in the form …`)")
+def test_local_folders_that_fail_to_load_are_named(tiny_llama, tmp_path, raise_user_errors):
+    import shutil
+
+    from elical_hf import ConfidenceEstimationPipeline
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.pipeline import ConfidencePipelineLoadError
+    from elical_hf.signals import load_honestybench
+
+    saved = tmp_path / "saved"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(saved)
+    weightless = tmp_path / "weightless"
+    shutil.copytree(saved, weightless)
+    (weightless / "adapter_model.safetensors").unlink()
+    with pytest.raises(ValueError, match="holds confidence_config.json but no adapter_model.safetensors: an "
+                                         "incomplete copy"):
+        AutoModelForConfidence.from_pretrained(str(weightless))
+    base = tmp_path / "base"
+    shutil.copytree(tiny_llama, base)
+    moved = tmp_path / "moved"
+    AutoModelForConfidence.from_pretrained(str(base)).save_pretrained(moved)
+    base.rename(tmp_path / "base-elsewhere")
+    with pytest.raises(ValueError, match=f"was trained on the base model in the folder {base}, which is not there "
+                                         f"any more"):
+        AutoModelForConfidence.from_pretrained(str(moved))
+    elsewhere = str(tmp_path / "base-elsewhere")
+    loaded = AutoModelForConfidence.from_pretrained(str(moved), base_model_name_or_path=elsewhere)
+    assert loaded.confidence_config.base_model_name_or_path == str(base)  # the provenance saved, the weights found
+    assert json.loads((moved / CONFIDENCE_CONFIG_NAME).read_text())["base_model_name_or_path"] == str(base)
+    missing = str(tmp_path / "no" / "such" / "folder")
+    with pytest.raises(ConfidencePipelineLoadError, match=f"No such model folder: '{missing}'"):
+        ConfidenceEstimationPipeline.from_pretrained(missing)
+    with pytest.raises(FileNotFoundError, match=f"No such file or folder: '{missing}'"):
+        load_honestybench(missing)
+    with pytest.raises(FileNotFoundError, match=f"No such release folder: '{missing}'"):
+        cli_main(["convert-official", missing, str(tmp_path / "converted")])
