@@ -93,8 +93,11 @@ def _onednn_bf16() -> bool:
 
 
 def matmul_gflops(dtype: torch.dtype, size: int = 512, repeats: int = 5) -> float:
-    """Median GFLOP/s of a `size x size` matmul in `dtype` on the CPU (after one warm-up run)."""
-    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    """Median GFLOP/s of a `size x size` matmul in `dtype` on the CPU (after one warm-up run). Its operands come from a
+    generator of its own: measuring never moves the global RNG (a seeded run draws the same fresh head whether or
+    not this process probed its CPU first)."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(size, size, generator=generator).to(dtype) for _ in range(2))
     torch.mm(a, b)
     times = []
     for _ in range(repeats):

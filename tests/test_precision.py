@@ -102,3 +102,14 @@ def test_bf16_training_args_warn_on_a_slow_cpu(cpu_bf16, caplog, tmp_path):
     with caplog.at_level(logging.WARNING, logger="elical_hf.precision"):
         ConfidenceTrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True, report_to="none")
     assert "slow" in caplog.text
+
+
+def test_measuring_the_cpu_never_moves_the_global_rng():
+    """The bf16 probe runs once per process, on bf16 CPUs only: a seeded fresh head must not depend on whether it ran."""
+    from elical_hf.precision import matmul_gflops
+
+    torch.manual_seed(42)
+    expected = torch.randn(4)
+    torch.manual_seed(42)
+    matmul_gflops(torch.float32, size=32, repeats=1)
+    assert torch.equal(torch.randn(4), expected)
