@@ -32,6 +32,7 @@ from .default_model import hub_offline, resolve_model_path
 from .hub_ids import hub_id_of_local_copy, is_hub_id
 from .model_card import ConfidenceModelCardData, write_model_card
 from .precision import resolve_dtype
+from .prompts import chat_template_kwargs_for
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
 
 
@@ -320,6 +321,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         confidence_config.base_weights_source = source
         if confidence_config.max_length is None:  # a new model: its backbone's own context length
             confidence_config.max_length = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        if confidence_config.chat_template_kwargs is None:  # a new model: what its template needs (Qwen3: no thinking)
+            confidence_config.chat_template_kwargs = chat_template_kwargs_for(model.tokenizer) or None
         model.confidence_config = confidence_config
         return model
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .atomic import atomic_write_text
-from .prompts import QA_PROMPT, render_prompt
+from .prompts import QA_PROMPT, check_chat_template_kwargs, render_prompt
 
 
 CONFIDENCE_CONFIG_NAME = "confidence_config.json"
@@ -53,6 +53,11 @@ class ConfidenceConfig:
             System message placed before the question; `None` keeps the chat template's default.
         add_generation_prompt (`bool`, *optional*, defaults to `True`):
             Append the assistant header, so the pooled token is where the model would start answering.
+        chat_template_kwargs (`dict`, *optional*):
+            Extra variables of the chat template, part of the text the head reads (and of the gate's answer prompt).
+            A new model records them from its tokenizer ([`~elical_hf.prompts.chat_template_kwargs_for`]):
+            `{"enable_thinking": false}` for a hybrid reasoning template (Qwen3), so prompts and answers carry no
+            reasoning block; `None` for other templates (and older saves: rendered the same way).
         pooling (`str`, *optional*, defaults to `"last_token"`):
             Which hidden state feeds the head. `"last_token"`: the last real token of each row, found from the
             attention mask (correct under left or right padding, and when the pad token equals EOS).
@@ -100,6 +105,7 @@ class ConfidenceConfig:
     use_chat_template: bool = True
     system_prompt: str | None = None
     add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
     pooling: str = "last_token"
     head_activation: str = "sigmoid"
     head_type: str = "linear"
@@ -122,6 +128,7 @@ class ConfidenceConfig:
         except (KeyError, IndexError, ValueError) as error:  # another field, or a stray brace
             raise ValueError(f"`prompt_template` may use only the '{{question}}' field (write other braces as '{{{{' "
                              f"and '}}}}'), got {self.prompt_template!r}: {type(error).__name__}: {error}.") from None
+        self.chat_template_kwargs = check_chat_template_kwargs(self.chat_template_kwargs)
         if not isinstance(self.prompt_tail, str):
             raise ValueError(f"`prompt_tail` must be a string, got {self.prompt_tail!r}.")
         if self.pooling not in POOLING_MODES:
@@ -158,6 +165,7 @@ class ConfidenceConfig:
             use_chat_template=self.use_chat_template,
             system_prompt=self.system_prompt,
             add_generation_prompt=self.add_generation_prompt,
+            chat_template_kwargs=self.chat_template_kwargs,
         )
 
     def to_dict(self) -> dict[str, Any]:

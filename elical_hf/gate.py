@@ -213,7 +213,8 @@ def answer_questions(
         retrieve (`Callable[[str], str | None]`, *optional*): Called with each question in the retrieve band; returns
             context to answer with (`None`: nothing found, no answer). Without it, those questions get no answer.
         settings ([`~elical_hf.signals.SamplingSettings`], *optional*): The answer prompt and stop strings; defaults to
-            the sampler's own (the paper's QA prompt), with `max_new_tokens` and `batch_size`.
+            the sampler's own (the paper's QA prompt), with `max_new_tokens` and `batch_size`. Its
+            `chat_template_kwargs`, when `None`, are the model's (`confidence_config.chat_template_kwargs`).
         max_new_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): Used
             when `settings` is not given.
         progress (`bool`, *optional*, defaults to `False`): Show progress bars.
@@ -245,6 +246,8 @@ def answer_questions(
         raise ValueError(f"`retrieve` must be a callable question -> context (str or None), got {retrieve!r}.")
     if settings is None:
         settings = SamplingSettings(num_samples=1, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    if settings.chat_template_kwargs is None:  # the answer prompt rendered as the confidence prompt (Qwen3: no thinking)
+        settings = dataclasses.replace(settings, chat_template_kwargs=config.chat_template_kwargs)
     results = [{"question": q, "confidence": None, "decision": None, "answer": None, "answer_tokens": None,
                 "context": None} for q in questions]
     if not questions:

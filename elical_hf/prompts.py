@@ -6,6 +6,7 @@ the confidence head was trained on and the text it is asked about at inference c
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -70,6 +71,44 @@ def check_prompt_texts(texts: Any, names: Any = None) -> None:
             ) from None
 
 
+THINKING_SWITCH = "enable_thinking"
+"""The chat-template variable of hybrid reasoning models (Qwen3: `enable_thinking=True` by default, so its answers
+start with a `<think>...</think>` block)."""
+
+
+def chat_template_kwargs_for(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """
+    The extra variables a prompt is rendered with by `tokenizer`'s chat template.
+
+    `chat_template_kwargs` as given (a saved [`~elical_hf.ConfidenceConfig`]'s, a sampling run's); when it is `None`,
+    `{"enable_thinking": False}` for a template that reads [`THINKING_SWITCH`] (Qwen3's and other hybrid reasoning
+    models': the paper's prompts ask for an answer, not for reasoning, and a reasoning block before the answer would
+    be judged as part of it), and none for any other template.
+    """
+    if chat_template_kwargs is not None:
+        return dict(chat_template_kwargs)
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates
+        template = " ".join(str(value) for value in template.values())
+    return {THINKING_SWITCH: False} if isinstance(template, str) and THINKING_SWITCH in template else {}
+
+
+def check_chat_template_kwargs(value: Any, name: str = "chat_template_kwargs") -> dict[str, Any] | None:
+    """`value` as a dict of template variables (a JSON object given as a string is parsed), or `None`; a
+    `ValueError` naming `name` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"`{name}` must be a JSON object such as '{{\"enable_thinking\": false}}', got "
+                             f"{value!r} ({error.msg}).") from None
+    if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+        raise ValueError(f"`{name}` must be a mapping of template variable names to values, got {value!r}.")
+    return dict(value)
+
+
 def render_prompt(
     tokenizer: Any,
     user_text: str,
@@ -77,6 +116,7 @@ def render_prompt(
     use_chat_template: bool = True,
     system_prompt: str | None = None,
     add_generation_prompt: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """Wrap `user_text` in the tokenizer's chat template (when it has one and `use_chat_template` is set).
 
@@ -91,6 +131,9 @@ def render_prompt(
             A system message to put first. `None` keeps the template's own default (if any).
         add_generation_prompt (`bool`, *optional*, defaults to `True`):
             Whether to append the assistant turn header, so the last token is where the model starts answering.
+        chat_template_kwargs (`dict`, *optional*):
+            Extra variables of the chat template (e.g. `{"enable_thinking": False}`); `None`: those of
+            [`chat_template_kwargs_for`] (thinking off for a hybrid reasoning template, nothing otherwise).
 
     Returns:
         `str`: the text to tokenize (special tokens included; tokenize it with `add_special_tokens=False`).
@@ -100,7 +143,8 @@ def render_prompt(
     messages = [{"role": "user", "content": user_text}]
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": system_prompt})
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         **chat_template_kwargs_for(tokenizer, chat_template_kwargs))
 
 
 MIN_SHARED_PREFIX = 32

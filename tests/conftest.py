@@ -16,8 +16,9 @@ from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 
 def save_tiny_base(folder, arch: str = "llama", seed: int = 0, **overrides) -> str:
-    """Save a tiny random causal LM and its tokenizer into `folder`, as a Hub checkpoint would look."""
-    tokenizer = make_tiny_tokenizer()
+    """Save a tiny random causal LM and its tokenizer into `folder`, as a Hub checkpoint would look (`"qwen3"`: with
+    Qwen3's chat template and reasoning tags, `tests.tiny.QWEN3_CHAT_TEMPLATE`)."""
+    tokenizer = make_tiny_tokenizer(reasoning=arch == "qwen3")
     model = make_tiny_causal_lm(tokenizer, arch=arch, seed=seed, **overrides)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

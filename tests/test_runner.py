@@ -40,6 +40,7 @@ class CountingBackend:
     def __init__(self, backend, fail_on_call: int | None = None):
         self.inner, self.fail_on_call, self.calls = backend, fail_on_call, 0
         self.name, self.kind, self.weights_source = backend.name, backend.kind, backend.weights_source
+        self.tokenizer = backend.tokenizer  # the manifest records the template variables its prompts render with
 
     def generate(self, questions, settings, progress=True):
         self.calls += 1

@@ -11,7 +11,15 @@ import re
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from elical_hf import prompts
 
@@ -24,6 +32,21 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+QWEN3_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+"""Qwen3's generation-prompt logic (its template, cut to what a question prompt uses): thinking is on unless the
+caller passes `enable_thinking=False`, which writes an empty reasoning block before the answer."""
+
+THINK_TOKENS = ["<think>", "</think>"]
+"""Qwen3's reasoning tags: added tokens that are not special (decoding keeps them in the text)."""
 
 EXTRA_WORDS = """
 system user assistant you are a helpful the of and to in is was for on that with by as at from it an be this which
@@ -40,9 +63,9 @@ def _prompt_words() -> list[str]:
     return re.findall(r"\w+|[^\w\s]+", " ".join(texts).replace("{", " ").replace("}", " "))
 
 
-def make_tiny_tokenizer() -> PreTrainedTokenizerFast:
+def make_tiny_tokenizer(reasoning: bool = False) -> PreTrainedTokenizerFast:
     """A word-level tokenizer (split on whitespace and punctuation; each word lowercase and capitalized) with a
-    ChatML-style chat template.
+    ChatML-style chat template; with `reasoning`, Qwen3's: [`QWEN3_CHAT_TEMPLATE`] and the [`THINK_TOKENS`].
 
     Special tokens: `<unk>` (0), `<|im_start|>` (1), `<|im_end|>` (2, EOS and PAD). Unknown words map to `<unk>`.
     Punctuation `. , ? ! : ' " -` and the digits are in the vocabulary; decoding joins tokens with spaces.
@@ -64,6 +87,9 @@ def make_tiny_tokenizer() -> PreTrainedTokenizerFast:
         model_max_length=512,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    if reasoning:
+        tokenizer.add_tokens(THINK_TOKENS)
+        tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
     return tokenizer
 
 
@@ -78,7 +104,7 @@ def make_tiny_causal_lm(
 
     Args:
         tokenizer: The tokenizer whose size, EOS and PAD ids the model takes.
-        arch (`str`): `"llama"` or `"qwen2"`.
+        arch (`str`): `"llama"`, `"qwen2"` or `"qwen3"`.
         seed (`int`): Seed of the weights; the global RNG state is left untouched.
         attn_implementation (`str`): `"eager"` (default, exact and fast at this size) or `"sdpa"`.
         config_overrides: Any other config field, e.g. `initializer_range=0.2` for peakier distributions.
@@ -86,7 +112,8 @@ def make_tiny_causal_lm(
     Returns:
         The model in float32, in eval mode, with `generation_config` EOS/PAD set to the tokenizer's EOS.
     """
-    configs = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    configs = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
     if arch not in configs:
         raise ValueError(f"Unknown arch {arch!r}; choose one of {sorted(configs)}.")
     config_class, model_class = configs[arch]

@@ -46,12 +46,14 @@ class Job:
     threshold: float | None = None
     retrieve_threshold: float | None = None
     repetition_penalty: float = 1.0
+    chat_template_kwargs: dict[str, Any] | None = None
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     @property
     def group(self) -> tuple:
-        """Jobs that can share one call: the same answer length, stop strings, thresholds and penalty."""
+        """Jobs that can share one call: the same answer length, stop strings, thresholds and penalty (the template
+        variables only change each prompt's own rendering)."""
         return self.max_tokens, self.stop, self.threshold, self.retrieve_threshold, self.repetition_penalty
 
 
@@ -128,7 +130,8 @@ class Engine:
             raise RequestError(f"max_tokens={max_tokens} leaves no room for a prompt in the model's context of "
                                f"{self.context_length} tokens.", param="max_tokens", code="context_length_exceeded")
         penalty = 1.0 if request.repetition_penalty is None else request.repetition_penalty
-        return Job(messages, max_tokens, request.stop_strings(), repetition_penalty=penalty)
+        return Job(messages, max_tokens, request.stop_strings(), repetition_penalty=penalty,
+                   chat_template_kwargs=request.chat_template_kwargs)
 
     def run(self, jobs: list[Job]) -> list[Reply | RequestError]:
         """Compute a batch (on the worker thread): one call per group of jobs that share their settings."""
@@ -230,6 +233,10 @@ class GateEngine(Engine):
             raise RequestError("The gate answers with the plain greedy answer its confidence is about: "
                                "`repetition_penalty` is only for --mode completion.", param="repetition_penalty",
                                code="unsupported_parameter")
+        if job.chat_template_kwargs is not None:
+            raise RequestError("The gate renders prompts with the model's own chat_template_kwargs (those its "
+                               "confidence was trained with); `chat_template_kwargs` is only for --mode completion.",
+                               param="chat_template_kwargs", code="unsupported_parameter")
         options = request.elical
         threshold = options.threshold if options and options.threshold is not None else self.threshold
         if options and options.retrieve_threshold is not None:
@@ -248,7 +255,7 @@ class GateEngine(Engine):
         from ..signals import SamplingSettings
 
         return SamplingSettings(num_samples=1, max_new_tokens=job.max_tokens, batch_size=self.batch_size,
-                                stop_strings=list(job.stop))
+                                stop_strings=list(job.stop), chat_template_kwargs=self.config.chat_template_kwargs)
 
     def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
         from ..gate import answer_questions
@@ -296,7 +303,8 @@ class GateEngine(Engine):
                                                 "or None.", code="retriever_failed", status=502, type="server_error")
                 return None
             if context:
-                text = render_prompt(self.tokenizer, CONTEXT_QA_PROMPT.format(context=context, question=question))
+                text = render_prompt(self.tokenizer, CONTEXT_QA_PROMPT.format(context=context, question=question),
+                                     chat_template_kwargs=settings.chat_template_kwargs)
                 if self.check_fits(len(self.prompt_ids([text])[0]), settings.max_new_tokens) is not None:
                     errors[question] = RequestError("The retrieved context does not fit the model's context of "
                                                     f"{self.context_length} tokens.", code="context_length_exceeded",
@@ -353,16 +361,21 @@ class CompletionEngine(Engine):
                                code="unsupported_messages")
         return job
 
-    def render(self, messages: list[dict[str, str]]) -> str:
+    def render(self, job: Job) -> str:
+        """The conversation in the chat template, with the request's `chat_template_kwargs` (default: thinking off
+        for a hybrid reasoning template, [`~elical_hf.prompts.chat_template_kwargs_for`])."""
+        from ..prompts import chat_template_kwargs_for
+
         if not getattr(self.tokenizer, "chat_template", None):
-            return messages[0]["content"]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return job.messages[0]["content"]
+        return self.tokenizer.apply_chat_template(job.messages, tokenize=False, add_generation_prompt=True,
+                                                  **chat_template_kwargs_for(self.tokenizer, job.chat_template_kwargs))
 
     def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
         from ..signals.decoding import Decoder, decode_all
         from ..signals.generation import completion_settings, resolve_autocast_dtype
 
-        prompt_ids = self.prompt_ids([self.render(job.messages) for job in jobs])
+        prompt_ids = self.prompt_ids([self.render(job) for job in jobs])
         replies: list[Reply | RequestError | None] = [
             self.check_fits(len(ids), job.max_tokens) for ids, job in zip(prompt_ids, jobs)]
         rows = [i for i, reply in enumerate(replies) if reply is None]

@@ -93,6 +93,7 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     repetition_penalty: float | None = Field(default=None, gt=0)
+    chat_template_kwargs: dict[str, Any] | None = None
     elical: GateOptions | None = None
 
     def stop_strings(self) -> tuple[str, ...]:

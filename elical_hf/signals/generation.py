@@ -46,6 +46,7 @@ def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSet
             settings.prompt_template.format(question=q),
             use_chat_template=settings.use_chat_template,
             system_prompt=settings.system_prompt,
+            chat_template_kwargs=settings.chat_template_kwargs,
         )
         for q in questions
     ]

@@ -37,13 +37,13 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_write_text
-from ..prompts import check_prompt_texts
+from ..prompts import chat_template_kwargs_for, check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
@@ -61,7 +61,7 @@ TIMING_FIELDS = ("shard_seconds", "shard_tokens")
 
 # Settings that do not change the records: a rerun may change them (e.g. a smaller batch after running out of memory).
 _FREE_SETTINGS = ("batch_size",)
-LATER_SETTINGS = {"greedy_repetition_penalty": 1.0}
+LATER_SETTINGS = {"greedy_repetition_penalty": 1.0, "chat_template_kwargs": {}}
 """Settings added after manifests were first written, with the value that a manifest without them was sampled with
 (what the code did before the setting existed), so such a run still resumes and merges."""
 
@@ -258,6 +258,10 @@ def sample_records(
     and sampled again; finished shards are never lost. Two processes must not write to the same `output_dir`.
     """
     settings = settings if settings is not None else SamplingSettings()
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is not None:  # the manifest records the template variables the prompts were really rendered with
+        settings = replace(settings, chat_template_kwargs=chat_template_kwargs_for(tokenizer,
+                                                                                   settings.chat_template_kwargs))
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
     _check_worker(num_workers, worker_index)

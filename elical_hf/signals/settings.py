@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..prompts import QA_PROMPT
+from ..prompts import QA_PROMPT, check_chat_template_kwargs
 
 
 __all__ = ["SamplingSettings"]
@@ -58,6 +58,10 @@ class SamplingSettings:
             Wrap the prompt in the tokenizer's chat template (see [`~elical_hf.prompts.render_prompt`]).
         system_prompt (`str`, *optional*):
             System message; `None` keeps the template's default.
+        chat_template_kwargs (`dict` or `str`, *optional*):
+            Extra variables of the chat template (a JSON object on the command line, e.g. `'{"enable_thinking":
+            true}'`). `None` (the default): thinking off for a hybrid reasoning template such as Qwen3's, nothing for
+            other templates ([`~elical_hf.prompts.chat_template_kwargs_for`]).
         stop_strings (`list[str]`, *optional*, defaults to `[]`):
             A row stops as soon as its text contains one of these; the answer is cut at the first one.
     """
@@ -76,6 +80,11 @@ class SamplingSettings:
     use_chat_template: bool = field(default=True, metadata={"help": "Wrap the prompt in the chat template."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message (None: template default)."})
     stop_strings: list[str] = field(default_factory=list, metadata={"help": "Strings that end an answer."})
+    chat_template_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Chat template variables as a JSON object, e.g. '{\"enable_thinking\": true}'; default: "
+                  "thinking off for a hybrid reasoning template (Qwen3), nothing otherwise."},
+    )
     greedy_repetition_penalty: float = field(
         default=1.0,
         metadata={"help": "Repetition penalty (> 0) of the greedy answer; 1.0 (default) is the plain argmax, 1.05 the "
@@ -98,6 +107,7 @@ class SamplingSettings:
                 raise ValueError(f"`{name}` {rule}, got {getattr(self, name)!r}.")
         if "{question}" not in self.prompt_template:
             raise ValueError("`prompt_template` must contain a `{question}` field.")
+        self.chat_template_kwargs = check_chat_template_kwargs(self.chat_template_kwargs, "--chat_template_kwargs")
         if isinstance(self.stop_strings, str):
             self.stop_strings = [self.stop_strings]
         self.stop_strings = list(self.stop_strings)
