@@ -44,6 +44,9 @@ class JudgeArguments:
                                 "a hosted API, vLLM, `elical-hf serve --mode completion`) instead of loading "
                                 "--judge_model; the bearer token is read from OPENAI_API_KEY."})
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
+    strip_thinking: bool = field(
+        default=True, metadata={"help": "Judge answers (and read LLM judge replies) without their <think>...</think> "
+                                "reasoning blocks (reasoning models such as Qwen3); --no_strip_thinking keeps them."})
     f1_threshold: float = field(default=0.5, metadata={"help": "`f1` correctness: correct when token F1 >= this."})
     lexical_threshold: float = field(default=0.5, metadata={"help": "`lexical`: equivalent when ROUGE-L >= this."})
     lexical_scoring: str = field(
@@ -107,7 +110,7 @@ def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[s
     check_judgeable(records, options.correctness, options.consistency, source=options.records)
     return apply_judges(
         records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
-        judge_endpoint=options.judge_endpoint,
+        judge_endpoint=options.judge_endpoint, strip_thinking=options.strip_thinking,
         strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,
         lexical_scoring=options.lexical_scoring,
         embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,

@@ -17,6 +17,7 @@ from typing import Any
 
 from .lexical_judge import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
 from .llm_judge import JUDGE_MAX_NEW_TOKENS, JUDGE_REPETITION_PENALTY, CompletionFn, judge_with_llm
+from .reasoning import RESPONSE_FIELDS, without_thinking
 
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ def apply_judges(
     batch_size: int = 16,
     max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
     judge_repetition_penalty: float = JUDGE_REPETITION_PENALTY,
+    strip_thinking: bool = True,
 ) -> dict[str, dict[str, int]]:
     """Judge the correctness and / or the consistency of `records` in place, with the judges named.
 
@@ -111,9 +113,13 @@ def apply_judges(
         max_new_tokens (`int`, *optional*, defaults to 64), judge_repetition_penalty (`float`, *optional*, defaults
             to 1.05): The LLM judge's decoding, the reference code's ([`~elical_hf.signals.llm_judge.
             JUDGE_MAX_NEW_TOKENS`], [`~elical_hf.signals.llm_judge.JUDGE_REPETITION_PENALTY`]).
+        strip_thinking (`bool`, *optional*, defaults to `True`): Judge the answers without their `<think>...</think>`
+            reasoning blocks (a reasoning model's answers; the records keep them as sampled), and read an LLM judge's
+            replies without theirs ([`~elical_hf.signals.reasoning`]).
 
     Returns:
-        `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`.
+        `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`; with
+        answers that had a reasoning block, each also counts them (`answers_with_thinking`).
     """
     if correctness is not None and correctness not in CORRECTNESS_METHODS:
         raise ValueError(f"Unknown correctness judge {correctness!r}; choose one of {CORRECTNESS_METHODS}.")
@@ -121,6 +127,29 @@ def apply_judges(
     if consistency is not None and consistency not in CONSISTENCY_METHODS:
         raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
     check_judgeable(records, correctness, consistency)
+    stripped = without_thinking(records) if strip_thinking else None
+    summaries = _judge(stripped[0] if stripped else records, correctness, consistency, complete=complete,
+                       judge_model=judge_model, judge_endpoint=judge_endpoint, strict=strict, f1_threshold=f1_threshold,
+                       lexical_threshold=lexical_threshold, lexical_scoring=lexical_scoring,
+                       embedding_model=embedding_model, embedding_threshold=embedding_threshold,
+                       lexical_scores=lexical_scores, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                       judge_repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking)
+    if stripped:
+        views, count = stripped
+        for record, view in zip(records, views):  # the judgements, not the stripped answers
+            record.update({key: value for key, value in view.items() if key not in RESPONSE_FIELDS})
+        for summary in summaries.values():
+            summary["answers_with_thinking"] = count
+    return summaries
+
+
+def _judge(
+    records: list[dict], correctness: str | None, consistency: str | None, *, complete: CompletionFn | None,
+    judge_model: str | None, judge_endpoint: str | None, strict: bool, f1_threshold: float, lexical_threshold: float,
+    lexical_scoring: str, embedding_model: str | None, embedding_threshold: float | None, lexical_scores: bool,
+    batch_size: int, max_new_tokens: int, judge_repetition_penalty: float, strip_thinking: bool,
+) -> dict[str, dict[str, int]]:
+    """[`apply_judges`] once its arguments are checked (on the records as the judges read them)."""
     if "llm" in (correctness, consistency) and complete is None:
         from ..default_model import DEFAULT_MODEL
 
@@ -135,7 +164,7 @@ def apply_judges(
             complete = HFBackend(judge_model or DEFAULT_MODEL).complete
     llm: dict[str, Any] = dict(
         batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model,
-        repetition_penalty=judge_repetition_penalty,
+        repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking,
     )
     summaries: dict[str, dict[str, int]] = {}
     if correctness == "llm":

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
 from .lexical_judge import normalized_aliases, response_text, contains_run, reference_tokens
+from .reasoning import strip_thinking as remove_thinking, unfinished_thinking
 
 
 CompletionFn = Callable[[list[str]], list[str]]
@@ -219,6 +220,7 @@ def judge_with_llm(
     max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
     judge_model: str | None = None,
     repetition_penalty: float = JUDGE_REPETITION_PENALTY,
+    strip_thinking: bool = True,
 ) -> dict[str, int]:
     """Judge records in place with the paper's LLM correctness (`kind="correctness"`) or semantic-consistency
     (`kind="consistency"`) judge.
@@ -250,10 +252,15 @@ def judge_with_llm(
             The judge's name, stored in each judged record's `correctness_judge` / `consistency_judge`.
         repetition_penalty (`float`, *optional*, defaults to [`JUDGE_REPETITION_PENALTY`], 1.05):
             Of the judge's greedy decoding; passed to `complete` when it accepts it (1.0: the plain argmax).
+        strip_thinking (`bool`, *optional*, defaults to `True`):
+            Read each reply without its `<think>...</think>` reasoning ([`~elical_hf.signals.reasoning`]): a
+            reasoning judge's deliberation ("is it uncertain whether ...") must not decide its verdict. A reply cut off
+            while still reasoning has no verdict left: counted in `unfinished_thinking` (raise `max_new_tokens`).
 
     Returns:
         `dict[str, int]`: `judged` (records), `calls` (distinct prompts sent), `unparseable` (verdicts that are
-        `None`), `never_certain` (replies with neither "certain" nor "uncertain"), and the records skipped, not
+        `None`), `never_certain` (replies with neither "certain" nor "uncertain"), `unfinished_thinking` (only when
+        there are any, with `strip_thinking`: replies cut off inside their reasoning), and the records skipped, not
         judged, whose fields are set to `None` only when absent: `without_answer` (correctness: no usable gold
         alias) or `without_samples` (consistency: no sampled answer).
     """
@@ -276,6 +283,11 @@ def judge_with_llm(
     options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens,
                "repetition_penalty": repetition_penalty}
     replies = call_completion(complete, prompts, **options)
+    if strip_thinking:
+        unfinished = sum(unfinished_thinking(reply) for reply in replies)
+        if unfinished:
+            summary["unfinished_thinking"] = unfinished
+        replies = [remove_thinking(reply) for reply in replies]
     verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
     summary["unparseable"] += sum(v is None for v in verdicts)
     summary["never_certain"] += sum(not says_certain(reply) for reply in replies)
