@@ -28,6 +28,15 @@ TINY = ["--train_per_dataset", "20", "--dev_per_dataset", "5", "--test_per_datas
 
 
 @pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> str:
+    """The tiny Llama with a 2,048-token context: Verbal-10's ten-shot prompts are ~740 tokens, and the sampler refuses
+    a prompt that does not fit (the session-wide tiny model has 512)."""
+    from tests.conftest import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("tiny-llama-2k"), "llama", max_position_embeddings=2048)
+
+
+@pytest.fixture(scope="module")
 def replication(tiny_llama, tmp_path_factory):
     out = tmp_path_factory.mktemp("replication")
     assert load_example("reproduce_paper").main(["--model", tiny_llama, "--output_dir", str(out), *TINY]) == 0
