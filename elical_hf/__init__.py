@@ -33,6 +33,7 @@ _LAZY = {
     "convert_official": ".convert",
     "diagnose": ".diagnosis",
     "push_folder": ".hub",
+    "push_gate_space": ".hub",
     "push_honestybench": ".hub",
     "push_metric_space": ".hub",
     "push_model": ".hub",
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .default_model import DEFAULT_MODEL
     from .diagnosis import diagnose
     from .head_calibration import calibrate_head
-    from .hub import HubPublishError, push_folder, push_honestybench, push_metric_space, push_model
+    from .hub import HubPublishError, push_folder, push_gate_space, push_honestybench, push_metric_space, push_model
     from .model_card import ConfidenceModelCardData
     from .modeling import ConfidenceModelOutput, ForConfidenceMixin
     from .pipeline import ConfidenceEstimationPipeline, register_pipeline

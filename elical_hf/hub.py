@@ -1,4 +1,4 @@
-"""Publish to the Hugging Face Hub: confidence models, the HonestyBench dataset, and the metric Spaces.
+"""Publish to the Hugging Face Hub: confidence models, the HonestyBench dataset, the metric Spaces and the gate Space.
 
 Every upload is one commit (`HfApi.upload_folder`) of a staged temporary copy, so the repository gets all of the files
 or none of them, a folder being written meanwhile is never uploaded half-written, and nothing is reported as
@@ -373,4 +373,79 @@ def push_metric_space(
         return _commit_folder(
             staging, repo_id, repo_type="space", private=private, token=token, revision=None,
             commit_message=commit_message or f"Upload the {name} metric with elical-hf", space_sdk="gradio",
+        )
+
+
+# -- the gate Space ----------------------------------------------------------------------------------------------------
+
+GATE_SPACE_APP = Path(__file__).resolve().parent / "spaces" / "gate" / "app.py"
+GATE_SPACE_GRADIO = "6.31.0"
+"""The gradio version the gate Space's app is tested with (`tests/test_gate_space.py`), its card's `sdk_version`."""
+
+_GATE_CARD = """\
+---
+title: EliCal gate
+emoji: 🚦
+colorFrom: green
+colorTo: red
+sdk: gradio
+sdk_version: {gradio}
+app_file: app.py
+pinned: false
+models:
+- {model}
+tags:
+- elical
+- confidence-estimation
+- abstention
+---
+
+# Answer or abstain: `{model}`
+
+Type a question: [`{model}`](https://huggingface.co/{model}) scores it before the first token, and its base model
+answers only when the confidence reaches the threshold (the slider starts at the model's saved decision threshold).
+Made with [elical-hf](https://pypi.org/project/elical-hf/) (`elical-hf push {model} <space> --kind gate-space`).
+"""
+
+
+def push_gate_space(
+    model: str,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    commit_message: str | None = None,
+) -> Any:
+    r"""
+    Publish the answer/abstain gate of a published confidence model as a Gradio Space: a question box, the
+    confidence, the decision and the answer, with the threshold as a slider (`elical_hf/spaces/gate/app.py`).
+
+    Args:
+        model (`str`): The confidence model's Hub repo (`<namespace>/<name>`, published with [`push_folder`]); the
+            Space loads it when it starts.
+        repo_id (`str`): The Space, `<namespace>/<name>`; created if missing.
+        private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*): As for models.
+
+    Returns:
+        `huggingface_hub.CommitInfo`, once the commit succeeded.
+
+    Uploaded: `app.py`, `gate.json` (`{"model": model}`), `requirements.txt` (elical-hf; gradio comes from the card's
+    `sdk_version`) and `README.md` (the Space card, linking the model).
+    """
+    from .version import __version__
+
+    validate_hub_repo_id(repo_id)
+    if os.path.exists(model):
+        raise ValueError(f"{model} is a local path: the Space loads its model from the Hub. Publish it first "
+                         f"(`elical-hf push {model} <namespace>/<model>`), then push the Space for that repo.")
+    validate_hub_repo_id(model)
+    with tempfile.TemporaryDirectory(prefix="elical-hf-gate-space-") as tmp:
+        staging = Path(tmp)
+        shutil.copy2(GATE_SPACE_APP, staging / "app.py")
+        (staging / "gate.json").write_text(json.dumps({"model": model}, indent=2) + "\n", encoding="utf-8")
+        (staging / "requirements.txt").write_text(f"elical-hf>={__version__}\n", encoding="utf-8")
+        (staging / "README.md").write_text(_GATE_CARD.format(model=model, gradio=GATE_SPACE_GRADIO), encoding="utf-8")
+        return _commit_folder(
+            staging, repo_id, repo_type="space", private=private, token=token, revision=None,
+            commit_message=commit_message or f"Gate Space for {model} (elical-hf)", space_sdk="gradio",
         )

@@ -1,4 +1,5 @@
-"""`elical-hf push`: publish a confidence model folder, HonestyBench records or a metric Space in one commit."""
+"""`elical-hf push`: publish a confidence model folder, HonestyBench records, a metric Space or the gate Space (a
+published model's answer/abstain demo) in one commit."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ class PushArguments:
     """Options of `elical-hf push` (also settable from `--config file.yaml`)."""
 
     source: str = field(metadata={"positional": True, "help": "Model folder (--kind model), records file/folder "
-                                  "(honestybench) or metric name or folder (metric)."})
+                                  "(honestybench), metric name or folder (metric), or a published model's Hub repo "
+                                  "(gate-space)."})
     repo_id: str = field(metadata={"positional": True, "help": "Hub repository, <namespace>/<name>; created if missing."})
-    kind: Literal["model", "honestybench", "metric"] = field(default="model", metadata={"help": "What to publish."})
+    kind: Literal["model", "honestybench", "metric", "gate-space"] = field(
+        default="model", metadata={"help": "What to publish."})
     base_model: str | None = field(
         default=None, metadata={"help": "Hub id of the base model, when the model folder names a local path (checked "
                                     "against the backbone the adapter was trained on before anything is published)."}
@@ -34,7 +37,7 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from elical_hf.hub import push_folder, push_honestybench, push_metric_space
+    from elical_hf.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
 
     (options,) = make_parser().parse_with_config(argv)
     warn_token_on_command_line(argv)
@@ -45,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                            base_model_name_or_path=options.base_model, **common)
     elif options.kind == "honestybench":
         info = push_honestybench(options.source, options.repo_id, revision=options.revision, **common)
+    elif options.kind == "gate-space":
+        info = push_gate_space(options.source, options.repo_id, **common)
     elif os.path.isdir(options.source):
         name = os.path.basename(os.path.normpath(options.source))
         info = push_metric_space(name, options.repo_id, folder=options.source, **common)
