@@ -12,14 +12,14 @@ from typing import Any
 import torch
 from datasets import Dataset
 
+from .bundled import question_parts
+from .columns import EVAL_LABEL_COLUMN, QUESTION_COLUMN, upgrade_table
 from .configuration import ConfidenceConfig
 from .prompts import check_prompt_texts
 from .files import check_text_file, looks_local
 
 
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
-QUESTION_COLUMN = "question"
-EVAL_LABEL_COLUMN = "greedy_correct"
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def pad_batch(
 class ConfidenceDataCollator:
     """
     Pads tokenized prompts and stacks the float targets (`labels`) and the binary evaluation labels
-    (`greedy_correct`, NaN where unknown, so every evaluation batch has the same keys).
+    (`greedy_correctness`, NaN where unknown, so every evaluation batch has the same keys).
 
     Args:
         tokenizer ([`~transformers.PreTrainedTokenizerBase`]):
@@ -118,14 +118,15 @@ def _float_or_nan(value: Any) -> float:
 
 
 def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Any]], name: str) -> Dataset:
-    """Accept a `datasets.Dataset`, a list of row dicts or a dict of columns.
+    """Accept a `datasets.Dataset`, a list of row dicts or a dict of columns. A deprecated column name
+    (`greedy_correct`, [`~elical_hf.columns.DEPRECATED_COLUMNS`]) is renamed, with a `FutureWarning`.
 
     Raises:
         `ValueError`: for columns of different lengths (a dict of lists), a column that is not a list, or a text no
             tokenizer can read (an unpaired surrogate), naming the column or the row.
     """
     if isinstance(data, Dataset):
-        return data
+        return upgrade_table(data, f"The {name} dataset")
     if isinstance(data, Mapping):
         columns = dict(data)
         lengths = {}
@@ -146,7 +147,7 @@ def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequen
             f"The {name} dataset must be a datasets.Dataset, a list of dicts or a dict of lists, got {type(data)}."
         )
     try:
-        return Dataset.from_dict(columns) if rows is None else Dataset.from_list(rows)
+        dataset = Dataset.from_dict(columns) if rows is None else Dataset.from_list(rows)
     except UnicodeEncodeError:  # a text Arrow cannot hold: say which
         if rows is None:
             rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
@@ -154,6 +155,20 @@ def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequen
             if isinstance(record, Mapping):
                 check_prompt_texts(record.values(), [f"the {name} dataset's row {row}, column {c!r}," for c in record])
         raise
+    return upgrade_table(dataset, f"The {name} dataset")
+
+
+def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dataset, Dataset | None]:
+    """Split rows into train and dev, disjoint by question text (seeded; [`~elical_hf.bundled.question_parts`]): no
+    split with `dev_fraction=0` or fewer than 10 rows (the dev part is then `None`)."""
+    dataset = as_dataset(data, name)
+    if not 0.0 <= dev_fraction < 1.0:
+        raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
+    if dev_fraction == 0.0 or len(dataset) < 10:
+        return dataset, None
+    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
+    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
+    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
 
 
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -271,7 +286,7 @@ def tokenize_dataset(
     label_column: str | None,
     question_column: str = QUESTION_COLUMN,
 ) -> Dataset:
-    """Keep `input_ids`, `labels` (from `label_column`) and `greedy_correct` (when present); drop the rest."""
+    """Keep `input_ids`, `labels` (from `label_column`) and `greedy_correctness` (when present); drop the rest."""
     keep_eval = EVAL_LABEL_COLUMN in dataset.column_names
 
     def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:

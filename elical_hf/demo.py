@@ -91,16 +91,6 @@ class DemoSettings:
             raise ValueError(f"test_questions must be >= 0 (0: all), got {self.test_questions}.")
 
 
-def judge_consistency(records: list[dict], judge: str) -> str:
-    """Fill `consistency_judgement` with the embedding judge (or ROUGE-L for `"lexical"`) and `consistency_lexical`
-    (Consis-Lex); returns the judge used."""
-    from .signals.judging import apply_judges, resolve_consistency_judge
-
-    judge = resolve_consistency_judge(judge)
-    apply_judges(records, consistency=judge, lexical_scores=True)
-    return judge
-
-
 def demo_partitions(records: list[dict], settings: DemoSettings) -> dict[str, list[dict]]:
     """The committed records split for the demo: `test` (in-domain test, in file order within each dataset, at most
     `test_questions` spread evenly over datasets), `pool` (train questions to draw labels from) and `stage1` (train
@@ -122,56 +112,55 @@ def demo_partitions(records: list[dict], settings: DemoSettings) -> dict[str, li
 
 def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict[str, Any]:
     """Sample, judge and score with every baseline a few fresh questions (drawn from the test questions, so the
-    fresh greedy answers can be compared with the committed ones)."""
-    from .signals import BASELINES, HFBackend, SamplingSettings, compute_baselines, judge_correctness
+    fresh greedy answers can be compared with the committed ones): the `sample`, `judge` and `score_baselines` steps."""
+    from .signals import BASELINES, HFBackend, SamplingSettings
+    from .signals.judging import resolve_consistency_judge
+    from .steps import judge, sample, score_baselines
 
     chosen = random.Random(settings.seed).sample(test, min(settings.live_questions, len(test)))
     backend = HFBackend(settings.model_name_or_path)
     sampling = SamplingSettings(num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens,
                                 seed=settings.seed)
-    start = time.perf_counter()
-    answers = backend.generate([r["question"] for r in chosen], sampling)
-    seconds = time.perf_counter() - start
     keep = ("id", "dataset", "question", "answer", "split")
-    live = [{**{k: r[k] for k in keep if k in r}, **a} for r, a in zip(chosen, answers)]
-    judge_correctness(live)
-    judge = judge_consistency(live, settings.consistency_judge)
-    scores = compute_baselines(live, backend.complete, pool, which=settings.baselines, seed=settings.seed)
+    start = time.perf_counter()
+    sampled = sample([{k: r[k] for k in keep if k in r} for r in chosen], backend=backend, settings=sampling)
+    seconds = time.perf_counter() - start
+    consistency = resolve_consistency_judge(settings.consistency_judge)
+    judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
+    scored = score_baselines(judged.records, settings.baselines, complete=backend.complete, train_records=pool,
+                             seed=settings.seed)
+    live = scored.records
     same = sum(a["greedy_response"] == r["greedy_response"] for a, r in zip(live, chosen))
-    tokens = sum(a["num_generated_tokens"] for a in answers)
+    tokens = sum(a["num_generated_tokens"] for a in sampled.records)
     return {
         "records": live,
-        "consistency_judge": judge,
+        "consistency_judge": consistency,
         "precision": backend.precision,
         "questions": len(live),
         "accuracy": 100 * sum(bool(r["greedy_correctness"]) for r in live) / len(live),
         "greedy_same_as_committed": same,
         "tokens_per_second": tokens / max(seconds, 1e-9),
-        "baselines": {BASELINES[name].paper_name: values for name, values in scores.items()},
+        "baselines": {BASELINES[name].paper_name: values for name, values in scored.scores.items()},
     }
 
 
-def _train_rows(records: list[dict]) -> list[dict]:
-    from .signals import training_columns
-
-    return [{"question": r["question"], **training_columns(r)} for r in records]
-
-
-def run_stage1_live(settings: DemoSettings, rows: list[dict], output_dir: str) -> dict[str, Any]:
-    """Stage 1 retrained live on a small set (what the shipped adapter went through on 4,800 questions)."""
+def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str) -> dict[str, Any]:
+    """Stage 1 retrained live on a small set of judged records (what the shipped adapter went through on 4,800
+    questions)."""
     from transformers import set_seed
 
     from .auto import AutoModelForConfidence
     from .recipe import train_stage
+    from .signals.records import load_records
 
     set_seed(settings.seed)
-    trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), _train_rows(rows),
+    trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), load_records(records),
                           output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed,
                           training_args={"num_train_epochs": 1, "learning_rate": settings.learning_rate,
                                          "per_device_train_batch_size": 16, "logging_steps": 1, "report_to": "none",
                                          "disable_tqdm": False, "early_stopping_patience": None})
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    return {"questions": len(rows), "first_loss": losses[0] if losses else None,
+    return {"questions": len(records), "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None, "model": output_dir}
 
 
@@ -183,9 +172,10 @@ def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models
 
     from .auto import AutoModelForConfidence
     from .head_calibration import calibrate_head, confidence_head_module
+    from .signals.records import load_records
 
     test_q = [r["question"] for r in parts["test"]]
-    pool_rows = _train_rows(parts["pool"])
+    pool_rows = load_records(parts["pool"]).to_list()  # judged records with their training columns
     questions = list(dict.fromkeys(test_q + [r["question"] for r in pool_rows]))
 
     def load(path: str) -> tuple[Any, dict[str, torch.Tensor]]:
@@ -243,10 +233,8 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (headline, tables, plots),
     `results.json`, `run.json` (settings, sizes, timings, precision), `live_records.parquet` (the live judged answers)
     and `models/` (the live stage-1 model, EliCal and Cal-Only of the first draw). Returns the run summary."""
-    from .diagnosis import diagnose
-    from .evaluation import evaluate_table, paired_difference_over_draws, write_report
-    from .signals import BASELINES, compute_baselines
     from .signals.records import read_records, save_records
+    from .steps import diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
     start, timings = time.perf_counter(), {}
@@ -268,28 +256,19 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     calibrated = calibrate_draws(settings, parts, models_dir)
     lap("stage 2 and Cal-Only")
 
-    test = parts["test"]
-    correct = [int(bool(r["greedy_correctness"])) for r in test]
-    datasets, splits = [r["dataset"] for r in test], ["in_domain_test"] * len(test)
-    baselines = compute_baselines(test, which=RECORD_BASELINES, progress=False)
-    confidences = {BASELINES[name].paper_name: baselines[name] for name in RECORD_BASELINES}
-    confidences["Eli-Only"] = calibrated["Eli-Only"]
-    headline = calibrated["budgets"][settings.num_labels]
-    for method in ("EliCal", "Cal-Only"):
-        for draw, values in enumerate(headline[method], 1):
-            confidences[f"{method}@{settings.num_labels} #{draw}"] = values
-    table = evaluate_table(correct, datasets, splits, confidences, settings.bootstrap, settings.seed)
-    diff = paired_difference_over_draws(correct, datasets, splits, headline["EliCal"], headline["Cal-Only"],
-                                        settings.bootstrap, settings.seed)
-    curves, by_budget = {method: {} for method in ("EliCal", "Cal-Only")}, {}
-    for n, runs in sorted(calibrated["budgets"].items()):
-        for method in curves:
-            values = [evaluate_table(correct, datasets, splits, {"m": c})["m"]["in-domain avg"]["auroc"] / 100
-                      for c in runs[method]]
-            curves[method][n] = sum(values) / len(values)
-        by_budget[n] = diff["in-domain avg"] if n == settings.num_labels else paired_difference_over_draws(
-            correct, datasets, splits, runs["EliCal"], runs["Cal-Only"], settings.bootstrap, settings.seed
-        )["in-domain avg"]
+    test, n_labels = parts["test"], settings.num_labels
+    confidences = {"Eli-Only": calibrated["Eli-Only"]}
+    for method in ("EliCal", "Cal-Only"):  # the headline budget's draws are rows of the table
+        for draw, values in enumerate(calibrated["budgets"][n_labels][method], 1):
+            confidences[f"{method}@{n_labels} #{draw}"] = values
+    budgets = sorted(calibrated["budgets"])
+    draws = {f"{method}@{n}": calibrated["budgets"][n][method] for n in budgets for method in ("EliCal", "Cal-Only")}
+    evaluation = evaluate(test, confidences=confidences, draws=draws, baselines=RECORD_BASELINES,
+                          draw_pairs=[(f"EliCal@{n}", f"Cal-Only@{n}") for n in budgets],
+                          bootstrap=settings.bootstrap, seed=settings.seed)
+    table, curves = evaluation.table, evaluation.curves("in-domain avg")
+    differences = {n: evaluation.draw_differences[f"EliCal@{n} − Cal-Only@{n}"] for n in budgets}
+    diff, by_budget = differences[n_labels], {n: d["in-domain avg"] for n, d in differences.items()}
     teacher = diagnose(parts["pool"], bootstrap=settings.bootstrap, seed=settings.seed)  # from the labels alone
     lap("evaluation")
 
@@ -298,10 +277,8 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
              "stage-1 live": len(parts["stage1"])}
     notes = demo_notes(settings, sizes, sentence, diff, live, stage1_live, table, calibrated["stage1_questions"],
                        curves, by_budget, teacher)
-    reliability = {name: confidences[name] for name in ("Consis-Sem", "Eli-Only", f"EliCal@{settings.num_labels} #1",
-                                                         f"Cal-Only@{settings.num_labels} #1")}
-    written = write_report(table, settings.output_dir, correct=correct, confidences=reliability, label_curves=curves,
-                           title="EliCal demo", notes=notes)
+    written = write_evaluation(evaluation, settings.output_dir, title="EliCal demo", notes=notes, label_curves=curves,
+                               plotted=("Consis-Sem", "Eli-Only", f"EliCal@{n_labels} #1", f"Cal-Only@{n_labels} #1"))
     summary = {
         "settings": asdict(settings),
         "headline": sentence,

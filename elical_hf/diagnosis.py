@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .columns import CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN, upgrade_row
 
 __all__ = ["HELPFUL_AUROC", "MIN_CLASS_SIZE", "diagnose", "diagnosis_to_markdown", "teacher_verdict"]
 
@@ -49,10 +50,10 @@ def _rows(records: Any) -> list[dict[str, Any]]:
     if isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
         from .signals.records import load_records
 
-        return load_records(records)
+        return load_records(records).to_list()
     if hasattr(records, "to_list"):  # datasets.Dataset
-        return records.to_list()
-    return [dict(r) for r in records]
+        records = records.to_list()
+    return [upgrade_row(r, "A diagnosed row") for r in records]
 
 
 def _scores(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -61,12 +62,12 @@ def _scores(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], np.ndarray, n
 
     datasets, teacher, correct = [], [], []
     for row in rows:
-        columns = training_columns(row) if "greedy_correct" not in row or "consistency" not in row else row
-        if columns.get("consistency") is None or columns.get("greedy_correct") is None:
+        columns = row if {CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN} <= row.keys() else training_columns(row)
+        if columns.get(CONSISTENCY_COLUMN) is None or columns.get(EVAL_LABEL_COLUMN) is None:
             continue
         datasets.append(str(row.get("dataset") or "all"))
-        teacher.append(float(columns["consistency"]))
-        correct.append(int(columns["greedy_correct"]))
+        teacher.append(float(columns[CONSISTENCY_COLUMN]))
+        correct.append(int(columns[EVAL_LABEL_COLUMN]))
     return datasets, np.asarray(teacher, dtype=np.float64), np.asarray(correct, dtype=np.int64)
 
 
@@ -93,7 +94,7 @@ def diagnose(records: Any, bootstrap: int = 1000, seed: int = 0, split: str | No
 
     Args:
         records: Judged records (a path `load_records` reads, a list of dicts, or a `datasets.Dataset`) with
-            consistency judgements and greedy correctness — or training rows with `consistency` and `greedy_correct`.
+            consistency judgements and greedy correctness — or training rows with `consistency` and `greedy_correctness`.
             Rows lacking either are skipped (and counted).
         bootstrap (`int`, *optional*, defaults to 1000): Bootstrap resamples of the 95% AUROC interval.
         seed (`int`, *optional*, defaults to 0): Seed of the resamples.

@@ -28,7 +28,7 @@ from transformers import EvalPrediction, Trainer, get_scheduler
 
 from .callbacks import complete_history_entry, history_entry
 from .model_card import get_card_data
-from .data import EVAL_LABEL_COLUMN, as_dataset
+from .data import EVAL_LABEL_COLUMN, as_dataset, split_dev
 from .precision import precision_report
 from .trainer import confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
@@ -255,7 +255,7 @@ def calibrate_head(
         model ([`PeftModelForConfidence`]): E.g. a stage-1 model (`AutoModelForConfidence.from_pretrained(path)`) for
             EliCal, or a fresh one for a head-only Cal-Only. Only its head changes.
         train_data: Rows (list of dicts, dict of columns or `datasets.Dataset`) with `question_column` and
-            `label_column` (a target in [0, 1]); a binary `greedy_correct` column adds AUROC / ECE / Brier /
+            `label_column` (a target in [0, 1]); a binary `greedy_correctness` column adds AUROC / ECE / Brier /
             alignment to the dev metrics, as in the Trainer.
         output_dir (`str`, *optional*): Where to save the calibrated model; `None` only updates `model`.
         args ([`ConfidenceTrainingArguments`], *optional*): The training settings (see [`fit_head`]); they must say
@@ -278,8 +278,6 @@ def calibrate_head(
         `dict`: the training summary of [`fit_head`]. The model's `training_history` gets the entry the Trainer
         would record (plus `"method": "cached-features"`), with the dev metrics named as the card reads them.
     """
-    from .recipe import split_dev
-
     named = {"label_column": label_column, "question_column": question_column, "seed": seed}
     args = head_training_args(args, **{k: v for k, v in named.items() if v is not None}, **fit_kwargs)
     uses_lora = getattr(getattr(_inner(model), "confidence_config", None), "use_lora", True)
@@ -323,7 +321,8 @@ def calibrate_head(
 def _dev_metrics(
     head: nn.Module, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
 ) -> dict[str, float]:
-    """The Trainer's dev metrics of the final head (`loss`, and with `greedy_correct` labels the quality metrics)."""
+    """The Trainer's dev metrics of the final head (`loss`, and with `greedy_correctness` labels the quality
+    metrics)."""
     metrics = {"loss": float(summary["eval_loss"])}
     if EVAL_LABEL_COLUMN in dev.column_names:
         with torch.no_grad():

@@ -18,8 +18,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_text
 from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
-from .bundled import question_parts
-from .data import as_dataset
+from .columns import EVAL_LABEL_COLUMN
+from .data import as_dataset, split_dev
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
 
@@ -42,18 +42,6 @@ def paper_epochs(num_examples: int) -> int:
     if num_examples >= 500_000:
         return 10
     return 50 if num_examples <= 10_000 else 15
-
-
-def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dataset, Dataset | None]:
-    """Split rows into train and dev, disjoint by question text (seeded)."""
-    dataset = as_dataset(data, name)
-    if not 0.0 <= dev_fraction < 1.0:
-        raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")
-    if dev_fraction == 0.0 or len(dataset) < 10:
-        return dataset, None
-    parts = question_parts(dataset["question"], {"train": 1.0 - dev_fraction, "dev": dev_fraction}, seed=seed)
-    train, dev = ([i for i, part in enumerate(parts) if part == name] for name in ("train", "dev"))
-    return dataset.select(train), dataset.select(dev) if dev else None  # Arrow rows stay on disk
 
 
 def take_labels(data: Any, num_labels: int | None, seed: int) -> Dataset:
@@ -94,7 +82,7 @@ def take_elicitation(data: Any, num_elicitation: int | None, seed: int) -> Any:
 
 def _warn_single_class(labels: Dataset) -> None:
     """Stage 2 on labels of one class learns a constant: say so (training goes on; the user may mean it)."""
-    for column in ("greedy_correct", "correctness"):
+    for column in (EVAL_LABEL_COLUMN, "correctness"):
         if column in labels.column_names:
             values = {value for value in labels[column] if value is not None}
             if len(values) == 1:

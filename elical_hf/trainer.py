@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 def confidence_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """AUROC, ECE, Brier score and alignment of the confidences against the binary `greedy_correct` labels (where
+    """AUROC, ECE, Brier score and alignment of the confidences against the binary `greedy_correctness` labels (where
     known)."""
     confidences = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
     label_ids = prediction.label_ids
@@ -71,7 +71,7 @@ class ConfidenceTrainer(Trainer):
         train_dataset (`datasets.Dataset`, `list[dict]` or `dict[str, list]`):
             Needs a `question` column and the stage's target column (`consistency` or `correctness`, in [0, 1]).
         eval_dataset (same types, or a `dict` of them, *optional*):
-            A dev split. With a binary `greedy_correct` column, AUROC / ECE / Brier / alignment are reported next to
+            A dev split. With a binary `greedy_correctness` column, AUROC / ECE / Brier / alignment are reported next to
             the loss.
         processing_class ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Defaults to the model's own tokenizer (a missing pad token is set to EOS).

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from elical_hf.signals.records import load_records
 
-    records = load_records(args.records)
+    records = load_records(args.records, derive=False).to_list()  # as stored
     settings = DemoSettings()
     os.makedirs(DEMO_ASSETS, exist_ok=True)
     if args.only in (None, "records"):

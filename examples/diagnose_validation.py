@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     from elical_hf.signals import load_honestybench
 
     train = load_honestybench(RECORDS, split="train", progress=False)["train"]
-    rows = [{"dataset": r["dataset"], "consistency": r["consistency"], "greedy_correct": r["greedy_correct"]}
+    rows = [{"dataset": r["dataset"], "consistency": r["consistency"], "greedy_correctness": r["greedy_correctness"]}
             for r in train]
     with open(os.path.join(RESULTS, "differences.json"), encoding="utf-8") as handle:
         differences = json.load(handle)

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--records", default=RECORDS, help="A records file or folder (default: the committed records).")
     parser.add_argument("--examples", type=int, default=3, help="Disagreements shown per direction.")
     args = parser.parse_args(argv)
-    records = load_records(args.records)
+    records = load_records(args.records, derive=False).to_list()  # as stored: they are judged again
     result = count_disagreements(records, examples=args.examples)
     print(markdown(result))
     print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -47,7 +47,7 @@ def load_replication(
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 
-    records = load_records(records_path)
+    records = load_records(records_path, derive=False).to_list()  # as stored: they are judged again
     apply_judges(records, correctness=correctness)
 
     def rows(part: str) -> list[dict]:
@@ -102,7 +102,7 @@ def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[s
     """AUROC, ECE and alignment (x100) of the in-domain and OOD averages."""
     from elical_hf.evaluation import evaluate_table
 
-    table = evaluate_table([r["greedy_correct"] for r in test], [r["dataset"] for r in test],
+    table = evaluate_table([r["greedy_correctness"] for r in test], [r["dataset"] for r in test],
                            [r["split"] for r in test], {"m": confidences})["m"]
     return {column: {m: table[column][m] for m in ("auroc", "ece", "alignment")}
             for column in ("in-domain avg", "OOD avg")}

@@ -11,7 +11,7 @@ from datasets import Dataset
 
 from elical_hf.recipe import take_elicitation, train_elical
 from elical_hf.signals import load_honestybench
-from elical_hf.signals.records import first_samples, load_training_table, save_records, training_columns
+from elical_hf.signals.records import first_samples, load_records, save_records, training_columns
 
 
 def _record(i: int) -> dict:
@@ -26,7 +26,7 @@ def test_training_columns_from_the_first_samples():
     record = _record(0)
     assert training_columns(record)["consistency"] == 0.5 and training_columns(record)["correctness"] == 0.5
     first = training_columns(record, num_samples=2)
-    assert (first["consistency"], first["correctness"], first["greedy_correct"]) == (1.0, 1.0, 1)
+    assert (first["consistency"], first["correctness"], first["greedy_correctness"]) == (1.0, 1.0, 1)
     assert training_columns(record, num_samples=3)["consistency"] == pytest.approx(2 / 3)
     assert first_samples(record, 1)["sampling_response"] == ["someone"] and record["sampling_response"][3] == "anyone"
     with pytest.raises(ValueError, match=r"'q0' has 4 entries in `sampling_response`, fewer than the 5"):
@@ -50,16 +50,16 @@ def test_load_honestybench_keeps_the_first_samples(tmp_path):
         load_honestybench(str(tmp_path / "records"), progress=False, cache_dir=tmp_path / "cache", num_samples=5)
 
 
-def test_load_training_table_rederives_the_targets(tmp_path):
+def test_load_records_rederives_the_targets(tmp_path):
     path = tmp_path / "judged.jsonl"
     save_records([{**_record(i), "consistency": 0.5, "correctness": 0.5} for i in range(3)], path)
-    assert load_training_table(str(path), "--elicitation_data", "consistency")["consistency"] == [0.5] * 3
-    cut = load_training_table(str(path), "--elicitation_data", "consistency", num_samples=2)
+    assert load_records(str(path))["consistency"] == [0.5] * 3
+    cut = load_records(str(path), num_samples=2)
     assert cut["consistency"] == [1.0] * 3 and cut["correctness"] == [1.0] * 3
     plain = tmp_path / "table.jsonl"
     plain.write_text("".join(json.dumps({"question": f"q{i}", "consistency": 0.5}) + "\n" for i in range(3)))
     with pytest.raises(ValueError, match="no per-sample judgements"):
-        load_training_table(str(plain), "--elicitation_data", "consistency", num_samples=2)
+        load_records(str(plain), num_samples=2)
 
 
 def test_take_elicitation_is_a_seeded_subset_independent_of_the_labels():

@@ -121,7 +121,7 @@ def test_judge_refuses_bad_options(tmp_path):
         judge_cli.main(["--records", records, "--output", str(tmp_path / "o.jsonl"), "--correctness", "gpt"])
     with pytest.raises(ValueError, match="must end in .jsonl or .parquet"):
         judge_cli.main(["--records", records, "--output", str(tmp_path / "o.csv"), "--consistency", "lexical"])
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="No such file or folder"):
         judge_cli.main(["--records", str(tmp_path / "nope.jsonl"), "--output", str(tmp_path / "o.jsonl"),
                         "--consistency", "lexical"])
 
@@ -185,5 +185,5 @@ def test_records_are_found_below_a_folder_like_sample_output(tmp_path):
     save_records([row, {**row, "question": "q2"}], tmp_path / "run" / "shards" / "shard-00000.parquet")
     save_records([{**row, "question": "q3"}], tmp_path / "run" / "shards" / "shard-00001.parquet")
     assert [r["question"] for r in load_records(str(tmp_path / "run"))] == ["who wrote hamlet", "q2", "q3"]
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="No such file or folder"):
         load_records(str(tmp_path / "missing"))

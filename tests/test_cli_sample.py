@@ -3,7 +3,7 @@ import json
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.cli.sample import load_questions
+from elical_hf.steps import load_questions
 from elical_hf.signals import load_honestybench
 
 
@@ -32,7 +32,7 @@ def test_cli_sample_writes_records_that_load_back(tiny_llama, tmp_path, capsys):
     ]
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
-    assert "Wrote 6 records" in printed and "load_honestybench" in printed and str(out) in printed
+    assert "Wrote 6 records" in printed and "load_records" in printed and str(out) in printed
     assert sorted(p.name for p in (out / "shards").iterdir()) == ["shard-00000.parquet", "shard-00001.parquet"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["settings"]["num_samples"] == 2 and manifest["settings"]["max_new_tokens"] == 4

@@ -13,6 +13,15 @@ from elical_hf.signals.records import read_records
 
 
 @pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> str:
+    """The tiny Llama with a 2,048-token context: the live Verbal-10 prompts are ~720 tokens, and the sampler refuses
+    a prompt that does not fit (the session-wide tiny model has 512)."""
+    from tests.conftest import save_tiny_base
+
+    return save_tiny_base(tmp_path_factory.mktemp("tiny-llama-2k"), "llama", max_position_embeddings=2048)
+
+
+@pytest.fixture(scope="module")
 def tiny_stage1(tiny_llama, tmp_path_factory):
     """A tiny model through a short stage 1, saved like the shipped stage-1 adapter."""
     folder = tmp_path_factory.mktemp("stage1")

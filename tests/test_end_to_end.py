@@ -26,8 +26,8 @@ def test_cli_train_learns_a_real_signal(tmp_path):
     # A learnable target on real questions: ParaRel questions are "easy" (0.9), HotpotQA ones "hard" (0.1).
     easy = load_bundled_questions("pararel", limit=20)
     hard = load_bundled_questions("hotpotqa", limit=20)
-    rows = [{"question": r["question"], "consistency": 0.9, "correctness": 1.0, "greedy_correct": 1} for r in easy]
-    rows += [{"question": r["question"], "consistency": 0.1, "correctness": 0.0, "greedy_correct": 0} for r in hard]
+    rows = [{"question": r["question"], "consistency": 0.9, "correctness": 1.0, "greedy_correctness": 1} for r in easy]
+    rows += [{"question": r["question"], "consistency": 0.1, "correctness": 0.0, "greedy_correctness": 0} for r in hard]
     data = write_jsonl(tmp_path / "rows.jsonl", rows)
     out = tmp_path / "out"
     code = cli_main([

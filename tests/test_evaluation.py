@@ -252,4 +252,4 @@ def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama,
 
     rows = [r for r in load_honestybench(folder)["in_domain_test"]]
     scores = AutoModelForConfidence.from_pretrained(model).confidence([r["question"] for r in rows])
-    assert stored == pytest.approx(select_threshold(scores, [int(r["greedy_correct"]) for r in rows]))
+    assert stored == pytest.approx(select_threshold(scores, [int(r["greedy_correctness"]) for r in rows]))

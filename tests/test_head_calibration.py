@@ -240,7 +240,7 @@ def test_cached_features_and_the_trainer_stop_early_at_the_same_epoch(stage1_fol
 
 def test_calibrate_head_records_dev_metrics_the_card_shows(tiny_llama, tmp_path):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
-    rows = [{**row, "greedy_correct": int(row["correctness"])} for row in _rows()]
+    rows = [{**row, "greedy_correctness": int(row["correctness"])} for row in _rows()]
     calibrate_head(model, rows, tmp_path / "cal", num_train_epochs=3, learning_rate=0.05)
     dev = model.confidence_config.training_history[-1]["dev_metrics"]
     assert {"loss", "ece", "brier"} <= set(dev)

@@ -88,7 +88,7 @@ def test_the_use_it_and_gate_snippets_run_as_written(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     questions = load_bundled_questions("pararel", limit=12)
-    rows = [{"question": q["question"], "consistency": i % 5 / 4, "correctness": i % 3 / 2, "greedy_correct": i % 2}
+    rows = [{"question": q["question"], "consistency": i % 5 / 4, "correctness": i % 3 / 2, "greedy_correctness": i % 2}
             for i, q in enumerate(questions)]
     (use_it,) = readme_python("Use it")
     namespace = {"unlabelled_rows": rows[:8], "dev_rows": rows[8:], "labelled_rows": rows[:8],

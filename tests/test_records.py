@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from datasets import load_dataset
 
-from elical_hf.signals import honestybench as honestybench_module
-from elical_hf.signals import records as records_module
+from elical_hf import columns as columns_module
+from elical_hf.signals.records import layout as layout_module
+from elical_hf.signals.records import schema as schema_module
 from elical_hf.signals.honestybench import canonical_dataset, load_honestybench, paper_split, parse_record_path
 from elical_hf.signals.records import RECORD_FEATURES, normalize_record, read_records, save_records, training_columns
 
@@ -95,14 +96,14 @@ def test_training_columns():
         "consistency": 0.75,
         "consistency_source": "consistency_judgement",
         "correctness": 0.25,
-        "greedy_correct": 0,
+        "greedy_correctness": 0,
     }
     ours = {"greedy_response": "x", "sampling_response": ["x", "y"], "consistency_lexical": [1.0, 0.0]}
     assert training_columns(ours) == {
         "consistency": 0.5,
         "consistency_source": "consistency_lexical",
         "correctness": None,
-        "greedy_correct": None,
+        "greedy_correctness": None,
     }
     empty = training_columns({**ours, "consistency_judgement": [], "consistency_lexical": None})
     assert empty["consistency"] is None and empty["consistency_source"] is None
@@ -233,7 +234,7 @@ def test_load_honestybench_official_layout(official_folder):
     for split in bench.values():
         for name in ("consistency", "correctness"):
             assert all(0.0 <= v <= 1.0 for v in split[name])
-        assert set(split["greedy_correct"]) <= {0, 1}
+        assert set(split["greedy_correctness"]) <= {0, 1}
 
 
 def test_load_honestybench_filters(official_folder):
@@ -275,7 +276,7 @@ def test_load_honestybench_our_own_records(tmp_path):
     assert bench.num_rows == {"train": 1, "in_domain_test": 1, "ood_test": 2, "mmlu": 1, "other": 1}
     assert bench["other"]["dataset"] == ["my-set"] and bench["in_domain_test"]["source_split"] == ["dev"]
     assert bench["train"][0]["consistency"] == 0.5 and bench["train"][0]["consistency_source"] == "consistency_lexical"
-    assert bench["train"][0]["correctness"] is None and bench["train"][0]["greedy_correct"] is None
+    assert bench["train"][0]["correctness"] is None and bench["train"][0]["greedy_correctness"] is None
     single = load_honestybench(tmp_path / "run" / "shards" / "shard-00001.parquet", progress=False)
     assert sum(single.num_rows.values()) == 3
 
@@ -287,8 +288,9 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch):
 
 
 def test_docstring_examples():
-    assert doctest.testmod(records_module).failed == 0
-    assert doctest.testmod(honestybench_module).failed == 0
+    for module in (schema_module, layout_module, columns_module):
+        result = doctest.testmod(module)
+        assert result.attempted and not result.failed, module.__name__
 
 
 def test_nan_free_training_columns(official_folder):
@@ -311,17 +313,17 @@ def test_load_records_reads_a_file_or_every_records_file_below_a_folder(tmp_path
     assert record_format("x/Y.PARQUET") == "parquet" and record_format("y.jsonl") == "jsonl"
     with pytest.raises(ValueError, match="must end in .jsonl or .parquet"):
         load_records(tmp_path / "run" / "notes.txt")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(FileNotFoundError, match="No such file or folder"):
         load_records(tmp_path / "missing")
 
 
 def test_load_honestybench_streams_into_memory_mapped_arrow(official_folder, tmp_path, monkeypatch):
     """Files are read a batch at a time into Arrow files that the splits map from disk; a second load of the same
     files reads those back without parsing a record."""
-    from elical_hf.signals import honestybench
+    from elical_hf.signals.records import reader
 
     reference = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "one")
-    monkeypatch.setattr(honestybench, "RECORD_BATCH_SIZE", 2)  # every file spans several batches
+    monkeypatch.setattr(reader, "RECORD_BATCH_SIZE", 2)  # every file spans several batches
     batched = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "two")
     assert batched.num_rows == reference.num_rows
     for name, split in batched.items():
@@ -331,7 +333,7 @@ def test_load_honestybench_streams_into_memory_mapped_arrow(official_folder, tmp
     def no_parsing(*args, **kwargs):
         raise AssertionError("the cached Arrow files should have been used")
 
-    monkeypatch.setattr(honestybench, "iter_record_batches", no_parsing)
+    monkeypatch.setattr(reader, "iter_record_batches", no_parsing)
     again = load_honestybench(official_folder, progress=False, cache_dir=tmp_path / "two")
     assert again["train"].to_list() == reference["train"].to_list()
     write_jsonl(official_folder / MODELS[0] / "train" / "nq.jsonl", [official_record(i) for i in range(6)])

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.signals.records import load_training_table, save_records, training_columns
+from elical_hf.signals.records import load_records, require_judgement, save_records, training_columns
 from tests.test_diagnosis import make_records
 
 
@@ -23,10 +23,11 @@ def judged(n: int = 24) -> list[dict]:
 def test_judged_parquet_gets_the_training_columns(tmp_path):
     rows = judged()
     path = save_records(rows, tmp_path / "judged.parquet")
-    table = load_training_table(path, "--calibration_data", "correctness")
-    assert {"consistency", "correctness", "greedy_correct"} <= set(table.column_names)
+    table = load_records(path)
+    assert {"consistency", "correctness", "greedy_correctness"} <= set(table.column_names)
     assert table["consistency"] == [training_columns(r)["consistency"] for r in rows]
-    assert table["greedy_correct"] == [int(r["greedy_correctness"]) for r in rows]
+    assert table["correctness"] == [training_columns(r)["correctness"] for r in rows]
+    assert table["greedy_correctness"] == [r["greedy_correctness"] for r in rows]
 
 
 def test_a_folder_of_record_files_is_a_training_table(tmp_path):
@@ -35,15 +36,15 @@ def test_a_folder_of_record_files_is_a_training_table(tmp_path):
     rows = judged()
     save_records(rows[:10], folder / "a.jsonl")
     save_records(rows[10:], folder / "b.parquet")
-    table = load_training_table(str(folder), "--elicitation_data", "consistency")
-    assert len(table) == len(rows) and "consistency" in table.column_names
+    table = load_records(str(folder))
+    assert len(table) == len(rows) and table["consistency"] == [training_columns(r)["consistency"] for r in rows]
 
 
 def test_unjudged_records_are_refused_with_the_judge_option(tmp_path):
     rows = [{**r, "consistency_judgement": None, "consistency_lexical": None} for r in judged()]
     path = save_records(rows, tmp_path / "sampled.parquet")
     with pytest.raises(ValueError, match=r"elical-hf judge --consistency embedding"):
-        load_training_table(path, "--elicitation_data", "consistency")
+        require_judgement(load_records(path), "consistency", "--elicitation_data")
 
 
 def test_train_runs_on_the_judge_commands_output(tiny_llama, tmp_path, capsys):

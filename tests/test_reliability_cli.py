@@ -102,12 +102,13 @@ def test_missing_question_column(tmp_path, capsys):
     assert not (tmp_path / "out").exists() and not (tmp_path / "s").exists()
 
 
-@case("input", "an empty table file", "exits 2: `<file> is empty: a question table needs a header or rows.`")
+@case("input", "an empty table file", "exits 2: `<file> is empty: a records file or table needs rows.` (`train`), "
+      "`<file> is empty: a question table needs a header or rows.` (`sample`)")
 def test_empty_file(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     status, line = run(train_argv(tmp_path, str(empty), str(empty)), capsys)
-    assert status == 2 and line.endswith(f"{empty} is empty: a question table needs a header or rows.")
+    assert status == 2 and line.endswith(f"{empty} is empty: a records file or table needs rows.")
     status, line = run(["sample", "--questions", str(empty), "--output_dir", str(tmp_path / "s")], capsys)
     assert status == 2 and f"{empty} is empty" in line
 

@@ -143,14 +143,14 @@ def test_sample_refuses_ambiguous_ids_and_an_empty_limit(tmp_path, raise_user_er
 
 
 @case("silent", "stage 2 with more `--num_labels` than rows, or labels of one class",
-      "a warning each (`num_labels=500 asked for, but … 40 rows …`, `Every calibration label has greedy_correct = 0 …`);"
+      "a warning each (`num_labels=500 asked for, but … 40 rows …`, `Every calibration label has greedy_correctness = 0 …`);"
       " the run manifest records `num_labels_used`")
 def test_label_budget_beyond_the_rows_and_one_class_are_said(caplog):
-    rows = [{"question": f"q{i}?", "correctness": 0.0, "greedy_correct": 0} for i in range(40)]
+    rows = [{"question": f"q{i}?", "correctness": 0.0, "greedy_correctness": 0} for i in range(40)]
     with caplog.at_level(logging.WARNING, logger="elical_hf.recipe"):
         assert len(take_labels(rows, 500, 0)) == 40
     assert "num_labels=500 asked for, but the calibration data has 40 rows" in caplog.text
-    assert "Every calibration label has greedy_correct = 0" in caplog.text
+    assert "Every calibration label has greedy_correctness = 0" in caplog.text
 
 
 @case("input", "`honesty_auroc` / any metric given string predictions (`[\"0.9\", \"0.2\"]`)",

@@ -200,7 +200,7 @@ def test_split_inference_never_guesses_test_into_train(tmp_path, caplog):
     assert list(load_honestybench(tmp_path / "bench", progress=False)) == ["in_domain_test"]
     os.rename(tmp_path / "bench" / "train_run1" / "nq_test.jsonl", tmp_path / "bench" / "train_run1" / "nq.jsonl")
     save_records(rows, tmp_path / "bench" / "eval_run1" / "hq.jsonl")  # a test word in a longer name still counts
-    with caplog.at_level(logging.INFO, logger="elical_hf.signals.honestybench"):
+    with caplog.at_level(logging.INFO, logger="elical_hf.signals.records"):
         loaded = load_honestybench(tmp_path / "bench", progress=False)
     assert loaded.num_rows == {"train": 3, "in_domain_test": 3}
     assert "train_run1/nq.jsonl -> train_run1 / nq / train" in caplog.text

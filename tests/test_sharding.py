@@ -54,7 +54,7 @@ def test_workers_cover_the_questions_once_and_merge_in_order(tmp_path):
         parts.append(str(out))
     merged = merge_samples(list(reversed(parts)), tmp_path / "merged")  # any order
     assert strip_timings(merged) == strip_timings(single)
-    assert strip_timings(load_records(tmp_path / "merged")) == strip_timings(single)
+    assert strip_timings(load_records(tmp_path / "merged", derive=False).to_list()) == strip_timings(single)
     manifest = json.loads((tmp_path / "merged" / "manifest.json").read_text())
     reference = json.loads((tmp_path / "single" / "manifest.json").read_text())
     for key in ("backend", "settings", "num_questions", "shard_size", "num_shards", "fingerprint", "worker"):

@@ -71,7 +71,7 @@ def test_judged_records_load_with_training_columns(judged):
         for column in ("consistency", "correctness"):
             values = split[column]
             assert all(v is not None and not math.isnan(v) and 0.0 <= v <= 1.0 for v in values), column
-        assert set(split["greedy_correct"]) <= {0, 1}
+        assert set(split["greedy_correctness"]) <= {0, 1}
     # Greedy answers of a 135M model are sometimes right (ParaRel, PopQA) and mostly not: both labels occur.
     assert 0 < sum(r["greedy_correctness"] for r in records) < len(records)
 

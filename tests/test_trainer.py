@@ -29,7 +29,7 @@ def make_rows(n: int, seed: int = 0, with_eval_labels: bool = True) -> list[dict
         target = float(torch.rand((), generator=generator))
         row = {"question": question, "consistency": target, "correctness": round(target, 1)}
         if with_eval_labels:
-            row["greedy_correct"] = int(target > 0.5)
+            row["greedy_correctness"] = int(target > 0.5)
         rows.append(row)
     return rows
 
@@ -195,7 +195,7 @@ def test_eval_reports_auroc_ece_brier_alignment(tiny_llama, tmp_path):
     assert {"eval_loss", "eval_auroc", "eval_ece", "eval_brier", "eval_alignment"} <= set(metrics)
     assert 0.0 <= metrics["eval_auroc"] <= 1.0
     confidences = trainer.model.confidence([row["question"] for row in rows])
-    expected = alignment(confidences, [row["greedy_correct"] for row in rows])["alignment"]
+    expected = alignment(confidences, [row["greedy_correctness"] for row in rows])["alignment"]
     assert metrics["eval_alignment"] == pytest.approx(expected)  # in the eval set's own order
     plain = ConfidenceTrainer(tiny_llama, args=make_args(tmp_path), eval_dataset=make_rows(8, 3, with_eval_labels=False))
     metrics = plain.evaluate()
@@ -226,7 +226,7 @@ def test_early_stopping_uses_the_dev_split(tiny_llama, tmp_path):
         (lambda rows: [{**r, "consistency": 1.5} if i == 2 else r for i, r in enumerate(rows)], r"\[0, 1\]"),
         (lambda rows: [{**r, "consistency": None} if i == 1 else r for i, r in enumerate(rows)], "row 1"),
         (lambda rows: [{**r, "question": "  "} if i == 4 else r for i, r in enumerate(rows)], "empty"),
-        (lambda rows: [{**r, "greedy_correct": 0.5} if i == 0 else r for i, r in enumerate(rows)], "0/1"),
+        (lambda rows: [{**r, "greedy_correctness": 0.5} if i == 0 else r for i, r in enumerate(rows)], "0/1"),
         (lambda rows: [], "empty"),
     ],
 )

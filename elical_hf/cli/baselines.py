@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field, run_records_command
+from .records_command import allow_incomplete_field
 
 
 @dataclass
@@ -60,38 +60,16 @@ def make_parser() -> ElicalArgumentParser:
     return ElicalArgumentParser(BaselinesArguments, prog="elical-hf baselines", description=__doc__)
 
 
-def compute(options: BaselinesArguments, records: list[dict], complete=None) -> dict:
-    """Add the `confidence_<name>` columns `options` asks for to `records`; their mean and (with both labels) AUROC."""
-    from elical_hf.metrics.functional import auroc
-    from elical_hf.signals.backends import HFBackend
-    from elical_hf.signals.baselines import BASELINES, compute_baselines
-    from elical_hf.signals.records import load_records
-
-    train = None
-    if options.train_records:
-        train = load_records(options.train_records, allow_incomplete=options.allow_incomplete)
-    if complete is None and any(BASELINES[name].needs_model for name in options.names):
-        complete = HFBackend(options.model).complete
-    verbal_summaries: dict = {}
-    results = compute_baselines(
-        records, complete=complete, train_records=train, which=options.names, seed=options.seed,
-        parser=options.parser, batch_size=options.batch_size, summary=verbal_summaries,
-        lexical_scoring=options.lexical_scoring,
-    )
-    labels = [r.get("greedy_correctness") for r in records]
-    report = {"mean": {}, "auroc": {}, "verbal": verbal_summaries}
-    if any(label is None for label in labels):
-        report["auroc_skipped"] = (f"{sum(label is None for label in labels)} of {len(labels)} records have no greedy "
-                                   "correctness (`elical-hf judge --correctness has_answer`)")
-    elif len(set(map(bool, labels))) < 2:
-        report["auroc_skipped"] = (f"every greedy answer is {'correct' if bool(labels[0]) else 'wrong'}: AUROC needs "
-                                   "both correct and wrong answers")
-    for name, scores in results.items():
-        report["mean"][name] = sum(scores) / len(scores)
-        if "auroc_skipped" not in report:
-            report["auroc"][name] = 100 * auroc(scores, [int(bool(label)) for label in labels])
-    return report
-
-
 def main(argv: list[str] | None = None, complete=None) -> int:
-    return run_records_command(make_parser(), argv, lambda options, records: compute(options, records, complete))
+    import json
+
+    from elical_hf.steps import score_baselines
+
+    (options,) = make_parser().parse_with_config(argv)
+    scored = score_baselines(
+        options.records, options.names, output=options.output, complete=complete, model=options.model,
+        train_records=options.train_records, parser=options.parser, seed=options.seed, batch_size=options.batch_size,
+        lexical_scoring=options.lexical_scoring, allow_incomplete=options.allow_incomplete,
+    )
+    print(json.dumps({"records": len(scored.records), "output": options.output, **scored.report}, indent=2))
+    return 0

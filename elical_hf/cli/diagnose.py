@@ -9,7 +9,6 @@ the wrong signal (docs/results.md measures how often the verdict is right).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser
@@ -37,19 +36,17 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import atomic_write_text
-    from elical_hf.diagnosis import diagnose, diagnosis_to_markdown
-    from elical_hf.signals.records import load_records
+    import dataclasses
+
+    from elical_hf.diagnosis import diagnosis_to_markdown
+    from elical_hf.steps import diagnose
 
     (options,) = make_parser().parse_with_config(argv)
-    records = load_records(options.records, allow_incomplete=options.allow_incomplete)
-    report = diagnose(records, bootstrap=options.bootstrap, seed=options.seed, split=options.split)
+    report = diagnose(**dataclasses.asdict(options))
     print(diagnosis_to_markdown(report))
     for name, cell in report["datasets"].items():
         print(f"{name}: {cell['verdict']}.")
     print(f"overall: {report['overall']['verdict']}.")
     if report["skipped"]:
         print(f"({report['skipped']} records without both judgements were skipped.)")
-    if options.output:
-        atomic_write_text(options.output, json.dumps(report, indent=2) + "\n")
     return 0

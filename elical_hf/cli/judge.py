@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field, run_records_command
+from .records_command import allow_incomplete_field
 
 
 CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
@@ -103,21 +103,13 @@ def make_parser() -> ElicalArgumentParser:
     return ElicalArgumentParser(JudgeArguments, prog="elical-hf judge", description=__doc__)
 
 
-def judge(options: JudgeArguments, records: list[dict], complete=None) -> dict[str, dict]:
-    """The judges `options` names, applied to `records` in place ([`~elical_hf.signals.judging.apply_judges`])."""
-    from elical_hf.signals.judging import apply_judges, check_judgeable
-
-    check_judgeable(records, options.correctness, options.consistency, source=options.records)
-    return apply_judges(
-        records, options.correctness, options.consistency, complete=complete, judge_model=options.judge_model,
-        judge_endpoint=options.judge_endpoint, strip_thinking=options.strip_thinking,
-        strict=options.strict, f1_threshold=options.f1_threshold, lexical_threshold=options.lexical_threshold,
-        lexical_scoring=options.lexical_scoring,
-        embedding_model=options.embedding_model, embedding_threshold=options.embedding_threshold,
-        batch_size=options.batch_size, max_new_tokens=options.max_new_tokens,
-        judge_repetition_penalty=options.judge_repetition_penalty,
-    )
-
-
 def main(argv: list[str] | None = None, complete=None) -> int:
-    return run_records_command(make_parser(), argv, lambda options, records: judge(options, records, complete))
+    import dataclasses
+    import json
+
+    from elical_hf.steps import judge
+
+    (options,) = make_parser().parse_with_config(argv)
+    judged = judge(**dataclasses.asdict(options), complete=complete)
+    print(json.dumps({"records": len(judged.records), "output": options.output, **judged.report}, indent=2))
+    return 0

@@ -11,12 +11,11 @@ other questions together; see `elical-hf merge --help`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.settings import SamplingSettings
+from elical_hf.steps.sampling import load_questions  # noqa: F401 (its import path before the steps)
 
 from .parser import ElicalArgumentParser, check_dtype_option
 
@@ -77,63 +76,29 @@ def make_parser() -> ElicalArgumentParser:
     return ElicalArgumentParser(dataclasses, prog="elical-hf sample", description=__doc__)
 
 
-def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` or a table readable by `load_table`."""
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.data import load_table
-    from elical_hf.signals.honestybench import canonical_dataset, parse_record_path
-
-    if source.startswith("bundled:"):
-        rows = []
-        for item in source[len("bundled:") :].split(","):
-            name, _, count = item.strip().partition(":")
-            if count and not count.isdigit():
-                raise ValueError(f"Bad bundled limit {count!r} in {source!r}; use bundled:<name>[:<limit>].")
-            rows += load_bundled_questions(name, int(count) if count else None)
-        # The bundled sets are the sources' evaluation splits (NQ test, HotpotQA dev, ...): say so.
-        rows = [{"split": "test", **row} for row in rows]
-    else:
-        table = load_table(source)
-        if "question" not in table.column_names:
-            raise ValueError(f"{source} has no `question` column; it has {table.column_names}.")
-        rows = table.to_list()
-        if os.path.exists(source):  # `nq_test.jsonl` names its dataset and split
-            name = os.path.basename(source.rstrip("/"))
-            # A typo of a split word in the name matters only for rows without a split of their own.
-            named = parse_record_path(name, strict=not all(row.get("split") for row in rows))
-            dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
-            if named["split"] is not None:
-                rows = [{"split": named["split"], **row} for row in rows]
-    for row in rows:
-        if row.get("dataset") is None and dataset is not None:
-            row["dataset"] = dataset
-    return rows[:limit] if limit is not None else rows
-
-
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import one_writer
-    from elical_hf.signals.backends import make_backend
-    from elical_hf.signals.runner import sample_records
+    import os
+
+    from elical_hf.steps import sample
 
     options, settings = make_parser().parse_with_config(argv)
-    questions = load_questions(options.questions, options.dataset, options.limit)
-    backend = make_backend(options.backend, options.model, dtype=options.dtype,
-                           tensor_parallel_size=options.tensor_parallel_size,
-                           data_parallel_size=options.data_parallel_size)
-    with one_writer(options.output_dir):  # a second `sample` on this folder would clean up this one's shards
-        records = sample_records(questions, backend, settings, options.output_dir, shard_size=options.shard_size,
-                                 num_workers=options.num_workers, worker_index=options.worker_index)
-    out = options.output_dir
+    sampled = sample(
+        options.questions, options.output_dir, model=options.model, backend=options.backend, settings=settings,
+        shard_size=options.shard_size, dataset=options.dataset, limit=options.limit, dtype=options.dtype,
+        num_workers=options.num_workers, worker_index=options.worker_index,
+        tensor_parallel_size=options.tensor_parallel_size, data_parallel_size=options.data_parallel_size,
+    )
+    out, records, backend = options.output_dir, sampled.records, sampled.backend
     if options.num_workers > 1:
-        print(f"\nWorker {options.worker_index} of {options.num_workers}: wrote {len(records)} of {len(questions)} "
-              f"records to {out}/shards/. When every worker is done: elical-hf merge --inputs <their folders> "
-              "--output_dir <merged>")
+        print(f"\nWorker {options.worker_index} of {options.num_workers}: wrote {len(records)} of "
+              f"{sampled.num_questions} records to {out}/shards/. When every worker is done: elical-hf merge --inputs "
+              "<their folders> --output_dir <merged>")
         return 0
     print(
         f"\nWrote {len(records)} records (greedy answer + {settings.num_samples} samples, {backend.kind} backend, "
         f"{backend.name}) to {out}/shards/ (manifest: {out}/manifest.json).\nLoad them with:\n"
-        f"  from elical_hf.signals import load_honestybench; load_honestybench({out!r})\n"
+        f"  from elical_hf.signals import load_records; load_records({out!r})\n"
         f"  datasets.load_dataset('parquet', data_files={os.path.join(out, 'shards', '*.parquet')!r})\n"
-        "They are not judged yet: fill correctness and consistency before training."
+        "They are not judged yet: fill correctness and consistency before training (`elical-hf judge`)."
     )
     return 0

@@ -10,7 +10,6 @@ seeded uniform sample; `quantile` stratifies across confidence quantiles and `un
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 
 from elical_hf.label_selection import DEFAULT_STRATEGY
@@ -41,35 +40,10 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.auto import AutoModelForConfidence
-    from elical_hf.label_selection import SELECTION_STRATEGIES, select_for_labelling
-    from elical_hf.signals.records import check_records_match, load_records, save_records
+    import dataclasses
 
-    from .records_command import check_output_outside
+    from elical_hf.steps import select_labels
 
     (options,) = make_parser().parse_with_config(argv)
-    if options.strategy not in SELECTION_STRATEGIES:  # before any model is loaded
-        raise ValueError(f"--strategy must be one of {SELECTION_STRATEGIES}, got {options.strategy!r}.")
-    check_output_outside(options.records, options.output)
-    if os.path.exists(options.output) and os.path.realpath(options.output) == os.path.realpath(options.records):
-        raise ValueError(f"--output {options.output} is the --records pool itself: writing the chosen records there "
-                         "would destroy the pool. Write them to another file.")
-    if os.path.exists(options.output) and not options.overwrite:
-        raise ValueError(f"--output {options.output} exists; pass --overwrite to replace it.")
-    pool = load_records(options.records)
-    if options.split is not None:
-        pool = [r for r in pool if r.get("split") == options.split]
-    if not 1 <= options.num_labels <= len(pool):
-        raise ValueError(f"--num_labels must lie in [1, {len(pool)}] (the pool's size), got {options.num_labels}.")
-    model = AutoModelForConfidence.from_pretrained(options.model)
-    check_records_match(pool, model.confidence_config.base_model_name_or_path, options.records,
-                        options.allow_other_model)
-    confidences = model.confidence([r["question"] for r in pool], batch_size=options.batch_size, progress=True)
-    chosen = select_for_labelling(confidences, options.num_labels, options.strategy, options.seed)
-    save_records([pool[i] for i in chosen], options.output)
-    picked = [confidences[i] for i in chosen]
-    print(json.dumps({"pool": len(pool), "chosen": len(chosen), "strategy": options.strategy, "output": options.output,
-                      "stage1_confidence": {"pool_mean": sum(confidences) / len(pool),
-                                            "chosen_mean": sum(picked) / len(picked),
-                                            "chosen_min": min(picked), "chosen_max": max(picked)}}, indent=2))
+    print(json.dumps(select_labels(**dataclasses.asdict(options)), indent=2))
     return 0

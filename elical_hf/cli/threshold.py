@@ -45,49 +45,24 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.auto import AutoModelForConfidence
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from elical_hf.evaluation import set_decision_threshold
-    from elical_hf.metrics import selective_risk
-    from elical_hf.signals.honestybench import load_honestybench
-    from elical_hf.signals.records import check_records_match
+    import dataclasses
+
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.steps import threshold
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--model" in argv[:-1]:  # the earlier spelling, `--model FOLDER`
         at = argv.index("--model")
         argv = [argv[at + 1], *argv[:at], *argv[at + 2 :]]
     (options,) = make_parser().parse_with_config(argv)
-    if options.alpha is not None and not 0.0 < options.alpha < 1.0:  # before any file or model is read
-        raise ValueError(f"--alpha must lie in (0, 1) (an error rate among answered questions), got {options.alpha}.")
-    if not 0.0 < options.delta < 1.0:
-        raise ValueError(f"--delta must lie in (0, 1) (the probability the guarantee fails), got {options.delta}.")
-    loaded = load_honestybench(options.records, allow_incomplete=options.allow_incomplete)
-    if options.split not in loaded:
-        raise ValueError(f"{options.records} has no {options.split!r} records (found {list(loaded)}).")
-    rows = [r for r in loaded[options.split] if r.get("greedy_correct") is not None]
-    if len(rows) < 5:
-        raise ValueError(f"Need at least 5 judged {options.split!r} records to choose a threshold, found {len(rows)}.")
-    if options.split.endswith("test"):
-        print(f"warning: choosing the threshold on {options.split!r}: do not report results on these records")
-    model = AutoModelForConfidence.from_pretrained(options.model)
-    check_records_match(rows, model.confidence_config.base_model_name_or_path, options.records,
-                        options.allow_other_model)
-    confidences = model.confidence([r["question"] for r in rows], batch_size=options.batch_size, progress=True)
-    correct = [int(r["greedy_correct"]) for r in rows]
-    threshold = set_decision_threshold(
-        options.model, confidences, correct, alpha=options.alpha, delta=options.delta,
-        source={"records": options.records, "split": options.split},
-    )
-    answered = sum(c >= threshold for c in confidences)
-    print(f"decision_threshold = {threshold:.2f} written to {options.model}/{CONFIDENCE_CONFIG_NAME} "
-          f"(on {len(rows)} {options.split} records: answers {answered} of them).")
+    chosen = threshold(**dataclasses.asdict(options), say=print)
+    print(f"decision_threshold = {chosen['threshold']:.2f} written to {options.model}/{CONFIDENCE_CONFIG_NAME} "
+          f"(on {chosen['rows']} {options.split} records: answers {chosen['answered']} of them).")
     if options.alpha is None:
-        accuracy = 100 * sum((c >= threshold) == bool(y) for c, y in zip(confidences, correct)) / len(rows)
-        print(f"The alignment rule: answer/abstain decisions {accuracy:.1f}% right on these records.")
+        print(f"The alignment rule: answer/abstain decisions {chosen['accuracy']:.1f}% right on these records.")
     else:
-        record = ConfidenceConfig.from_json_file(f"{options.model}/{CONFIDENCE_CONFIG_NAME}").risk_control
-        measured = selective_risk(confidences, correct, threshold)
+        guarantee = chosen["guarantee"]
         print(f"Guarantee: error rate among answered <= {options.alpha} with probability >= {1 - options.delta:.2f}; "
-              f"here coverage {100 * measured['coverage']:.1f}%, error rate {measured['risk']:.3f} "
-              f"(upper bound {record['risk_upper_bound']:.3f}).")
+              f"here coverage {100 * guarantee['coverage']:.1f}%, error rate {guarantee['risk']:.3f} "
+              f"(upper bound {guarantee['risk_upper_bound']:.3f}).")
     return 0

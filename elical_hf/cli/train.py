@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
-from elical_hf.training_options import DEFAULT_LABEL_COLUMNS, ConfidenceTrainingOptions, Stage
+from elical_hf.training_options import ConfidenceTrainingOptions
 
 from .parser import ElicalArgumentParser, check_dtype_option
 
@@ -27,8 +27,10 @@ from .parser import ElicalArgumentParser, check_dtype_option
 class TrainCommandArguments:
     """Options of `elical-hf train` besides the training arguments (all also settable from `--config file.yaml`)."""
 
-    elicitation_data: str = field(metadata={"help": "Table with `question` and `consistency` (jsonl/parquet/csv/dir/Hub id)."})
-    calibration_data: str = field(metadata={"help": "Table with `question` and `correctness`."})
+    elicitation_data: str = field(metadata={"help": "Judged records (an `elical-hf judge` output, a judged sample or "
+                                  "HonestyBench folder, a Hub dataset) or a table with `question` and `consistency` "
+                                  "(jsonl/parquet/csv/json/arrow/saved dataset)."})
+    calibration_data: str = field(metadata={"help": "Judged records, or a table with `question` and `correctness`."})
     model_name_or_path: str = field(default=DEFAULT_MODEL, metadata={"help": "Base causal LM (Hub id or folder)."})
     num_labels: int | None = field(default=None, metadata={"help": "Stage-2 label budget (default: all rows)."})
     num_elicitation: int | None = field(
@@ -120,12 +122,8 @@ def make_help_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import one_writer
-    from elical_hf.data import validate_columns
     from elical_hf.precision import resolve_dtype
-    from elical_hf.recipe import train_elical
-    from elical_hf.signals.records import load_training_table
-
+    from elical_hf.steps import train
     from elical_hf.training_args import ConfidenceTrainingArguments
 
     parser = make_parser()
@@ -137,34 +135,20 @@ def main(argv: list[str] | None = None) -> int:
     if fixed:
         parser.error(f"{', '.join('--' + name for name in fixed)}: set per run by the recipe, not an option here.")
     passed = {f.name for f in dataclasses.fields(ConfidenceTrainingArguments) if f.init} - set(RECIPE_ARGUMENTS)
-    tables = {}
-    for stage, option in ((Stage.ELICITATION, "elicitation_data"), (Stage.CALIBRATION, "calibration_data")):
-        source = getattr(options, option)
-        # judged records (`elical-hf judge --output`) get their training columns; both tables are checked before
-        # stage 1 trains, so a bad target fails in seconds
-        name, target = f"--{option} ({source})", DEFAULT_LABEL_COLUMNS[stage]
-        tables[stage] = load_training_table(source, name, target, options.num_samples_used)
-        validate_columns(tables[stage], name, target)
-    with one_writer(training_args.output_dir):
-        paths = train_elical(
-            options.model_name_or_path,
-            tables[Stage.ELICITATION],
-            tables[Stage.CALIBRATION],
-            training_args.output_dir,
-            num_labels=options.num_labels,
-            num_elicitation=options.num_elicitation,
-            calibration_trainable=training_args.calibration_trainable.value,
-            cal_only=options.cal_only,
-            dev_fraction=options.dev_fraction,
-            seed=training_args.seed,
-            # each run derives the rest of its training arguments
-            training_args={name: value for name, value in given.items() if name in passed},
-            model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit,
-                               **head_options(options)},
-            overwrite_output_dir=options.overwrite_output_dir,
-        )
-    print(json.dumps(paths, indent=2))
-    _print_diagnosis(tables[Stage.CALIBRATION])
+    trained = train(
+        options.elicitation_data, options.calibration_data, training_args.output_dir,
+        model_name_or_path=options.model_name_or_path, num_labels=options.num_labels,
+        num_elicitation=options.num_elicitation, num_samples_used=options.num_samples_used, cal_only=options.cal_only,
+        dev_fraction=options.dev_fraction, calibration_trainable=training_args.calibration_trainable.value,
+        seed=training_args.seed, overwrite_output_dir=options.overwrite_output_dir,
+        # each run derives the rest of its training arguments
+        training_args={name: value for name, value in given.items() if name in passed},
+        model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit,
+                           **head_options(options)},
+    )
+    print(json.dumps(trained["models"], indent=2))
+    for name, cell in (trained["diagnosis"] or {"datasets": {}})["datasets"].items():
+        print(f"diagnosis, {name}: {cell['verdict']}.")
     return 0
 
 
@@ -174,18 +158,3 @@ def head_options(options: TrainCommandArguments) -> dict[str, str]:
     defaults = {f.name: f.default for f in dataclasses.fields(TrainCommandArguments)}
     return {name: getattr(options, name) for name in ("head_type", "head_init")
             if getattr(options, name) != defaults[name]}
-
-
-def _print_diagnosis(labels) -> None:
-    """The teacher's quality on the calibration labels (`elical-hf diagnose`), when they carry both judgements."""
-    from elical_hf.diagnosis import diagnose
-
-    if not {"consistency", "greedy_correct"} <= set(labels.column_names):
-        return
-    try:
-        report = diagnose(labels.select_columns([c for c in ("dataset", "consistency", "greedy_correct")
-                                                 if c in labels.column_names]), bootstrap=200)
-    except ValueError:
-        return
-    for name, cell in report["datasets"].items():
-        print(f"diagnosis, {name}: {cell['verdict']}.")

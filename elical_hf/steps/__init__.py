@@ -1,0 +1,29 @@
+"""The method's steps as library functions, records in, records or results out: what the `elical-hf` commands, the
+demo and the replication script compose.
+
+| step | in | out |
+|---|---|---|
+| [`sample`] | questions | records with a greedy answer and k samples |
+| [`judge`] | records | records with correctness / consistency judgements |
+| [`score_baselines`] | records | records with `confidence_<name>` of the training-free baselines |
+| [`diagnose`] | judged records | will elicitation help (the teacher's AUROC) |
+| [`train`] | judged records (or training tables) | stage-1, EliCal and Cal-Only models |
+| [`select_labels`] | a stage-1 model, a pool of records | the records to label |
+| [`threshold`] | a model, labelled records | its answer/abstain threshold, saved with it |
+| [`evaluate`] | test records, models and other confidences | tables, paired differences, label curves, decisions |
+
+Every records input goes through [`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset or
+records in memory.
+"""
+
+from .evaluating import TEST_SPLITS, Evaluation, check_trained_model, evaluate, test_records, write_evaluation
+from .judging import Filled, check_output_outside, diagnose, judge, score_baselines
+from .sampling import Sampled, load_questions, sample
+from .training import select_labels, threshold, train, training_table
+
+
+__all__ = [
+    "TEST_SPLITS", "Evaluation", "Filled", "Sampled", "check_output_outside", "check_trained_model", "diagnose",
+    "evaluate", "judge", "load_questions", "sample", "score_baselines", "select_labels", "test_records", "threshold",
+    "train", "training_table", "write_evaluation",
+]

@@ -1,0 +1,369 @@
+"""The evaluation step: test records and confidence sources in, the paper's tables out.
+
+[`evaluate`] scores the test records (the `in_domain_test` and `ood_test` records of any records input) with every
+source asked for (saved models, training-free baselines, record columns, confidences computed elsewhere), and
+computes from them, in one place, everything a report shows: the per-dataset table with its averages, paired
+differences between methods, differences averaged over label draws or training seeds, AUROC against the number of
+labels, and what each model's saved answer/abstain rule does. [`write_evaluation`] writes the report. `elical-hf
+evaluate`, the demo and the replication script all compose these two, so there is one evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..atomic import one_writer
+
+
+__all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "test_records", "write_evaluation"]
+
+logger = logging.getLogger(__name__)
+
+TEST_SPLITS = ("in_domain_test", "ood_test")
+"""The paper's splits a report is computed on (in this order)."""
+
+Say = Callable[[str], None]
+"""Where a step reports what it is doing (a line at a time): the commands print, the library logs."""
+
+
+@dataclass
+class Evaluation:
+    """What [`evaluate`] computed.
+
+    Args:
+        table (`dict`): `table[method][column]` -> metrics ([`~elical_hf.evaluation.evaluate_table`]): the datasets,
+            then `"in-domain avg"` / `"OOD avg"`.
+        correct (`list[int]`), datasets (`list[str]`), splits (`list[str]`): The test records' 0/1 greedy
+            correctness, dataset and paper split, in the order every confidence list follows.
+        confidences (`dict[str, list[float]]`): Every source of the table, by name.
+        differences (`dict`): `"<a> − <b>"` -> column -> paired differences of the table's rows `a` and `b`
+            ([`~elical_hf.evaluation.paired_differences`]), for the `pairs` asked for.
+        draw_differences (`dict`): `"<a> − <b>"` -> column -> differences averaged over draws, with an interval
+            over test resamples and draws ([`~elical_hf.evaluation.paired_difference_over_draws`]), for the
+            `draw_pairs` asked for.
+        label_curves (`dict`): column -> method -> number of labels -> `{"auroc", "auroc_ci", "draws"}` (AUROC in
+            [0, 1]) for every source named `METHOD@N` (a table row, or the mean over the draws of `draws`).
+        decisions (`dict`): What each model's saved `decision_threshold` does on these records
+            ([`~elical_hf.evaluation.decision_table`]); empty when no model has one.
+        configs (`dict`): The `ConfidenceConfig` of each scored model.
+    """
+
+    table: dict[str, dict[str, dict[str, Any]]]
+    correct: list[int]
+    datasets: list[str]
+    splits: list[str]
+    confidences: dict[str, list[float]]
+    differences: dict[str, Any] = field(default_factory=dict)
+    draw_differences: dict[str, Any] = field(default_factory=dict)
+    label_curves: dict[str, dict[str, dict[int, dict[str, Any]]]] = field(default_factory=dict)
+    decisions: dict[str, Any] = field(default_factory=dict)
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    def curves(
+        self, column: str | None = None, intervals: bool = False, min_points: int = 1
+    ) -> dict[str, dict[int, Any]]:
+        """AUROC (in [0, 1]) against the number of labels in one column (default: `"in-domain avg"` when the table
+        has it, else its first column), as [`~elical_hf.plots.auroc_vs_labels_plot`] takes it: method -> N ->
+        AUROC, or `(auroc, low, high)` with `intervals`; methods with fewer than `min_points` budgets are left out."""
+        if column is None:
+            columns = list(next(iter(self.table.values())))
+            column = "in-domain avg" if "in-domain avg" in columns else columns[0]
+        out = {}
+        for method, points in self.label_curves.get(column, {}).items():
+            if len(points) < min_points:
+                continue
+            out[method] = {n: (p["auroc"], *p.get("auroc_ci", (math.nan, math.nan))) if intervals else p["auroc"]
+                           for n, p in points.items()}
+        return out
+
+
+def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | None = None) -> list[dict[str, Any]]:
+    """The judged test records of a records input ([`~elical_hf.signals.records.load_records`]): those of
+    [`TEST_SPLITS`], in that order, each with `split` set to its paper split; records without a judged greedy answer
+    are left out (and counted).
+
+    Raises:
+        `ValueError`: no test records, or none with a judged greedy answer (naming the `judge` option that fills it).
+    """
+    from ..signals.records import JUDGE_OPTIONS, PAPER_SPLITS, load_records
+
+    say = say or logger.info
+    loaded = load_records(records, splits=True, allow_incomplete=allow_incomplete)
+    parts = loaded["paper_split"] if len(loaded) else []
+    counts = {name: parts.count(name) for name in sorted(set(parts), key=PAPER_SPLITS.index)}
+    say("records: " + ", ".join(f"{split} {n}" for split, n in counts.items())
+        + " (only in_domain_test and ood_test are evaluated)")
+    where = records if isinstance(records, (str, os.PathLike)) else "The records"
+    if not any(name in counts for name in TEST_SPLITS):
+        raise ValueError(f"{where} holds no in_domain_test or ood_test records (found {list(counts)}).")
+    rows = []
+    for name in TEST_SPLITS:
+        indices = [i for i, part in enumerate(parts) if part == name]
+        rows += [dict(row, split=name) for row in loaded.select(indices)] if indices else []
+    judged = [r for r in rows if r.get("greedy_correctness") is not None]
+    if not judged:
+        raise ValueError(f"No test record has a judged greedy answer (`greedy_correctness`); run "
+                         f"`{JUDGE_OPTIONS['greedy_correctness']}` on them first.")
+    if len(judged) < len(rows):
+        say(f"warning: {len(rows) - len(judged)} of {len(rows)} test records have no judged greedy answer "
+            f"(greedy_correctness is null) and are left out: n = {len(judged)}.")
+    return judged
+
+
+def _column_confidences(records: list[dict], name: str, column: str, where: str) -> list[float]:
+    """The confidences of record column `column` (source `name`): every test record's value, a number."""
+    missing = sum(r.get(column) is None for r in records)
+    if missing:
+        known = sorted({key for r in records for key, value in r.items() if value is not None})
+        raise ValueError(f"--field_sources {name}={column}: {missing} of {len(records)} test records in {where} "
+                         f"have no {column!r} field; they have {known}.")
+    values = []
+    for r in records:
+        try:
+            values.append(float(r[column]))
+        except (TypeError, ValueError):
+            raise ValueError(f"--field_sources {name}={column}: record {r.get('id', '?')!r} in {where} holds "
+                             f"{r[column]!r}, not a number.") from None
+    return values
+
+
+def check_trained_model(path: str, what: str) -> None:
+    """Refuse what is not a trained confidence model: a base model (no `confidence_config.json`: it would get a
+    freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
+    converted release)."""
+    from ..auto import find_saved_model
+    from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from ..model_card import ConfidenceModelCardData
+
+    folder = find_saved_model(path)
+    if folder is None:
+        raise ValueError(
+            f"{what}: not a trained confidence model (no {CONFIDENCE_CONFIG_NAME}); a base model would be scored with "
+            "a freshly initialised, random head. Pass a model folder written by `elical-hf train` (or "
+            "convert-official)."
+        )
+    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    if not config.training_history and "converted" not in ConfidenceModelCardData.from_folder(folder).tags:
+        raise ValueError(f"{what}: a confidence model that was never trained (empty training_history): its head is "
+                         "random. Train it first (`elical-hf train`).")
+
+
+def _budget(name: str) -> tuple[str, int] | None:
+    """`("EliCal", 100)` for a source named `EliCal@100`; `None` for any other name."""
+    method, sep, budget = name.rpartition("@")
+    return (method, int(budget)) if sep and method and budget.isdigit() else None
+
+
+def _label_curves(evaluation: Evaluation, draws: Mapping[str, Sequence[Sequence[float]]]) -> dict:
+    """[`Evaluation.label_curves`]: the table's `METHOD@N` rows, and the mean over draws of each `METHOD@N` of
+    `draws` (each draw scored on its own, without intervals)."""
+    from ..evaluation import evaluate_table
+
+    curves: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    for name, row in evaluation.table.items():
+        if (named := _budget(name)) is None:
+            continue
+        for column, cell in row.items():
+            point = {"auroc": cell["auroc"] / 100, "draws": 1}
+            if "auroc_ci" in cell:
+                point["auroc_ci"] = (cell["auroc_ci"][0] / 100, cell["auroc_ci"][1] / 100)
+            curves.setdefault(column, {}).setdefault(named[0], {})[named[1]] = point
+    for name, runs in draws.items():
+        if (named := _budget(name)) is None:
+            continue
+        rows = [evaluate_table(evaluation.correct, evaluation.datasets, evaluation.splits, {"m": c})["m"] for c in runs]
+        for column in rows[0]:
+            values = [row[column]["auroc"] / 100 for row in rows]
+            curves.setdefault(column, {}).setdefault(named[0], {})[named[1]] = {"auroc": sum(values) / len(values),
+                                                                                 "draws": len(values)}
+    for column in curves:  # each method's budgets in increasing order
+        curves[column] = {method: dict(sorted(points.items())) for method, points in curves[column].items()}
+    return curves
+
+
+def evaluate(
+    records: Any,
+    *,
+    models: Mapping[str, str] | None = None,
+    confidences: Mapping[str, Sequence[float]] | None = None,
+    draws: Mapping[str, Sequence[Sequence[float]]] | None = None,
+    baselines: Sequence[str] = ("prob", "n_prob", "consis_lex", "consis_sem"),
+    field_sources: Mapping[str, str] | None = None,
+    pairs: Sequence[tuple[str, str]] = (),
+    draw_pairs: Sequence[tuple[str, str]] = (),
+    bootstrap: int = 0,
+    seed: int = 0,
+    batch_size: int = 16,
+    allow_other_model: bool = False,
+    allow_incomplete: bool = False,
+    output_dir: str | None = None,
+    overwrite_output_dir: bool = False,
+    update_model_cards: bool = False,
+    say: Say | None = None,
+) -> Evaluation:
+    """
+    Score the test records with every source and compute the paper's table and what a report shows from it.
+
+    Args:
+        records: Any records input ([`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset,
+            or records in memory); its `in_domain_test` and `ood_test` records are scored ([`test_records`]).
+        models (`dict[str, str]`, *optional*): Name -> trained confidence model (folder or Hub id). Name runs of one
+            method with different label budgets `METHOD@N` to get AUROC against the number of labels.
+        confidences (`dict[str, list[float]]`, *optional*): Sources computed elsewhere, one confidence per test
+            record in [`test_records`]' order (e.g. a head calibrated on cached features).
+        draws (`dict[str, list[list[float]]]`, *optional*): `METHOD@N` -> one confidence list per label draw (or
+            training seed): its curve point is the mean over the draws, and `draw_pairs` compares them.
+        baselines (`list[str]`, *optional*): Training-free baselines computed from the records
+            ([`~elical_hf.signals.BASELINES`]); those whose inputs the records lack are skipped (and said).
+        field_sources (`dict[str, str]`, *optional*): Name -> a record column holding confidences.
+        pairs (`list[tuple[str, str]]`, *optional*): Table rows `(a, b)` to compare by paired bootstrap.
+        draw_pairs (`list[tuple[str, str]]`, *optional*): Keys `(a, b)` of `draws` to compare, draw `d` of `a` with
+            draw `d` of `b` (they used the same labels).
+        bootstrap (`int`, *optional*, defaults to 0), seed (`int`, *optional*, defaults to 0): Resamples of the 95%
+            intervals (0: none; `pairs` and `draw_pairs` need at least 1) and their seed.
+        batch_size (`int`, *optional*, defaults to 16): Questions per forward pass when scoring models.
+        allow_other_model (`bool`, *optional*): Score records of another model than each model's base.
+        allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
+        output_dir (`str`, *optional*): Also write the report there ([`write_evaluation`]), holding the folder's
+            one-writer lock; refused when it already holds files, unless `overwrite_output_dir`.
+        update_model_cards (`bool`, *optional*): Also record each model folder's results and reliability diagram in
+            its model card.
+        say (`Callable[[str], None]`, *optional*): Where progress lines and warnings go (default: the log).
+
+    Returns:
+        [`Evaluation`].
+    """
+    options = dict(models=dict(models or {}), confidences=confidences, draws=draws or {}, baselines=baselines,
+                   field_sources=field_sources or {}, pairs=pairs, draw_pairs=draw_pairs, bootstrap=bootstrap,
+                   seed=seed, batch_size=batch_size, allow_other_model=allow_other_model, allow_incomplete=allow_incomplete,
+                   say=say or logger.info)
+    if output_dir is None:
+        return _evaluate(records, **options)
+    with one_writer(output_dir):  # a second evaluate into this folder would mix two reports
+        _check_output_dir(output_dir, overwrite_output_dir)
+        evaluation = _evaluate(records, **options)
+        write_evaluation(evaluation, output_dir)
+        if update_model_cards:
+            _update_model_cards(options["models"], evaluation, records, options["say"])
+    return evaluation
+
+
+def _evaluate(
+    records: Any, *, models: dict[str, str], confidences: Mapping[str, Sequence[float]] | None,
+    draws: Mapping[str, Sequence[Sequence[float]]], baselines: Sequence[str], field_sources: Mapping[str, str],
+    pairs: Sequence[tuple[str, str]], draw_pairs: Sequence[tuple[str, str]], bootstrap: int, seed: int,
+    batch_size: int, allow_other_model: bool, allow_incomplete: bool, say: Say,
+) -> Evaluation:
+    """[`evaluate`] without writing anything."""
+    from ..evaluation import decision_table, evaluate_table, paired_difference_over_draws, paired_differences
+    from ..signals.baselines import BASELINES, compute_baselines
+    from ..signals.records import check_records_match
+
+    where = records if isinstance(records, (str, os.PathLike)) else "the records"
+    for name, path in models.items():
+        check_trained_model(path, f"--model {name}={path}")
+    rows = test_records(records, allow_incomplete=allow_incomplete, say=say)
+    if not models:
+        check_records_match(rows, None, where, allow_other_model)
+    sources: dict[str, list[float]] = {}
+    for name in baselines:
+        try:
+            for key, values in compute_baselines(rows, which=[name], progress=False).items():
+                sources[BASELINES[key].paper_name] = values
+        except ValueError as error:  # e.g. consis_sem without semantic judgements
+            say(f"skipping baseline {name}: {error}")
+    sources.update({name: list(values) for name, values in (confidences or {}).items()})
+    for name, column in field_sources.items():
+        sources[name] = _column_confidences(rows, name, column, where)
+    questions = [r.get("question") for r in rows]
+    unusable = [i for i, q in enumerate(questions) if not isinstance(q, str) or not q.strip()]
+    if models and unusable:
+        raise ValueError(f"{len(unusable)} test records in {where} have no `question` text (first: record "
+                         f"{rows[unusable[0]].get('id', unusable[0])!r}); a model scores the question.")
+    configs = {}
+    if models:
+        from ..auto import AutoModelForConfidence
+
+        for name, path in models.items():
+            model = AutoModelForConfidence.from_pretrained(path)
+            check_records_match(rows, model.confidence_config.base_model_name_or_path, where, allow_other_model)
+            sources[name] = model.confidence(questions, batch_size=batch_size, progress=True)
+            configs[name] = model.confidence_config
+            del model
+    correct = [int(r["greedy_correctness"]) for r in rows]
+    datasets, splits = [r["dataset"] for r in rows], [r["split"] for r in rows]
+    evaluation = Evaluation(evaluate_table(correct, datasets, splits, sources, bootstrap=bootstrap, seed=seed),
+                            correct, datasets, splits, sources, configs=configs)
+    if pairs:
+        evaluation.differences = paired_differences(correct, datasets, splits, sources, pairs, bootstrap, seed)
+    for a, b in draw_pairs:
+        evaluation.draw_differences[f"{a} − {b}"] = paired_difference_over_draws(
+            correct, datasets, splits, draws[a], draws[b], bootstrap, seed)
+    evaluation.label_curves = _label_curves(evaluation, draws)
+    evaluation.decisions = decision_table(correct, splits, sources, configs)
+    return evaluation
+
+
+def write_evaluation(
+    evaluation: Evaluation,
+    output_dir: str,
+    *,
+    title: str = "Confidence evaluation",
+    notes: str = "",
+    plotted: Sequence[str] | None = None,
+    label_curves: Mapping[str, Mapping[int, Any]] | None = None,
+) -> dict[str, str]:
+    """
+    Write the report of an [`Evaluation`]: `results.json`, `report.md`, reliability diagrams and risk-coverage
+    curves (of the sources named in `plotted`, default all), AUROC against the number of labels (`label_curves`,
+    default [`Evaluation.curves`] of the methods with at least two budgets), `decisions.json` and its table when a
+    model has a saved decision rule, and `differences.json` with its table when `pairs` were compared.
+
+    Returns:
+        `dict[str, str]`: the paths written (`report`, `results`, ...).
+    """
+    from ..atomic import atomic_write_text
+    from ..evaluation import averages_to_markdown, decision_table_to_markdown, write_report
+
+    if evaluation.decisions:  # the saved answer/abstain rules, applied to these test records
+        notes += f"## Decisions at the saved thresholds\n\n{decision_table_to_markdown(evaluation.decisions)}\n"
+    if evaluation.differences:
+        notes += ("## Paired differences (x100; 95% paired bootstrap intervals)\n\n"
+                  f"{averages_to_markdown(evaluation.differences)}\n")
+    shown = {name: evaluation.confidences[name] for name in (plotted or evaluation.confidences)}
+    curves = label_curves if label_curves is not None else evaluation.curves(min_points=2)
+    paths = write_report(evaluation.table, output_dir, correct=evaluation.correct, confidences=shown,
+                         label_curves=curves, title=title, notes=notes)
+    for name, content in (("decisions", evaluation.decisions), ("differences", evaluation.differences)):
+        if content:
+            paths[name] = os.path.join(output_dir, f"{name}.json")
+            atomic_write_text(paths[name], json.dumps(content, indent=2) + "\n")
+    return paths
+
+
+def _check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuse to write over the results of an earlier evaluation (or any non-empty folder) without `overwrite`."""
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        held = "the results of an earlier run" if os.path.exists(os.path.join(output_dir, "results.json")) else "files"
+        raise ValueError(f"--output_dir {output_dir} already holds {held}; use a new folder or pass "
+                         "--overwrite_output_dir to replace them.")
+
+
+def _update_model_cards(models: Mapping[str, str], evaluation: Evaluation, records: Any, say: Say) -> None:
+    from ..model_card import RELIABILITY_IMAGE, record_folder_evaluations
+    from ..plots import reliability_diagram
+
+    for name, path in models.items():
+        if not os.path.isdir(path):
+            say(f"not updating the card of {name}: {path} is not a local folder")
+            continue
+        reliability_diagram(evaluation.confidences[name], evaluation.correct, os.path.join(path, RELIABILITY_IMAGE),
+                            title=name)
+        dataset_id = records if isinstance(records, str) and not os.path.exists(records) else None
+        say(f"card updated: {record_folder_evaluations(path, evaluation.table[name], dataset_id=dataset_id)}")

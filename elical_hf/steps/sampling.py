@@ -1,0 +1,119 @@
+"""The sampling step: questions in, records with a greedy answer and k sampled answers out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..default_model import DEFAULT_MODEL
+
+
+__all__ = ["Sampled", "load_questions", "sample"]
+
+
+@dataclass
+class Sampled:
+    """What [`sample`] did.
+
+    Args:
+        records (`list[dict]`): One record per question (of this worker), in input order.
+        num_questions (`int`): Questions asked for (every worker's).
+        backend: The backend that sampled (`kind`, `name`, `precision`, `complete`).
+    """
+
+    records: list[dict[str, Any]]
+    num_questions: int
+    backend: Any
+
+
+def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
+    or a table readable by [`~elical_hf.data.load_table`] with a `question` column (`nq_test.jsonl` names its
+    dataset and split); `dataset` fills rows without one, `limit` keeps the first rows."""
+    from ..bundled import load_bundled_questions
+    from ..data import load_table
+    from ..signals.records import canonical_dataset, parse_record_path
+
+    if source.startswith("bundled:"):
+        rows = []
+        for item in source[len("bundled:") :].split(","):
+            name, _, count = item.strip().partition(":")
+            if count and not count.isdigit():
+                raise ValueError(f"Bad bundled limit {count!r} in {source!r}; use bundled:<name>[:<limit>].")
+            rows += load_bundled_questions(name, int(count) if count else None)
+        # The bundled sets are the sources' evaluation splits (NQ test, HotpotQA dev, ...): say so.
+        rows = [{"split": "test", **row} for row in rows]
+    else:
+        table = load_table(source)
+        if "question" not in table.column_names:
+            raise ValueError(f"{source} has no `question` column; it has {table.column_names}.")
+        rows = table.to_list()
+        if os.path.exists(source):  # `nq_test.jsonl` names its dataset and split
+            name = os.path.basename(source.rstrip("/"))
+            # A typo of a split word in the name matters only for rows without a split of their own.
+            named = parse_record_path(name, strict=not all(row.get("split") for row in rows))
+            dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
+            if named["split"] is not None:
+                rows = [{"split": named["split"], **row} for row in rows]
+    for row in rows:
+        if row.get("dataset") is None and dataset is not None:
+            row["dataset"] = dataset
+    return rows[:limit] if limit is not None else rows
+
+
+def sample(
+    questions: str | Sequence[dict[str, Any]],
+    output_dir: str | None = None,
+    *,
+    model: str = DEFAULT_MODEL,
+    backend: Any = "auto",
+    settings: Any = None,
+    shard_size: int = 64,
+    dataset: str | None = None,
+    limit: int | None = None,
+    dtype: str = "auto",
+    num_workers: int = 1,
+    worker_index: int = 0,
+    tensor_parallel_size: int | None = None,
+    data_parallel_size: int | None = None,
+) -> Sampled:
+    """
+    Sample a greedy answer and k answers for every question.
+
+    Args:
+        questions: Question rows (`question`; `id`, `answer`, `dataset` optional; every other field is copied into
+            the records), or a source [`load_questions`] reads.
+        output_dir (`str`, *optional*): Write resumable record shards there
+            ([`~elical_hf.signals.sample_records`], holding the folder's one-writer lock); without it the answers
+            are generated in memory in one call of the backend.
+        model (`str`, *optional*): The model to sample from, when `backend` is a name.
+        backend (`str` or backend, *optional*, defaults to `"auto"`): `"hf"`, `"vllm"`, `"auto"`, or a backend
+            already made ([`~elical_hf.signals.make_backend`]).
+        settings ([`~elical_hf.signals.SamplingSettings`], *optional*): Decoding settings (the paper's by default).
+        shard_size, num_workers, worker_index: Of the sharded run (see [`~elical_hf.signals.sample_records`]).
+        dataset, limit: As in [`load_questions`].
+        dtype, tensor_parallel_size, data_parallel_size: Of a backend made here.
+
+    Returns:
+        [`Sampled`]: the records (normalized; raw: no judgements yet).
+    """
+    from ..signals.backends import make_backend
+    from ..signals.settings import SamplingSettings
+
+    rows = load_questions(questions, dataset, limit) if isinstance(questions, str) else list(questions)
+    if isinstance(backend, str):
+        backend = make_backend(backend, model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
+                               data_parallel_size=data_parallel_size)
+    settings = settings if settings is not None else SamplingSettings()
+    if output_dir is None:
+        answers = backend.generate([row["question"] for row in rows], settings)
+        return Sampled([{**row, **answer} for row, answer in zip(rows, answers)], len(rows), backend)
+    from ..atomic import one_writer
+    from ..signals.runner import sample_records
+
+    with one_writer(output_dir):  # a second `sample` on this folder would clean up this one's shards
+        records = sample_records(rows, backend, settings, output_dir, shard_size=shard_size, num_workers=num_workers,
+                                 worker_index=worker_index)
+    return Sampled(records, len(rows), backend)

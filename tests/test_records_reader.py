@@ -1,0 +1,94 @@
+"""The one reader of records (`signals.records.load_records`): every kind of records input gives the same rows, with
+the training columns where the judgements allow; one name for greedy correctness, the old one read with a warning."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+from datasets import Dataset
+
+from elical_hf.columns import EVAL_LABEL_COLUMN, upgrade_row, upgrade_table
+from elical_hf.signals.records import load_records, require_judgement, save_records, training_columns
+from tests.test_diagnosis import make_records
+
+
+def judged(n: int = 12) -> list[dict]:
+    rows = make_records(n // 3 + 1)[:n]
+    for row in rows:
+        row["split"], row["model"] = "test", "tiny"  # datasets good / inverted / noise: unknown ones, paper split other
+    return rows
+
+
+def columns_of(table: Dataset) -> list[tuple]:
+    return list(zip(table["question"], table["consistency"], table["correctness"], table[EVAL_LABEL_COLUMN]))
+
+
+def test_every_records_input_gives_the_same_rows_and_training_columns(tmp_path):
+    rows = judged()
+    expected = [(r["question"], training_columns(r)["consistency"], training_columns(r)["correctness"],
+                 r["greedy_correctness"]) for r in rows]
+    parquet = save_records(rows, tmp_path / "judged.parquet")
+    jsonl = save_records(rows, tmp_path / "judged.jsonl")
+    folder = tmp_path / "folder"
+    save_records(rows[:5], folder / "shards" / "a.parquet")
+    save_records(rows[5:], folder / "shards" / "b.jsonl")
+    csv = tmp_path / "table.csv"  # a table of training rows: taken as it is
+    Dataset.from_list([{"question": q, "consistency": c, "correctness": k} for q, c, k, _ in expected]).to_csv(csv)
+    for source in (parquet, jsonl, str(folder), rows, Dataset.from_list(rows)):
+        table = load_records(source)
+        assert isinstance(table, Dataset) and columns_of(table) == expected, source
+        assert table["consistency_source"] == ["consistency_judgement"] * len(rows)
+    table = load_records(str(csv))
+    assert table["consistency"] == [c for _, c, _, _ in expected] and "consistency_source" not in table.column_names
+    assert table.cache_files == [] and load_records(parquet).cache_files  # files are memory-mapped from Arrow
+
+
+def test_as_stored_the_paper_splits_and_the_judgement_a_target_needs(tmp_path):
+    rows = judged()
+    path = save_records(rows, tmp_path / "judged.parquet")
+    stored = load_records(path, derive=False)
+    assert "consistency" not in stored.column_names and stored.to_list()[0]["question"] == rows[0]["question"]
+    split = load_records(path, splits=True)
+    assert set(split["paper_split"]) == {"other"} and set(split["source_split"]) == {"test"}
+    unjudged = [{**r, "sampling_correctness": None} for r in rows]
+    table = load_records(unjudged)
+    require_judgement(table, "consistency", "--elicitation_data")  # that one is there
+    with pytest.raises(ValueError, match=r"'correctness' target .*run `elical-hf judge --correctness has_answer"):
+        require_judgement(table, "correctness", "--calibration_data")
+    require_judgement(Dataset.from_list([{"question": "q", "consistency": 0.5}]), "correctness", "t")  # a table: later
+
+
+def test_the_old_column_name_is_read_with_a_future_warning(tmp_path):
+    with pytest.warns(FutureWarning, match="'greedy_correct' is now named 'greedy_correctness'"):
+        assert upgrade_row({"question": "q", "greedy_correct": 1}) == {"question": "q", "greedy_correctness": 1}
+    with pytest.warns(FutureWarning):  # both spellings: the new one is kept
+        assert upgrade_row({"greedy_correct": 0, "greedy_correctness": True}) == {"greedy_correctness": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning without the old name
+        assert upgrade_row({"greedy_correctness": 1}) == {"greedy_correctness": 1}
+    old = tmp_path / "old_table.jsonl"  # a user's training table from before the rename
+    old.write_text("".join(json.dumps({"question": f"q{i}", "consistency": 0.5, "greedy_correct": i % 2}) + "\n"
+                           for i in range(4)))
+    with pytest.warns(FutureWarning, match="greedy_correct"):
+        table = load_records(str(old))
+    assert "greedy_correct" not in table.column_names and table[EVAL_LABEL_COLUMN] == [False, True, False, True]
+    with pytest.warns(FutureWarning, match="The train dataset"):
+        assert upgrade_table(Dataset.from_list([{"greedy_correct": 1}]), "The train dataset").column_names == [
+            EVAL_LABEL_COLUMN]
+
+
+def test_an_old_training_table_still_trains(tiny_llama, tmp_path):
+    """`greedy_correct` in a training table still gives the trainer its evaluation label (dev AUROC reported)."""
+    from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
+
+    rows = [{"question": f"who wrote book {i}?", "correctness": float(i % 2), "greedy_correct": i % 2}
+            for i in range(8)]
+    args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "run"), stage="calibration", max_steps=1,
+                                       per_device_train_batch_size=4, report_to="none", save_strategy="no",
+                                       eval_strategy="no")
+    with pytest.warns(FutureWarning, match="greedy_correct"):
+        trainer = ConfidenceTrainer(AutoModelForConfidence.from_pretrained(tiny_llama), args=args, train_dataset=rows,
+                                    eval_dataset=rows)
+    assert "auroc" in {key.removeprefix("eval_") for key in trainer.evaluate()}
