@@ -189,7 +189,7 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     if os.path.exists(path):
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
-        records = load_records(args.records)
+        records = load_records(args.records, derive=False).to_list()  # as stored: judged again below
         for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
             record["split"] = record.get("split") or record.get("source_split")
         if args.correctness != "keep":
