@@ -13,7 +13,8 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
-                                    "data_scale", "gate_overhead", "precision_agreement", "serve_load"])
+                                    "data_scale", "gate_overhead", "precision_agreement", "serve_load",
+                                    "cli_startup"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -96,3 +97,13 @@ def test_serve_load_benchmark_drives_both_servers_and_prints_ratios(tiny_llama, 
     assert set(cells) == {(server, clients) for server in ("batched", "one at a time") for clients in ("1", "2")}
     assert all(rps > 0 for rps in cells.values())
     assert lines[-1].startswith("batched / one at a time: 1 clients: ") and "2 clients: " in lines[-1]
+
+
+@pytest.mark.slow
+def test_cli_startup_benchmark_says_which_helps_import_torch():
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "cli_startup.py"), "--repeats", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if "elical-hf" in line}
+    assert {"elical-hf --help", "elical-hf train --help", "elical-hf serve --help"} <= set(rows)
+    assert all(line.rstrip(" |").endswith("no") for line in rows.values()), rows  # no --help imports torch

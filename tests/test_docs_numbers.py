@@ -37,8 +37,10 @@ def interval(value: float, low: float, high: float) -> str:
 def committed_intervals() -> dict[str, tuple[float, float, float]]:
     """Every AUROC difference with its interval the results files hold: name -> (value, low, high)."""
     out = {}
-    for file in ("seed_differences.json", "differences.json"):
-        for name, entry in load(file).items():
+    for file, entries in (("seed_differences.json", load("seed_differences.json")),
+                          ("differences.json", load("differences.json")),
+                          ("routing.json", load("routing.json")["differences"])):
+        for name, entry in entries.items():
             for column, cell in entry.items():
                 if isinstance(cell, dict) and "auroc_ci" in cell:
                     out[f"{file}: {name} / {column}"] = (cell["auroc"], *cell["auroc_ci"])
@@ -133,3 +135,24 @@ def test_prob_recomputes_from_the_committed_log_probabilities():
     for name in dict.fromkeys(scores["datasets"]):
         mask = datasets == name
         assert 100 * auroc(np.exp(log_prob[mask]), correct[mask]) == pytest.approx(results["Prob"][name]["auroc"])
+
+
+def test_every_seed_is_committed_and_recomputes_the_seed_table():
+    """`confidences.json` holds every run of every seed (`EliCal@100~43`): each per-seed difference of the seed table
+    recomputes from it."""
+    from elical_hf.bundled import IN_DOMAIN
+    from elical_hf.evaluation import evaluate_table
+
+    scores, seeds = load("confidences.json"), load("seed_differences.json")
+    splits = ["in_domain_test" if name in IN_DOMAIN else "ood_test" for name in scores["datasets"]]
+    assert {entry_seed for entry in seeds.values() for entry_seed in entry["seeds"]} == {42, 43, 44}
+    for name, entry in seeds.items():  # "EliCal - Cal-Only @ 100"
+        pair, budget = name.split(" @ ")
+        a, b = pair.split(" - ")
+        for i, seed in enumerate(entry["seeds"]):
+            suffix = "" if seed == 42 else f"~{seed}"
+            runs = {m: scores["confidences"][f"{m}@{budget}{suffix}"] for m in (a, b)}
+            table = evaluate_table(scores["correct"], scores["datasets"], splits, runs)
+            for column in ("in-domain avg", "OOD avg"):
+                recomputed = table[a][column]["auroc"] - table[b][column]["auroc"]
+                assert recomputed == pytest.approx(entry[column]["auroc_per_draw"][i], abs=0.05), (name, seed, column)
