@@ -13,25 +13,13 @@ import torch
 from elical_hf.signals import HFBackend, SamplingSettings, build_prompt_ids, generate_answers, sample_records
 from elical_hf.signals.backends import vllm_request_params
 from elical_hf.signals.generation import complete_prompts
-from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
+from tests.test_signals_generation import QUESTIONS, model, tokenizer  # noqa: F401 - the same tiny models and questions
 
 
 pytestmark = pytest.mark.float32  # token-for-token comparisons with `generate`
 
-QUESTIONS = ["who wrote hamlet?", "what is the capital of france?", "who was the first president?",
-             "in which year did the war end and which country was the largest?"]
 MAX_NEW_TOKENS = 12
 PENALTY = 1.3
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return make_tiny_tokenizer()
-
-
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
-def model(request, tokenizer):
-    return make_tiny_causal_lm(tokenizer, arch=request.param, initializer_range=0.3)
 
 
 def greedy(model, tokenizer, penalty: float) -> list[dict]:
