@@ -159,7 +159,7 @@ def test_two_worker_processes_write_the_records_of_one(tiny_llama, tmp_path):
     assert cli_main(["merge", "--inputs", str(tmp_path / "w0"), str(tmp_path / "w1"),
                      "--output_dir", str(tmp_path / "merged")]) == 0
 
-    single, merged = load_records(tmp_path / "single"), load_records(tmp_path / "merged")
+    single, merged = (load_records(tmp_path / name).to_list() for name in ("single", "merged"))
     assert [r["id"] for r in merged] == [q["id"] for q in QUESTIONS]
     assert {r["shard"] for r in merged} == {0, 1, 2, 3}
     numbers = ("greedy_logprobs", "greedy_cumulative_logprobs")
