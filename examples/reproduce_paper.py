@@ -45,7 +45,7 @@ from elical_hf.default_model import DEFAULT_MODEL
 
 logger = logging.getLogger("reproduce_paper")
 
-STEPS = ("questions", "sample", "judge", "baselines", "train", "evaluate")
+STEPS = ("questions", "sample", "judge", "baselines", "train", "evaluate", "ablations")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,10 +63,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--test_per_dataset", type=int, default=250, help="Test questions per in-domain dataset.")
     parser.add_argument("--ood_per_dataset", type=int, default=350, help="Test questions per out-of-domain dataset.")
     parser.add_argument(
-        "--baselines", nargs="+", default=["prob", "n_prob", "consis_lex", "consis_sem", "verbal0", "verbal10"],
-        help="Training-free baselines to compute (each is cached once computed).",
+        "--baselines", nargs="+",
+        default=["prob", "n_prob", "consis_lex", "consis_lex_reference", "consis_sem", "verbal0", "verbal10"],
+        help="Training-free baselines to compute (each is cached once computed): names of "
+        "elical_hf.signals.BASELINES, and consis_lex_reference, Consis-Lex under the reference code's ROUGE-L "
+        "(the `rouge` package's scoring, docs/reference.md) next to the default's `rouge_score`.",
     )
     parser.add_argument("--num_samples", type=int, default=5, help="Sampled answers per question (k).")
+    parser.add_argument("--ablations_result", default="",
+                        help="The ablations step also writes its JSON here (e.g. docs/results/ablations.json); it "
+                        "always writes ablations.json / ablations.md into --output_dir.")
     parser.add_argument("--max_new_tokens", type=int, default=24, help="Longest answer in tokens.")
     parser.add_argument("--batch_size", type=int, default=64, help="Questions per generation batch.")
     parser.add_argument(
@@ -136,7 +142,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration", "extra_seeds",
-                    "seeded_budgets", "lora_methods", "runs_from")
+                    "seeded_budgets", "lora_methods", "runs_from", "ablations_result")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -222,6 +228,7 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
     """The training-free baselines on the test records (Verbal-10's demonstrations come from train records), each
     cached in `baselines.json` as soon as it is computed (Verbal-10 reads ~500-token prompts: the slowest by far)."""
     from elical_hf.signals import HFBackend, compute_baselines
+    from elical_hf.signals.baselines import consis_lex
 
     path = os.path.join(args.output_dir, "baselines.json")
     test, train = partition(records, "test"), partition(records, "train")
@@ -240,8 +247,12 @@ def step_baselines(args: argparse.Namespace, records: list[dict[str, Any]]) -> d
             backend = HFBackend(args.model)
         summary: dict[str, Any] = {}
         complete = backend.complete if backend is not None else None
-        scores = compute_baselines(test, complete, train, which=[name], seed=args.seed, batch_size=32, summary=summary)
-        cached["scores"][name] = scores[name]
+        if name == REFERENCE_LEX:
+            cached["scores"][name] = consis_lex(test, scoring="reference")
+        else:
+            scores = compute_baselines(test, complete, train, which=[name], seed=args.seed, batch_size=32,
+                                       summary=summary)
+            cached["scores"][name] = scores[name]
         cached["summary"].update(summary)
         atomic_write_text(path, json.dumps(cached) + "\n")
     return cached["scores"]
@@ -305,6 +316,26 @@ class Runs:
         logger.info("%s finished in %.0f s", name, entry["seconds"])
 
 
+def committed_inputs(
+    output_dir: str, records_path: str, confidences_path: str
+) -> tuple[argparse.Namespace, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """What the experiments on the committed replication start from: its settings, its records re-judged as its runs
+    were (`output_dir/records.parquet`, made once), its test records, and a committed `confidences.json` of them.
+
+    Raises:
+        `SystemExit`: the confidences score other test records.
+    """
+    setup = parse_args(["--output_dir", output_dir, "--records", records_path])
+    os.makedirs(output_dir, exist_ok=True)
+    records = step_judge(setup, [])
+    test = partition(records, "test")
+    with open(confidences_path, encoding="utf-8") as handle:
+        committed = json.load(handle)
+    if committed["ids"] != [r["id"] for r in test]:
+        raise SystemExit(f"{confidences_path} scores other test records than {output_dir}/records.parquet.")
+    return setup, records, test, committed
+
+
 def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Take the runs of a committed `confidences.json` as finished: `runs/<name>.json` for each trained method and
     the Verbal baselines in `baselines.json` (the other baselines are recomputed exactly from the records)."""
@@ -316,7 +347,7 @@ def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> N
     if committed["ids"] != [r["id"] for r in test]:
         raise SystemExit(f"{args.runs_from} scores other test records than --records; it cannot seed these runs.")
     runs = Runs(args, test)
-    by_paper_name = {spec.paper_name: key for key, spec in BASELINES.items()}
+    by_paper_name = {baseline_paper_name(key): key for key in (*BASELINES, REFERENCE_LEX)}
     verbal = {}
     for name, values in committed["confidences"].items():
         if name in by_paper_name:
@@ -344,7 +375,6 @@ def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> N
 def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
     import torch
-    from transformers import set_seed
 
     from elical_hf import AutoModelForConfidence
     from elical_hf.head_calibration import calibrate_head, confidence_head_module
@@ -352,18 +382,11 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
 
     train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
     runs = Runs(args, test)
-    common = {
-        "per_device_train_batch_size": args.train_batch_size,
-        "learning_rate": args.learning_rate,
-        "disable_tqdm": False,
-        "report_to": "none",
-        "logging_steps": 20,
-    }
+    common = common_training_args(args)
     eli_dir = os.path.join(runs.models, "eli-only")
 
     def fresh(seed: int = args.seed) -> Any:
-        set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
-        return AutoModelForConfidence.from_pretrained(args.model)
+        return fresh_model(args, seed)
 
     def score(model: Any) -> list[float]:
         return model.confidence(runs.test_questions, batch_size=32, progress=True)
@@ -432,16 +455,45 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             if runs.done(name):
                 continue
             started = time.perf_counter()
-            settings = {**common, "num_train_epochs": lora_epochs(args, len(labels)), "early_stopping_patience": 2}
             if method == "EliCal":
                 model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True)
             else:
                 model = fresh(seed)
             folder = os.path.join(runs.models, name.lower().replace("@", "-").replace("~", "-seed"))
-            trainer = train_stage(model, labels, folder, "calibration", seed=seed, training_args=settings,
-                                  calibration_trainable="all")
-            model = AutoModelForConfidence.from_pretrained(folder)
+            model, trainer = lora_calibration(args, model, labels, folder, seed)
             runs.save(name, score(model), started, labels=len(labels), seed=seed, **training_summary(trainer))
+
+
+def common_training_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The `TrainingArguments` every run of this script shares."""
+    return {"per_device_train_batch_size": args.train_batch_size, "learning_rate": args.learning_rate,
+            "disable_tqdm": False, "report_to": "none", "logging_steps": 20}
+
+
+def fresh_model(args: argparse.Namespace, seed: int, **model_kwargs: Any) -> Any:
+    """The base model with a fresh LoRA and head, drawn from the global RNG seeded with `seed` (Cal-Only's start);
+    `model_kwargs` go to `AutoModelForConfidence.from_pretrained` (e.g. `head_init`)."""
+    from transformers import set_seed
+
+    from elical_hf import AutoModelForConfidence
+
+    set_seed(seed)
+    return AutoModelForConfidence.from_pretrained(args.model, **model_kwargs)
+
+
+def lora_calibration(
+    args: argparse.Namespace, model: Any, labels: Any, folder: str, seed: int
+) -> tuple[Any, Any]:
+    """One LoRA + head calibration run on `labels` (stage 2; early stopping on a dev split of them), saved to
+    `folder`: the reloaded model and its trainer."""
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.recipe import train_stage
+
+    settings = {**common_training_args(args), "num_train_epochs": lora_epochs(args, len(labels)),
+                "early_stopping_patience": 2}
+    trainer = train_stage(model, labels, folder, "calibration", seed=seed, training_args=settings,
+                          calibration_trainable="all")
+    return AutoModelForConfidence.from_pretrained(folder), trainer
 
 
 def run_name(method: str, num_labels: int, total: int, seed: int, main_seed: int) -> str:
@@ -451,6 +503,17 @@ def run_name(method: str, num_labels: int, total: int, seed: int, main_seed: int
 
 
 # ---------------------------------------------------------------- evaluation
+
+REFERENCE_LEX = "consis_lex_reference"
+"""Consis-Lex scored as the reference code does (`consis_lex(..., scoring="reference")`): a second row next to it."""
+
+
+def baseline_paper_name(key: str) -> str:
+    """How tables name a baseline of `baselines.json`."""
+    from elical_hf.signals import BASELINES
+
+    return "Consis-Lex (reference ROUGE-L)" if key == REFERENCE_LEX else BASELINES[key].paper_name
+
 
 METHOD_ORDER = ("Eli-Only", "Cal-Only-head", "EliCal-head", "Cal-Only", "EliCal")
 FIGURE_METHODS = ("Consis-Sem", "Eli-Only", "Cal-Only@1000", "EliCal@1000")
@@ -468,38 +531,33 @@ def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
 
 
 def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
-    """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`."""
-    from elical_hf.evaluation import averages_to_markdown, evaluate_table, paired_differences, write_report
+    """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`. The numbers
+    come from [`elical_hf.steps.evaluate`], the evaluation `elical-hf evaluate` and the demo use too."""
+    from elical_hf import steps
     from elical_hf.plots import auroc_vs_labels_plot
     from elical_hf.signals import BASELINES
 
     test = partition(records, "test")
-    correct = [int(bool(r["greedy_correctness"])) for r in test]
+    if [r["id"] for r in steps.test_records(test, say=logger.debug)] != [r["id"] for r in test]:
+        raise SystemExit("The test records do not come back from elical_hf.steps.test_records in partition order.")
     confidences: dict[str, list[float]] = {}
     baselines_path = os.path.join(args.output_dir, "baselines.json")
     if os.path.exists(baselines_path):
         with open(baselines_path, encoding="utf-8") as handle:
-            confidences.update({BASELINES[k].paper_name: v for k, v in json.load(handle)["scores"].items()})
+            confidences.update({baseline_paper_name(k): v for k, v in json.load(handle)["scores"].items()})
     runs = load_runs(args.output_dir)
     stale = [name for name, run in runs.items() if run["test_ids"] != [r["id"] for r in test]]
     if stale:
         raise SystemExit(f"Runs {stale} scored other test records; delete them from runs/ to redo them.")
     seed_runs = {name: run for name, run in runs.items() if "~" in name}  # extra seeds: the seed-variance table
-    runs = {name: run for name, run in runs.items() if name not in seed_runs}
-    confidences.update({name: run["confidences"] for name, run in runs.items()})
-    splits = [r["split"] for r in test]
-    table = evaluate_table(correct, [r["dataset"] for r in test], splits, confidences, args.bootstrap, args.seed)
+    confidences.update({name: run["confidences"] for name, run in runs.items() if name not in seed_runs})
+    draws, draw_pairs, seeds_of = seed_draws(args, confidences, seed_runs)
+    evaluation = steps.evaluate(test, confidences=confidences, baselines=(), draws=draws, draw_pairs=draw_pairs,
+                                pairs=comparison_pairs(confidences) if args.bootstrap else (),
+                                bootstrap=args.bootstrap, seed=args.seed, say=logger.info)
+    table, correct = evaluation.table, evaluation.correct
     folder = os.path.join(args.output_dir, "report")
-    curves: dict[str, dict[str, dict[int, tuple]]] = {"in-domain avg": {}, "OOD avg": {}}
-    for name, run in runs.items():
-        method = name.split("@")[0]
-        if "@" not in name:
-            continue
-        for column, by_method in curves.items():
-            cell = table[name][column]
-            low, high = cell.get("auroc_ci", [math.nan, math.nan])
-            by_method.setdefault(method, {})[run["labels"]] = (cell["auroc"] / 100, low / 100, high / 100)
-    shown = {name: confidences[name] for name in FIGURE_METHODS if name in confidences}
+    os.makedirs(folder, exist_ok=True)
     sizes = {part: sum(r["partition"] == part for r in records) for part in ("train", "dev", "test")}
     accuracy = {avg: table[next(iter(table))][avg]["accuracy"] for avg in ("in-domain avg", "OOD avg")}
     notes = (
@@ -508,18 +566,26 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         f"{accuracy['in-domain avg']:.1f}%, OOD {accuracy['OOD avg']:.1f}%. Metrics x100 with 95% bootstrap intervals "
         f"({args.bootstrap} paired resamples within each dataset).\n"
     )
-    write_report(table, folder, correct=correct, confidences=shown, title="EliCal replication (CPU scale)",
-                 notes=notes)
+    over_seeds = {f"{a} - {b} @ {budget}": {"seeds": seeds_of[(a, budget)],
+                                            **{c: evaluation.draw_differences[f"{a}@{budget}~seeds − {b}@{budget}~seeds"][c]
+                                               for c in ("in-domain avg", "OOD avg")}}
+                  for (a, b, budget) in draw_pairs_named(draw_pairs)}
+    if over_seeds:
+        notes += "\n" + seed_markdown(over_seeds)
+        atomic_write_text(os.path.join(folder, "seed_differences.json"), json.dumps(over_seeds, indent=2) + "\n")
+    steps.write_evaluation(evaluation, folder, title="EliCal replication (CPU scale)", notes=notes,
+                           plotted=[name for name in FIGURE_METHODS if name in confidences], label_curves={})
     # every method's per-question confidences, so the tables can be recomputed (or merged) without retraining
     # (6 significant digits, not 6 decimals: Prob's products of token probabilities go far below 1e-6; Prob is also
     # kept as its log, the greedy answer's summed token log-probability, which ranks exactly as Prob does)
-    scores = {"ids": [r["id"] for r in test], "datasets": [r["dataset"] for r in test], "correct": correct,
+    scores = {"ids": [r["id"] for r in test], "datasets": evaluation.datasets, "correct": correct,
               "confidences": {name: [float(f"{float(c):.6g}") for c in values] for name, values in
                               {**confidences, **{n: r["confidences"] for n, r in seed_runs.items()}}.items()},
               "log_prob": [float(r["greedy_cumulative_logprobs"]) for r in test]}
     atomic_write_text(os.path.join(folder, "confidences.json"), json.dumps(scores) + "\n")
     extra = []
-    for column, by_method in curves.items():
+    for column in ("in-domain avg", "OOD avg"):
+        by_method = evaluation.curves(column, intervals=True)
         if by_method:
             slug = "in_domain" if column.startswith("in") else "ood"
             references = {name: table[name][column]["auroc"] / 100 for name in ("Consis-Sem", "Eli-Only")
@@ -527,32 +593,20 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
             auroc_vs_labels_plot(by_method, os.path.join(folder, f"auroc_vs_labels_{slug}.png"), baselines=references,
                                  title=f"AUROC vs correctness labels ({column})")
             extra.append(f"## AUROC vs labels ({column})\n\n![AUROC vs labels](auroc_vs_labels_{slug}.png)\n")
-    pairs = comparison_pairs(confidences)
-    if pairs and args.bootstrap:
-        differences = paired_differences(correct, [r["dataset"] for r in test], splits, confidences, pairs,
-                                         args.bootstrap, args.seed)
-        atomic_write_text(os.path.join(folder, "differences.json"), json.dumps(differences, indent=2) + "\n")
-        extra.insert(0, "## Paired differences (x100; 95% paired bootstrap intervals)\n\n"
-                     f"{averages_to_markdown(differences)}\n")
-    if seed_runs and args.bootstrap:
-        over_seeds = seed_differences(args, correct, [r["dataset"] for r in test], splits, confidences, seed_runs)
-        atomic_write_text(os.path.join(folder, "seed_differences.json"), json.dumps(over_seeds, indent=2) + "\n")
-        extra.insert(0, seed_markdown(over_seeds))
     with open(os.path.join(folder, "report.md"), "a", encoding="utf-8") as handle:
         handle.write("\n" + "\n".join(extra))
     logger.info("report written to %s", os.path.join(folder, "report.md"))
 
 
-def seed_differences(
-    args: argparse.Namespace, correct: list[int], datasets: list[str], splits: list[str],
-    confidences: dict[str, list[float]], seed_runs: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
-    """EliCal - Cal-Only (LoRA + head, and head-only) at each budget run with every seed: the mean difference over
-    the seeds, with a 95% interval over test resamples *and* seeds (`paired_difference_over_draws`), and per seed."""
-    from elical_hf.evaluation import paired_difference_over_draws
-
+def seed_draws(
+    args: argparse.Namespace, confidences: dict[str, list[float]], seed_runs: dict[str, dict[str, Any]]
+) -> tuple[dict[str, list[list[float]]], list[tuple[str, str]], dict[tuple[str, str], list[int]]]:
+    """EliCal vs Cal-Only (LoRA + head, and head-only) at each budget run with more than one seed, as
+    [`elical_hf.steps.evaluate`]'s `draws` (`METHOD@N~seeds` -> one confidence list per seed that finished both runs)
+    and `draw_pairs`: the mean difference over the seeds with a 95% interval over test resamples *and* seeds."""
     seeds = [args.seed, *args.extra_seeds]
-    out: dict[str, Any] = {}
+    draws: dict[str, list[list[float]]] = {}
+    pairs, seeds_of = [], {}
     budgets = dict.fromkeys(name.split("@")[1].split("~")[0] for name in seed_runs)
     for budget in budgets:
         for a, b in (("EliCal", "Cal-Only"), ("EliCal-head", "Cal-Only-head")):
@@ -561,12 +615,38 @@ def seed_differences(
                 return confidences.get(name) or (seed_runs.get(name) or {}).get("confidences")
 
             done = [s for s in seeds if scores(a, s) is not None and scores(b, s) is not None]  # both runs finished
-            if len(done) < 2:
+            if len(done) < 2 or not args.bootstrap:
                 continue
-            diff = paired_difference_over_draws(correct, datasets, splits, [scores(a, s) for s in done],
-                                                [scores(b, s) for s in done], args.bootstrap, args.seed)
-            out[f"{a} - {b} @ {budget}"] = {"seeds": done, **{c: diff[c] for c in ("in-domain avg", "OOD avg")}}
+            for method in (a, b):  # `~seeds`: not a `METHOD@N` name, so these draws stay off the label curves
+                draws[f"{method}@{budget}~seeds"] = [scores(method, s) for s in done]
+            pairs.append((f"{a}@{budget}~seeds", f"{b}@{budget}~seeds"))
+            seeds_of[(a, budget)] = done
+    return draws, pairs, seeds_of
+
+
+def draw_pairs_named(draw_pairs: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """`("EliCal", "Cal-Only", "100")` for the draw pair `("EliCal@100~seeds", "Cal-Only@100~seeds")`."""
+    out = []
+    for a, b in draw_pairs:
+        method_a, budget = a.removesuffix("~seeds").split("@")
+        out.append((method_a, b.removesuffix("~seeds").split("@")[0], budget))
     return out
+
+
+def step_ablations(args: argparse.Namespace) -> None:
+    """The paper's k and elicitation-data-size ablations, head-only on the frozen base model
+    (`examples/scaling_ablations.py`): `ablations.json` / `ablations.md` here and in docs/results/."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling, also when loaded by path
+    import scaling_ablations
+
+    records = args.records or os.path.join(args.output_dir, "honestybench")
+    samples_used = [k for k in scaling_ablations.SAMPLES_USED if k < args.num_samples] + [args.num_samples]
+    scaling_ablations.main(["--records", records, "--output_dir", args.output_dir, "--base", args.model,
+                            "--correctness", args.correctness, "--seeds", str(args.seed),
+                            *map(str, args.extra_seeds), "--head_epochs", str(args.head_epochs),
+                            "--samples_used", *map(str, samples_used), "--result", args.ablations_result])
 
 
 def seed_markdown(over_seeds: dict[str, Any]) -> str:
@@ -613,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         step_train(args, records)
     if "evaluate" in args.steps:
         step_evaluate(args, records)
+    if "ablations" in args.steps:
+        step_ablations(args)
     logger.info("done in %.0f s", time.perf_counter() - start)
     return 0
 

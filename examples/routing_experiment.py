@@ -69,16 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
     from elical_hf.recipe import take_labels
 
-    setup = reproduce_paper.parse_args(["--output_dir", args.output_dir, "--records", args.records])
-    os.makedirs(args.output_dir, exist_ok=True)
-    records = reproduce_paper.step_judge(setup, [])
+    _, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records, args.confidences)
     train = [{**row, "dataset": r["dataset"]} for row, r in
              zip(reproduce_paper.rows_of(records, "train"), reproduce_paper.partition(records, "train"))]
-    test = reproduce_paper.partition(records, "test")
-    with open(args.confidences, encoding="utf-8") as handle:
-        committed = json.load(handle)
-    if committed["ids"] != [r["id"] for r in test]:
-        raise SystemExit(f"{args.confidences} scores other test records than {args.output_dir}/records.parquet.")
     scores = committed["confidences"]
     correct, datasets = committed["correct"], committed["datasets"]
     splits = [r["split"] for r in test]
