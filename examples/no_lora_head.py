@@ -30,6 +30,16 @@ from label_selection import (  # noqa: E402 - the shared helpers of the gate mea
 )
 
 
+METHODS = {"LoRA + head": "linear", "no LoRA": "linear", "no LoRA, MLP head": "mlp"}
+"""The runs and their heads: the shipped stage-1 adapter; a linear head and the reference's no-LoRA ablation head
+(`head_type="mlp"`: H -> H/2 -> H/4 -> 1 with ReLU, `honesty_alignment/train_mlp.py:49-55`) on the frozen base model."""
+
+CREATION_ORDER = ("no LoRA", "LoRA + head", "no LoRA, MLP head")
+HEAD_SEED = 42
+"""Each model's fresh head is drawn from the global RNG right after `torch.manual_seed(HEAD_SEED)`, so a run of some
+methods gives the rows a run of all gives, and reruns give the same rows (before, the head was drawn unseeded: torch
+seeds a new process at random)."""
+
 STAGE1_QUESTIONS, STAGE1_SEED = 1600, 42
 """The shipped stage-1 adapter's training questions: a `random.Random(42)` sample of 1,600 sorted train questions."""
 
@@ -46,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="No-LoRA stage-1 questions: the adapter's own 1,600; with --pool_size, the pool instead.")
     parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
     add_subset_arguments(parser)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                        help="What to run; the first is the one the others are compared with.")
     args = parser.parse_args(argv)
+
+    import torch
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
     from elical_hf.head_calibration import confidence_head_module
@@ -61,15 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     else:  # a CPU budget: the pool's consistency targets (no labels), whose features are computed anyway
         stage1_rows = train
 
-    plain = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False)
-    plain_features = cached_features(plain, questions, os.path.join(args.output_dir, "features-base.pt"))
-    lora = AutoModelForConfidence.from_pretrained(args.stage1)
-    lora_features = cached_features(lora, questions, os.path.join(args.output_dir, "features-stage1.pt"))
-    calibrate_head(plain, stage1_rows, None, features=plain_features, stage="elicitation", seed=STAGE1_SEED,
-                   **settings)  # stage 1 of the no-LoRA head: consistency targets, head only
     test_questions = [r["question"] for r in test]
-    runs = []
-    for method, model, features in (("LoRA + head", lora, lora_features), ("no LoRA", plain, plain_features)):
+    runs, models = [], {}
+    for method in CREATION_ORDER:
+        if method not in args.methods:
+            continue
+        torch.manual_seed(HEAD_SEED)  # a fresh head is drawn from the global RNG
+        if method == "LoRA + head":
+            model = AutoModelForConfidence.from_pretrained(args.stage1)
+            path = os.path.join(args.output_dir, "features-stage1.pt")
+        else:  # the plain base model's features, whichever head reads them
+            model = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False,
+                                                           head_type=METHODS[method])
+            path = os.path.join(args.output_dir, "features-base.pt")
+        models[method] = model, cached_features(model, questions, path)
+    for method in args.methods:
+        model, features = models[method]
+        if method != "LoRA + head":  # stage 1 of a no-LoRA head: consistency targets, head only
+            calibrate_head(model, stage1_rows, None, features=features, stage="elicitation", seed=STAGE1_SEED,
+                           **settings)
         initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
         runs.append({"method": method, "labels": 0, "seed": 0,
                      "metrics": test_metrics(test, head_confidences(model, features, test_questions))})
@@ -79,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append({"method": method, "labels": budget, "seed": seed,
                              "metrics": calibrated(model, initial, features, labels.to_list(), test, seed, settings)})
     eli_only = {r["method"]: r["metrics"] for r in runs if r["labels"] == 0}
-    summary = summarize([r for r in runs if r["labels"]], "LoRA + head", ["LoRA + head", "no LoRA"], args.budgets)
+    summary = summarize([r for r in runs if r["labels"]], args.methods[0], args.methods, args.budgets)
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
               "base": args.base or DEFAULT_MODEL, "stage1_questions": len(stage1_rows), "train_pool": len(train),
               "test": len(test), "subset_seed": args.subset_seed,
@@ -90,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{m} {v['in-domain avg']['auroc']:.2f}" for m, v in eli_only.items())
              + f". Stage 2: head-only calibration on random label draws, seeds {args.seeds}; test: {len(test)} "
              "questions; mean ± sd over seeds; metrics x100.")
-    text = markdown(summary, "LoRA + head", "The zero-overhead (no-LoRA) head vs LoRA + head", notes)
+    text = markdown(summary, args.methods[0], f"The zero-overhead (no-LoRA) head vs {args.methods[0]}", notes)
     write_outputs(args.output_dir, "no_lora_head", result, text)
     return 0
 

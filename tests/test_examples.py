@@ -174,5 +174,71 @@ def test_gate_measurement_scripts_run(tiny_llama, tmp_path):
     assert load_example("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10",
                                               "--stage1_questions", "20"]) == 0
     result = json.loads((tmp_path / "out" / "no_lora_head.json").read_text())
-    assert set(result["eli_only"]) == {"LoRA + head", "no LoRA"} and "no LoRA@10" in result["summary"]
+    assert set(result["eli_only"]) == {"LoRA + head", "no LoRA", "no LoRA, MLP head"}
+    assert {"no LoRA@10", "no LoRA, MLP head@10"} <= set(result["summary"])
     assert "beats LoRA + head" in (tmp_path / "out" / "no_lora_head.md").read_text()
+    # the MLP head reads the same cached base features as the linear one, but is its own head: other confidences
+    assert result["eli_only"]["no LoRA, MLP head"] != result["eli_only"]["no LoRA"]
+    # run alone, the linear no-LoRA rows come out as in the full run: its fresh head is drawn first either way
+    assert load_example("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10", "--stage1_questions",
+                                              "20", "--methods", "no LoRA", "no LoRA, MLP head",
+                                              "--output_dir", str(tmp_path / "alone")]) == 0
+    alone = json.loads((tmp_path / "alone" / "no_lora_head.json").read_text())
+    assert alone["eli_only"] == {k: result["eli_only"][k] for k in ("no LoRA", "no LoRA, MLP head")}
+    assert "beats no LoRA" in (tmp_path / "alone" / "no_lora_head.md").read_text()
+
+
+def test_scaling_ablations_cut_the_targets_to_k_samples(tiny_llama, tmp_path):
+    """`scaling_ablations.py` on a slice of the committed records: the k' rows really use k' samples (Consis-Sem at
+    k' = 1 is each record's first verdict), and every (N, seed) makes its own stage 1."""
+    from elical_hf.signals.records import load_records, save_records
+
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    chosen = [r for r in records if r["partition"] == "train"][:60]
+    chosen += [r for r in records if r["source_split"] == "in_domain_test"][:16]
+    chosen += [r for r in records if r["source_split"] == "ood_test"][:16]
+    save_records(chosen, tmp_path / "records" / "slice.parquet")
+    assert load_example("scaling_ablations").main(
+        ["--records", str(tmp_path / "records"), "--base", tiny_llama, "--output_dir", str(tmp_path / "out"),
+         "--result", "", "--seeds", "0", "1", "--samples_used", "1", "5", "--elicitation_sizes", "20", "60",
+         "--budgets", "10", "--head_epochs", "2"]) == 0
+    result = json.loads((tmp_path / "out" / "ablations.json").read_text())
+    rows = {(e["k"], e["method"]): e for e in result["samples"]}
+    assert set(rows) == {(k, m) for k in (1, 5) for m in ("Consis-Sem", "Eli-Only", "EliCal@10")}
+    assert rows[(1, "Eli-Only")]["seeds"] == 2 and len(rows[(1, "Eli-Only")]["in-domain avg"]["per_seed"]) == 2
+    assert rows[(1, "Consis-Sem")]["in-domain avg"] != rows[(5, "Consis-Sem")]["in-domain avg"]
+    sizes = {(e["N"], e["method"]) for e in result["elicitation_size"]}
+    assert sizes == {(n, m) for n in (20, 60) for m in ("Eli-Only", "EliCal@100")} | {(0, "Cal-Only@100")}
+    small = [r for r in result["runs"]["elicitation_size"] if r["N"] == 20 and r["method"] == "Eli-Only"]
+    large = [r for r in result["runs"]["elicitation_size"] if r["N"] == 60 and r["method"] == "Eli-Only"]
+    assert small[0]["metrics"] != large[0]["metrics"]
+    assert "## k ablation" in (tmp_path / "out" / "ablations.md").read_text()
+
+
+def test_head_init_experiment_compares_paired_seeds(tiny_llama, tmp_path):
+    """`head_init_experiment.py` with a tiny model against the committed Cal-Only@100 runs: it trains only the
+    torch_default runs and both head-only inits, and pairs them by seed."""
+    out = tmp_path / "head_init.json"
+    assert load_example("head_init_experiment").main(
+        ["--output_dir", str(tmp_path / "work"), "--model", tiny_llama, "--seeds", "42", "43", "--bootstrap", "5",
+         "--result", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["differences"]) == {"Cal-Only@100/torch_default − Cal-Only@100/normal",
+                                          "Cal-Only-head@100/torch_default − Cal-Only-head@100/normal"}
+    cell = result["differences"]["Cal-Only@100/torch_default − Cal-Only@100/normal"]["in-domain avg"]
+    assert len(cell["auroc_per_draw"]) == 2 and cell["auroc"] == pytest.approx(sum(cell["auroc_per_draw"]) / 2)
+    runs = json.loads((tmp_path / "work" / "head_init_runs.json").read_text())
+    assert runs["Cal-Only@100/normal~42"]["from"].endswith("confidences.json")  # the committed run, not retrained
+    assert runs["Cal-Only-head@100/torch_default~42"]["confidences"] != runs["Cal-Only-head@100/normal~42"]["confidences"]
+
+
+def test_judge_decoding_experiment_counts_changed_verdicts(tiny_llama, tmp_path):
+    """`judge_decoding_experiment.py` with a tiny judge on three committed records: every answer is judged under both
+    decodings and the changes add up."""
+    out = tmp_path / "decoding.json"
+    assert load_example("judge_decoding_experiment").main(
+        ["--num_records", "3", "--judge_model", tiny_llama, "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["num_records"] == 3 and result["answers_judged"] == 3 * 6  # greedy + 5 samples each
+    assert result["changed"]["0 -> 1"] + result["changed"]["1 -> 0"] <= result["verdicts_changed"]
+    assert set(result["seconds"]) == set(load_example("judge_decoding_experiment").DECODINGS)

@@ -1,0 +1,187 @@
+"""The paper's two scaling ablations at CPU scale: the number of samples k' behind the targets, and stage 1's size N.
+
+    HF_HUB_OFFLINE=1 python examples/scaling_ablations.py --output_dir outputs/gate
+    HF_HUB_OFFLINE=1 python examples/reproduce_paper.py --records docs/results/honestybench-smollm2-135m \
+        --output_dir outputs/retrain --steps ablations          # the same, as a step of the replication
+
+- **k ablation.** The replication's records hold k = 5 samples per question. For k' in {1, 2, 3, 5}, every target
+  is derived from the first k' of them (`training_columns(record, num_samples=k')`, what
+  `load_records(..., num_samples=k')` and `elical-hf train --num_samples_used k'` do): stage 1's consistency targets,
+  stage 2's correctness targets, and Consis-Sem itself. Reported: Consis-Sem, Eli-Only, EliCal@100, EliCal@1000.
+- **Elicitation-data size.** Stage 1 on a seeded random N of the 4,800 train questions (`recipe.take_elicitation`,
+  what `train_elical(..., num_elicitation=N)` / `--num_elicitation N` do), N in {600, 1200, 2400, 4800}, then
+  EliCal@100. Reported: Eli-Only and EliCal@100.
+
+Every stage here trains the **head alone on the frozen base model** (`use_lora=False`, cached prompt features:
+`docs/gate.md`'s zero-overhead model), not LoRA + head: a LoRA + head stage 1 on 4,800 questions takes 38 minutes on 2
+cores, and these tables need 28 of them. The head-only regime is the cheaper of the paper's two; whether the curves
+keep their shape with LoRA is not measured here. Each seed (default 42, 43, 44) draws its own stage-1 subset, label
+subset and row order. Test: the replication's 2,050 test questions, correctness re-judged by `has_answer`.
+
+Writes `ablations.json` and `ablations.md` to `--output_dir` (and `--result`, default
+`docs/results/ablations.json`); the prompt features are cached there as `features-base.pt` (shared with
+`examples/no_lora_head.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
+    HEAD_SETTINGS, RECORDS, cached_features, calibrated, head_confidences, test_metrics, write_outputs,
+)
+
+
+RESULTS = os.path.join(HERE, "..", "docs", "results")
+SAMPLES_USED = (1, 2, 3, 5)
+ELICITATION_SIZES = (600, 1200, 2400, 4800)
+
+
+def replication_records(path: str, correctness: str = "has_answer") -> tuple[list[dict], list[dict]]:
+    """The replication's train and test records as stored, correctness re-judged by `correctness`, in the order of
+    [`label_selection.load_replication`] (train by dataset and id; test in-domain first, file order within)."""
+    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.records import load_records
+
+    records = load_records(path, derive=False).to_list()
+    if correctness != "keep":  # `keep`: the stored labels
+        apply_judges(records, correctness=correctness)
+    train = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
+    test = sorted((r for r in records if r["partition"] == "test"),
+                  key=lambda r: (r["source_split"] != "in_domain_test", r["dataset"]))
+    return train, test
+
+
+def rows(records: list[dict], num_samples: int) -> list[dict]:
+    """Training rows whose targets come from each record's first `num_samples` samples."""
+    from elical_hf.signals import training_columns
+
+    return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
+             **training_columns(r, num_samples=num_samples)} for r in records]
+
+
+def mean_sd(runs: list[dict], column: str, metric: str = "auroc") -> dict[str, Any]:
+    """Mean and standard deviation over seeds of one metric of `runs`, and the per-seed values."""
+    import numpy as np
+
+    values = np.array([run[column][metric] for run in runs], dtype=float)  # NaN (one class) stays NaN
+    return {"mean": float(values.mean()), "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "per_seed": values.tolist()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", default=RECORDS, help="The replication's HonestyBench records folder.")
+    parser.add_argument("--base", default=None, help="The base model (default: the embedded DEFAULT_MODEL).")
+    parser.add_argument("--output_dir", default="outputs/gate", help="Results and cached features go here.")
+    parser.add_argument("--result", default=os.path.join(RESULTS, "ablations.json"),
+                        help="Where the result JSON is also written ('' for nowhere else).")
+    parser.add_argument("--correctness", default="has_answer",
+                        help="Correctness judge the records are re-judged with (`keep`: their stored labels).")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44])
+    parser.add_argument("--samples_used", type=int, nargs="+", default=list(SAMPLES_USED), help="k' values.")
+    parser.add_argument("--elicitation_sizes", type=int, nargs="+", default=list(ELICITATION_SIZES), help="N values.")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[100, 1000], help="EliCal label budgets (k').")
+    parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
+    from elical_hf.head_calibration import confidence_head_module
+    from elical_hf.recipe import take_elicitation, take_labels
+    from elical_hf.signals.baselines import consis_sem
+    from elical_hf.signals.records import first_samples
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    train_records, test_records = replication_records(args.records, args.correctness)
+    settings = {**HEAD_SETTINGS, "num_train_epochs": args.head_epochs}
+    torch.manual_seed(args.seeds[0])  # the fresh head every stage 1 starts from (torch seeds a process at random)
+    model = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False)
+    questions = [r["question"] for r in train_records + test_records]
+    features = cached_features(model, questions, os.path.join(args.output_dir, "features-base.pt"))
+    fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    test_questions = [r["question"] for r in test_records]
+
+    def stage1(rows_used: list[dict], seed: int) -> tuple[dict, dict]:
+        """Eli-Only: a fresh head trained on consistency targets; its test metrics and its weights."""
+        confidence_head_module(model).load_state_dict(fresh)
+        calibrate_head(model, rows_used, None, features=features, stage="elicitation", seed=seed, **settings)
+        head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+        return test_metrics(test, head_confidences(model, features, test_questions)), head
+
+    k_runs: list[dict] = []
+    for k in args.samples_used:
+        train, test = rows(train_records, k), rows(test_records, k)
+        sem = test_metrics(test, consis_sem([first_samples(r, k) for r in test_records]))
+        k_runs.append({"k": k, "method": "Consis-Sem", "seed": None, "metrics": sem})
+        for seed in args.seeds:
+            metrics, head = stage1(train, seed)
+            k_runs.append({"k": k, "method": "Eli-Only", "seed": seed, "metrics": metrics})
+            for budget in args.budgets:
+                labels = take_labels(train, budget, seed).to_list()
+                k_runs.append({"k": k, "method": f"EliCal@{budget}", "seed": seed,
+                               "metrics": calibrated(model, head, features, labels, test, seed, settings)})
+        print(f"k'={k}: done", flush=True)
+    n_runs: list[dict] = []
+    train, test = rows(train_records, max(args.samples_used)), rows(test_records, max(args.samples_used))
+    for size in args.elicitation_sizes:
+        for seed in args.seeds:
+            metrics, head = stage1(take_elicitation(train, size, seed).to_list(), seed)
+            n_runs.append({"N": size, "method": "Eli-Only", "seed": seed, "metrics": metrics})
+            labels = take_labels(train, 100, seed).to_list()
+            n_runs.append({"N": size, "method": "EliCal@100", "seed": seed,
+                           "metrics": calibrated(model, head, features, labels, test, seed, settings)})
+        print(f"N={size}: done", flush=True)
+    for seed in args.seeds:  # Cal-Only-head: what the labels alone give, for the EliCal rows to be read against
+        labels = take_labels(train, 100, seed).to_list()
+        n_runs.append({"N": 0, "method": "Cal-Only@100", "seed": seed,
+                       "metrics": calibrated(model, fresh, features, labels, test, seed, settings)})
+
+    def summary(runs: list[dict], key: str) -> list[dict]:
+        out = []
+        for value in dict.fromkeys(run[key] for run in runs):
+            for method in dict.fromkeys(run["method"] for run in runs if run[key] == value):
+                chosen = [run["metrics"] for run in runs if run[key] == value and run["method"] == method]
+                out.append({key: value, "method": method, "seeds": len(chosen),
+                            **{column: mean_sd(chosen, column) for column in ("in-domain avg", "OOD avg")}})
+        return out
+
+    result = {"records": os.path.relpath(args.records, os.path.join(HERE, "..")), "base": args.base or DEFAULT_MODEL,
+              "regime": "head only on the frozen base model (use_lora=False), cached prompt features",
+              "seeds": args.seeds, "head_settings": settings, "train": len(train_records), "test": len(test_records),
+              "samples": summary(k_runs, "k"), "elicitation_size": summary(n_runs, "N"),
+              "runs": {"samples": k_runs, "elicitation_size": n_runs}}
+    write_outputs(args.output_dir, "ablations", result, markdown(result))
+    if args.result:
+        from elical_hf.atomic import atomic_write_text
+        import json
+
+        atomic_write_text(args.result, json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The two ablation tables: AUROC x100, mean ± sd over seeds (Consis-Sem has no seed)."""
+    def cell(entry: dict) -> str:
+        return f"{entry['mean']:.1f} ± {entry['sd']:.1f}" if len(entry["per_seed"]) > 1 else f"{entry['mean']:.1f}"
+
+    lines = ["## k ablation: targets from the first k' of 5 samples (AUROC x100, mean ± sd over seeds)", "",
+             "| k' | method | in-domain AUROC | OOD AUROC |", "|---:|---|---:|---:|"]
+    lines += [f"| {e['k']} | {e['method']} | {cell(e['in-domain avg'])} | {cell(e['OOD avg'])} |"
+              for e in result["samples"]]
+    lines += ["", "## Elicitation-data size: stage 1 on N train questions (AUROC x100, mean ± sd over seeds)", "",
+              "| N | method | in-domain AUROC | OOD AUROC |", "|---:|---|---:|---:|"]
+    lines += [f"| {e['N'] or '–'} | {e['method']} | {cell(e['in-domain avg'])} | {cell(e['OOD avg'])} |"
+              for e in result["elicitation_size"]]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
