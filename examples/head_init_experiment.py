@@ -22,10 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any
 
-import reproduce_paper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reproduce_paper  # noqa: E402 - its sibling, also when this file is loaded by path
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from elical_hf import steps
     from elical_hf.head_calibration import calibrate_head, confidence_head_module
+    from elical_hf.modeling import initialize_confidence_head
     from elical_hf.recipe import take_labels
 
     replication, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records,
@@ -84,25 +88,30 @@ def main(argv: list[str] | None = None) -> int:
             save(key, model.confidence(questions, batch_size=32, progress=True), started)
             del model
     # head-only: both inits from the same base-model features (a fresh LoRA does not change them: it starts at 0)
-    for init in INITS:
-        todo = [seed for seed in args.seeds if run_key("-head", init, seed) not in runs]
-        if not todo:
-            continue
-        model = reproduce_paper.fresh_model(replication, replication.seed, head_init=init)
-        label_sets = {seed: take_labels(train, args.labels, seed) for seed in todo}
+    todo = {init: [seed for seed in args.seeds if run_key("-head", init, seed) not in runs] for init in INITS}
+    if any(todo.values()):
+        model = reproduce_paper.fresh_model(replication, replication.seed)
+        label_sets = {seed: take_labels(train, args.labels, seed) for seed in args.seeds}
         needed = list(dict.fromkeys(q for labels in label_sets.values() for q in labels["question"]))
         features = dict(zip(needed, model.prompt_features(needed, batch_size=32, progress=True)))
         test_features = model.prompt_features(questions, batch_size=32, progress=True)
-        initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-        for seed in todo:  # as the replication: every seed starts from the same fresh head, its labels differ
-            started = time.perf_counter()
-            confidence_head_module(model).load_state_dict(initial)
-            calibrate_head(model, label_sets[seed], None, features=features, seed=seed,
-                           learning_rate=replication.learning_rate, batch_size=replication.train_batch_size,
-                           num_train_epochs=replication.head_epochs)
-            with torch.no_grad():
-                scores = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
-            save(run_key("-head", init, seed), scores, started)
+        loaded = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}  # `normal`, seed 42
+        for init, seeds in todo.items():
+            # as the replication: every seed starts from the same fresh head (drawn once, with the main seed)
+            confidence_head_module(model).load_state_dict(loaded)
+            if init != "normal":
+                torch.manual_seed(replication.seed)
+                initialize_confidence_head(confidence_head_module(model), init)
+            initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+            for seed in seeds:
+                started = time.perf_counter()
+                confidence_head_module(model).load_state_dict(initial)
+                calibrate_head(model, label_sets[seed], None, features=features, seed=seed,
+                               learning_rate=replication.learning_rate, batch_size=replication.train_batch_size,
+                               num_train_epochs=replication.head_epochs)
+                with torch.no_grad():
+                    scores = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
+                save(run_key("-head", init, seed), scores, started)
         del model
 
     for seed in args.seeds:  # the replication's own head-only runs, remade here: how closely they match
