@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{m} {v['in-domain avg']['auroc']:.2f}" for m, v in eli_only.items())
              + f". Stage 2: head-only calibration on random label draws, seeds {args.seeds}; test: {len(test)} "
              "questions; mean ± sd over seeds; metrics x100.")
-    text = markdown(summary, args.methods[0], f"The zero-overhead (no-LoRA) head vs {args.methods[0]}", notes)
+    title = f"{', '.join(args.methods[1:])} vs {args.methods[0]}" if len(args.methods) > 1 else args.methods[0]
+    text = markdown(summary, args.methods[0], title, notes)
     write_outputs(args.output_dir, "no_lora_head", result, text)
     return 0
 

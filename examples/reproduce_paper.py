@@ -646,7 +646,8 @@ def step_ablations(args: argparse.Namespace) -> None:
     scaling_ablations.main(["--records", records, "--output_dir", args.output_dir, "--base", args.model,
                             "--correctness", args.correctness, "--seeds", str(args.seed),
                             *map(str, args.extra_seeds), "--head_epochs", str(args.head_epochs),
-                            "--samples_used", *map(str, samples_used), "--result", args.ablations_result])
+                            "--samples_used", *map(str, samples_used), "--result", args.ablations_result,
+                            "--bootstrap", str(args.bootstrap)])
 
 
 def seed_markdown(over_seeds: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
-    HEAD_SETTINGS, RECORDS, cached_features, calibrated, head_confidences, test_metrics, write_outputs,
+    HEAD_SETTINGS, RECORDS, cached_features, head_confidences, test_metrics, write_outputs,
 )
 
 
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--elicitation_sizes", type=int, nargs="+", default=list(ELICITATION_SIZES), help="N values.")
     parser.add_argument("--budgets", type=int, nargs="+", default=[100, 1000], help="EliCal label budgets (k').")
     parser.add_argument("--head_epochs", type=int, default=HEAD_SETTINGS["num_train_epochs"])
+    parser.add_argument("--bootstrap", type=int, default=1000,
+                        help="Resamples of the paired intervals (0: none), over test questions and seeds.")
     args = parser.parse_args(argv)
 
     import torch
@@ -109,54 +111,95 @@ def main(argv: list[str] | None = None) -> int:
     fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
     test_questions = [r["question"] for r in test_records]
 
-    def stage1(rows_used: list[dict], seed: int) -> tuple[dict, dict]:
-        """Eli-Only: a fresh head trained on consistency targets; its test metrics and its weights."""
-        confidence_head_module(model).load_state_dict(fresh)
-        calibrate_head(model, rows_used, None, features=features, stage="elicitation", seed=seed, **settings)
+    def run(start: dict, rows_used: list[dict], seed: int, stage: str) -> tuple[list[float], dict]:
+        """A head from `start` trained on `rows_used` (consistency targets in stage 1, correctness in stage 2): its
+        test confidences and its weights."""
+        confidence_head_module(model).load_state_dict(start)
+        calibrate_head(model, rows_used, None, features=features, stage=stage, seed=seed, **settings)
         head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-        return test_metrics(test, head_confidences(model, features, test_questions)), head
+        return head_confidences(model, features, test_questions), head
+
+    def entry(confidences: list[float], **fields: Any) -> dict:
+        return {**fields, "metrics": test_metrics(test, confidences), "confidences": confidences}
 
     k_runs: list[dict] = []
     for k in args.samples_used:
         train, test = rows(train_records, k), rows(test_records, k)
-        sem = test_metrics(test, consis_sem([first_samples(r, k) for r in test_records]))
-        k_runs.append({"k": k, "method": "Consis-Sem", "seed": None, "metrics": sem})
+        k_runs.append(entry(consis_sem([first_samples(r, k) for r in test_records]), k=k, method="Consis-Sem",
+                            seed=None))
         for seed in args.seeds:
-            metrics, head = stage1(train, seed)
-            k_runs.append({"k": k, "method": "Eli-Only", "seed": seed, "metrics": metrics})
+            confidences, head = run(fresh, train, seed, "elicitation")
+            k_runs.append(entry(confidences, k=k, method="Eli-Only", seed=seed))
             for budget in args.budgets:
                 labels = take_labels(train, budget, seed).to_list()
-                k_runs.append({"k": k, "method": f"EliCal@{budget}", "seed": seed,
-                               "metrics": calibrated(model, head, features, labels, test, seed, settings)})
+                k_runs.append(entry(run(head, labels, seed, "calibration")[0], k=k, method=f"EliCal@{budget}",
+                                    seed=seed))
         print(f"k'={k}: done", flush=True)
     n_runs: list[dict] = []
     train, test = rows(train_records, max(args.samples_used)), rows(test_records, max(args.samples_used))
     for size in args.elicitation_sizes:
         for seed in args.seeds:
-            metrics, head = stage1(take_elicitation(train, size, seed).to_list(), seed)
-            n_runs.append({"N": size, "method": "Eli-Only", "seed": seed, "metrics": metrics})
+            confidences, head = run(fresh, take_elicitation(train, size, seed).to_list(), seed, "elicitation")
+            n_runs.append(entry(confidences, N=size, method="Eli-Only", seed=seed))
             labels = take_labels(train, 100, seed).to_list()
-            n_runs.append({"N": size, "method": "EliCal@100", "seed": seed,
-                           "metrics": calibrated(model, head, features, labels, test, seed, settings)})
+            n_runs.append(entry(run(head, labels, seed, "calibration")[0], N=size, method="EliCal@100", seed=seed))
         print(f"N={size}: done", flush=True)
     for seed in args.seeds:  # Cal-Only-head: what the labels alone give, for the EliCal rows to be read against
         labels = take_labels(train, 100, seed).to_list()
-        n_runs.append({"N": 0, "method": "Cal-Only@100", "seed": seed,
-                       "metrics": calibrated(model, fresh, features, labels, test, seed, settings)})
+        n_runs.append(entry(run(fresh, labels, seed, "calibration")[0], N=0, method="Cal-Only@100", seed=seed))
+    correct = [r["greedy_correctness"] for r in test]
+    paired = {"correct": correct, "datasets": [r["dataset"] for r in test], "splits": [r["split"] for r in test],
+              "bootstrap": args.bootstrap, "seed": args.seeds[0]}
 
-    def summary(runs: list[dict], key: str) -> list[dict]:
+    def summary(runs: list[dict], key: str, reference: Any) -> list[dict]:
+        """Mean ± sd over seeds per (value, method), and the paired AUROC difference from the same method at
+        `reference` (the largest k' / N) with a 95% interval over test resamples and seeds."""
+        from elical_hf.evaluation import paired_difference_over_draws
+
         out = []
         for value in dict.fromkeys(run[key] for run in runs):
             for method in dict.fromkeys(run["method"] for run in runs if run[key] == value):
-                chosen = [run["metrics"] for run in runs if run[key] == value and run["method"] == method]
-                out.append({key: value, "method": method, "seeds": len(chosen),
-                            **{column: mean_sd(chosen, column) for column in ("in-domain avg", "OOD avg")}})
+                chosen = sorted((run for run in runs if run[key] == value and run["method"] == method),
+                                key=lambda run: run["seed"] or 0)
+                row = {key: value, "method": method, "seeds": len(chosen),
+                       **{column: mean_sd([run["metrics"] for run in chosen], column)
+                          for column in ("in-domain avg", "OOD avg")}}
+                base = sorted((run for run in runs if run[key] == reference and run["method"] == method),
+                              key=lambda run: run["seed"] or 0)
+                if value != reference and base and args.bootstrap:
+                    diff = paired_difference_over_draws(
+                        paired["correct"], paired["datasets"], paired["splits"], [run["confidences"] for run in chosen],
+                        [run["confidences"] for run in base], paired["bootstrap"], paired["seed"])
+                    row[f"auroc - {key}={reference}"] = {column: {"auroc": diff[column]["auroc"],
+                                                                  "auroc_ci": diff[column]["auroc_ci"]}
+                                                         for column in ("in-domain avg", "OOD avg")}
+                out.append(row)
         return out
 
+    def elicitation_gain() -> dict:
+        """EliCal@100 (stage 1 on all N) − Cal-Only@100, head-only, paired by seed (the same labels)."""
+        from elical_hf.evaluation import paired_difference_over_draws
+
+        top = max(args.elicitation_sizes)
+        a = [r["confidences"] for r in sorted(n_runs, key=lambda r: r["seed"]) if r["N"] == top and
+             r["method"] == "EliCal@100"]
+        b = [r["confidences"] for r in sorted(n_runs, key=lambda r: r["seed"]) if r["method"] == "Cal-Only@100"]
+        diff = paired_difference_over_draws(paired["correct"], paired["datasets"], paired["splits"], a, b,
+                                            paired["bootstrap"], paired["seed"])
+        return {column: {"auroc": diff[column]["auroc"], "auroc_ci": diff[column]["auroc_ci"],
+                         "auroc_per_draw": diff[column]["auroc_per_draw"]} for column in ("in-domain avg", "OOD avg")}
+
+    samples = summary(k_runs, "k", max(args.samples_used))
+    sizes = summary(n_runs, "N", max(args.elicitation_sizes))
+    gain = elicitation_gain() if args.bootstrap else {}
+    for runs in (k_runs, n_runs):  # per-question confidences stay in --output_dir, out of the result file
+        for r in runs:
+            r.pop("confidences")
     result = {"records": os.path.relpath(args.records, os.path.join(HERE, "..")), "base": args.base or DEFAULT_MODEL,
               "regime": "head only on the frozen base model (use_lora=False), cached prompt features",
               "seeds": args.seeds, "head_settings": settings, "train": len(train_records), "test": len(test_records),
-              "samples": summary(k_runs, "k"), "elicitation_size": summary(n_runs, "N"),
+              "bootstrap": args.bootstrap, "samples": samples, "elicitation_size": sizes,
+              "elical_minus_cal_only_at_100": gain,
               "runs": {"samples": k_runs, "elicitation_size": n_runs}}
     write_outputs(args.output_dir, "ablations", result, markdown(result))
     if args.result:
@@ -168,18 +211,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The two ablation tables: AUROC x100, mean ± sd over seeds (Consis-Sem has no seed)."""
+    """The two ablation tables: AUROC x100, mean ± sd over seeds (Consis-Sem has no seed), and each row's paired
+    difference from the same method at the largest k' / N with its 95% interval over test resamples and seeds."""
     def cell(entry: dict) -> str:
         return f"{entry['mean']:.1f} ± {entry['sd']:.1f}" if len(entry["per_seed"]) > 1 else f"{entry['mean']:.1f}"
 
-    lines = ["## k ablation: targets from the first k' of 5 samples (AUROC x100, mean ± sd over seeds)", "",
-             "| k' | method | in-domain AUROC | OOD AUROC |", "|---:|---|---:|---:|"]
-    lines += [f"| {e['k']} | {e['method']} | {cell(e['in-domain avg'])} | {cell(e['OOD avg'])} |"
-              for e in result["samples"]]
-    lines += ["", "## Elicitation-data size: stage 1 on N train questions (AUROC x100, mean ± sd over seeds)", "",
-              "| N | method | in-domain AUROC | OOD AUROC |", "|---:|---|---:|---:|"]
-    lines += [f"| {e['N'] or '–'} | {e['method']} | {cell(e['in-domain avg'])} | {cell(e['OOD avg'])} |"
-              for e in result["elicitation_size"]]
+    def diff(entry: dict, key: str, column: str) -> str:
+        found = next((v for name, v in entry.items() if name.startswith(f"auroc - {key}=")), None)
+        if found is None:
+            return "–"
+        value, (low, high) = found[column]["auroc"], found[column]["auroc_ci"]
+        return f"{value:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+    def table(title: str, key: str, label: str, entries: list[dict]) -> list[str]:
+        top = max(e[key] for e in entries)
+        lines = [title, "", f"| {label} | method | in-domain AUROC | OOD AUROC | in-domain − {label}={top} | "
+                 f"OOD − {label}={top} |", "|---:|---|---:|---:|---:|---:|"]
+        return lines + [f"| {e[key] or '–'} | {e['method']} | {cell(e['in-domain avg'])} | {cell(e['OOD avg'])} | "
+                        f"{diff(e, key, 'in-domain avg')} | {diff(e, key, 'OOD avg')} |" for e in entries]
+
+    lines = table("## k ablation: targets from the first k' of 5 samples (AUROC x100, mean ± sd over seeds)", "k",
+                  "k'", result["samples"])
+    lines += [""] + table("## Elicitation-data size: stage 1 on N train questions (AUROC x100, mean ± sd over seeds)",
+                          "N", "N", result["elicitation_size"])
+    gain = result.get("elical_minus_cal_only_at_100")
+    if gain:
+        lines += ["", "EliCal@100 (stage 1 on all N) − Cal-Only@100, paired by seed: " + ", ".join(
+            f"{column} {gain[column]['auroc']:+.1f} [{gain[column]['auroc_ci'][0]:+.1f}, "
+            f"{gain[column]['auroc_ci'][1]:+.1f}]" for column in ("in-domain avg", "OOD avg")) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -201,8 +201,13 @@ def test_scaling_ablations_cut_the_targets_to_k_samples(tiny_llama, tmp_path):
     assert load_example("scaling_ablations").main(
         ["--records", str(tmp_path / "records"), "--base", tiny_llama, "--output_dir", str(tmp_path / "out"),
          "--result", "", "--seeds", "0", "1", "--samples_used", "1", "5", "--elicitation_sizes", "20", "60",
-         "--budgets", "10", "--head_epochs", "2"]) == 0
+         "--budgets", "10", "--head_epochs", "2", "--bootstrap", "5"]) == 0
     result = json.loads((tmp_path / "out" / "ablations.json").read_text())
+    # each row is paired with the same method at the largest k' / N, over seeds (same label draws)
+    k1 = next(e for e in result["samples"] if e["k"] == 1 and e["method"] == "Eli-Only")
+    assert set(k1["auroc - k=5"]) == {"in-domain avg", "OOD avg"} and len(k1["auroc - k=5"]["OOD avg"]["auroc_ci"]) == 2
+    assert "auroc - k=5" not in next(e for e in result["samples"] if e["k"] == 5 and e["method"] == "Eli-Only")
+    assert len(result["elical_minus_cal_only_at_100"]["in-domain avg"]["auroc_per_draw"]) == 2
     rows = {(e["k"], e["method"]): e for e in result["samples"]}
     assert set(rows) == {(k, m) for k in (1, 5) for m in ("Consis-Sem", "Eli-Only", "EliCal@10")}
     assert rows[(1, "Eli-Only")]["seeds"] == 2 and len(rows[(1, "Eli-Only")]["in-domain avg"]["per_seed"]) == 2
