@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf import steps
-    from elical_hf.head_calibration import calibrate_head, confidence_head_module
+    from elical_hf.head_calibration import confidence_head_module
     from elical_hf.modeling import initialize_confidence_head
     from elical_hf.recipe import take_labels
 
@@ -105,12 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
             for seed in seeds:
                 started = time.perf_counter()
-                confidence_head_module(model).load_state_dict(initial)
-                calibrate_head(model, label_sets[seed], None, features=features, seed=seed,
-                               learning_rate=replication.learning_rate, batch_size=replication.train_batch_size,
-                               num_train_epochs=replication.head_epochs)
-                with torch.no_grad():
-                    scores = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
+                scores, _ = reproduce_paper.head_only_run(replication, model, initial, label_sets[seed], features,
+                                                          test_features, seed)
                 save(run_key("-head", init, seed), scores, started)
         del model
 

@@ -35,31 +35,39 @@ HEAD_SETTINGS = {"learning_rate": 1e-3, "batch_size": 16, "num_train_epochs": 50
 """The replication's head-only calibration settings (`examples/reproduce_paper.py` defaults)."""
 
 
+def replication_records(path: str, correctness: str = "has_answer") -> tuple[list[dict], list[dict]]:
+    """The replication's train and test records as stored, correctness re-judged by `correctness` (`keep`: the stored
+    labels): train sorted by dataset and id, test in-domain first and in file order within a dataset (alignment reads
+    it)."""
+    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.records import load_records
+
+    records = load_records(path, derive=False).to_list()  # as stored: they are judged again
+    if correctness != "keep":
+        apply_judges(records, correctness=correctness)
+    train = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
+    test = sorted((r for r in records if r["partition"] == "test"),  # stable: file order within a dataset
+                  key=lambda r: (r["source_split"] != "in_domain_test", r["dataset"]))
+    return train, test
+
+
+def training_rows(records: list[dict], num_samples: int | None = None) -> list[dict]:
+    """Rows (`question`, `dataset`, `split`, training columns) of `records`; with `num_samples`, the targets come from
+    each record's first `num_samples` samples."""
+    from elical_hf.signals import training_columns
+
+    return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
+             **training_columns(r, num_samples=num_samples)} for r in records]
+
+
 def load_replication(
     records_path: str, pool_size: int | None = None, test_per_split: int | None = None, seed: int = 0,
     correctness: str = "has_answer",
 ) -> tuple[list[dict], list[dict]]:
-    """Train and test rows (`question`, `dataset`, `split`, training columns) of the replication records, with the
-    correctness re-judged by `correctness` (the main replication's `has_answer`). Test rows keep their file order
-    within a dataset (alignment reads it). `pool_size` / `test_per_split` keep a seeded random subset of the train
-    rows / of each test split (`in_domain_test`, `ood_test`), for a CPU-time budget; `None` keeps all."""
-    from elical_hf.signals import training_columns
-    from elical_hf.signals.judging import apply_judges
-    from elical_hf.signals.records import load_records
-
-    records = load_records(records_path, derive=False).to_list()  # as stored: they are judged again
-    apply_judges(records, correctness=correctness)
-
-    def rows(part: str) -> list[dict]:
-        chosen = [r for r in records if r["partition"] == part]
-        if part == "train":
-            chosen.sort(key=lambda r: (r["dataset"], str(r["id"])))
-        else:
-            chosen.sort(key=lambda r: (r["source_split"] != "in_domain_test", r["dataset"]))  # stable: file order
-        return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
-                 **training_columns(r)} for r in chosen]
-
-    train, test = rows("train"), rows("test")
+    """Train and test rows ([`training_rows`]) of the replication records ([`replication_records`]).
+    `pool_size` / `test_per_split` keep a seeded random subset of the train rows / of each test split
+    (`in_domain_test`, `ood_test`), for a CPU-time budget; `None` keeps all."""
+    train, test = (training_rows(part) for part in replication_records(records_path, correctness))
     rng = random.Random(seed)
     if pool_size is not None and pool_size < len(train):
         train = [train[i] for i in sorted(rng.sample(range(len(train)), pool_size))]
@@ -108,14 +116,23 @@ def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[s
             for column in ("in-domain avg", "OOD avg")}
 
 
-def calibrated(model: Any, initial_head: dict, features: dict, labels: list[dict], test: list[dict], seed: int,
-               head_settings: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Reset the head to `initial_head`, calibrate it on `labels` (head-only, cached features), score the test."""
+def calibrated_confidences(model: Any, initial_head: dict, features: dict, rows: list[dict], questions: list[str],
+                           seed: int, head_settings: dict[str, Any], stage: str = "calibration") -> list[float]:
+    """Reset the head to `initial_head`, train it on `rows` (head-only, cached features; `stage="elicitation"`, stage
+    1 on consistency targets, for a model without LoRA) and return what it says about `questions`."""
     from elical_hf.head_calibration import calibrate_head, confidence_head_module
 
     confidence_head_module(model).load_state_dict(initial_head)
-    calibrate_head(model, labels, None, features=features, seed=seed, **head_settings)
-    return test_metrics(test, head_confidences(model, features, [r["question"] for r in test]))
+    calibrate_head(model, rows, None, features=features, seed=seed, stage=stage, **head_settings)
+    return head_confidences(model, features, questions)
+
+
+def calibrated(model: Any, initial_head: dict, features: dict, labels: list[dict], test: list[dict], seed: int,
+               head_settings: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Reset the head to `initial_head`, calibrate it on `labels` (head-only, cached features), score the test."""
+    questions = [r["question"] for r in test]
+    return test_metrics(test, calibrated_confidences(model, initial_head, features, labels, questions, seed,
+                                                     head_settings))
 
 
 def summarize(runs: list[dict], baseline: str, methods: list[str], budgets: list[int]) -> dict[str, Any]:

@@ -374,10 +374,8 @@ def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> N
 
 def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
-    import torch
-
     from elical_hf import AutoModelForConfidence
-    from elical_hf.head_calibration import calibrate_head, confidence_head_module
+    from elical_hf.head_calibration import confidence_head_module
     from elical_hf.recipe import take_labels, train_stage
 
     train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
@@ -438,12 +436,8 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             started = time.perf_counter()
             # every seed starts from the same head (stage 1's, or Cal-Only's fresh one); the label draw and the
             # training order change with the seed
-            confidence_head_module(model).load_state_dict(initial_head)
             labels = take_labels(train, n, seed)
-            summary = calibrate_head(model, labels, None, features=cache, seed=seed, learning_rate=args.learning_rate,
-                                     batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
-            with torch.no_grad():
-                confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
+            confidences, summary = head_only_run(args, model, initial_head, labels, cache, test_features, seed)
             runs.save(run_name(method, n, len(train), seed, args.seed), confidences, started, labels=len(labels),
                       seed=seed, summary=summary)
 
@@ -496,6 +490,24 @@ def lora_calibration(
     return AutoModelForConfidence.from_pretrained(folder), trainer
 
 
+def head_only_run(
+    args: argparse.Namespace, model: Any, initial_head: dict[str, Any], labels: Any, features: dict[str, Any],
+    test_features: Any, seed: int,
+) -> tuple[list[float], dict[str, Any]]:
+    """One head-only calibration run (the replication's head settings): the head reset to `initial_head`, calibrated
+    on `labels` from cached `features`, then scored on `test_features`; the test confidences and the training summary."""
+    import torch
+
+    from elical_hf.head_calibration import calibrate_head, confidence_head_module
+
+    confidence_head_module(model).load_state_dict(initial_head)
+    summary = calibrate_head(model, labels, None, features=features, seed=seed, learning_rate=args.learning_rate,
+                             batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
+    with torch.no_grad():
+        confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
+    return confidences, summary
+
+
 def run_name(method: str, num_labels: int, total: int, seed: int, main_seed: int) -> str:
     """`EliCal@100` for the main seed, `EliCal@100~43` for another one (those go to the seed-variance table)."""
     name = f"{method}@{budget_name(num_labels, total)}"
@@ -535,7 +547,6 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     come from [`elical_hf.steps.evaluate`], the evaluation `elical-hf evaluate` and the demo use too."""
     from elical_hf import steps
     from elical_hf.plots import auroc_vs_labels_plot
-    from elical_hf.signals import BASELINES
 
     test = partition(records, "test")
     if [r["id"] for r in steps.test_records(test, say=logger.debug)] != [r["id"] for r in test]:
@@ -551,8 +562,9 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         raise SystemExit(f"Runs {stale} scored other test records; delete them from runs/ to redo them.")
     seed_runs = {name: run for name, run in runs.items() if "~" in name}  # extra seeds: the seed-variance table
     confidences.update({name: run["confidences"] for name, run in runs.items() if name not in seed_runs})
-    draws, draw_pairs, seeds_of = seed_draws(args, confidences, seed_runs)
-    evaluation = steps.evaluate(test, confidences=confidences, baselines=(), draws=draws, draw_pairs=draw_pairs,
+    draws, comparisons = seed_draws(args, confidences, seed_runs)
+    evaluation = steps.evaluate(test, confidences=confidences, baselines=(), draws=draws,
+                                draw_pairs=[c["pair"] for c in comparisons],
                                 pairs=comparison_pairs(confidences) if args.bootstrap else (),
                                 bootstrap=args.bootstrap, seed=args.seed, say=logger.info)
     table, correct = evaluation.table, evaluation.correct
@@ -566,10 +578,9 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         f"{accuracy['in-domain avg']:.1f}%, OOD {accuracy['OOD avg']:.1f}%. Metrics x100 with 95% bootstrap intervals "
         f"({args.bootstrap} paired resamples within each dataset).\n"
     )
-    over_seeds = {f"{a} - {b} @ {budget}": {"seeds": seeds_of[(a, budget)],
-                                            **{c: evaluation.draw_differences[f"{a}@{budget}~seeds − {b}@{budget}~seeds"][c]
-                                               for c in ("in-domain avg", "OOD avg")}}
-                  for (a, b, budget) in draw_pairs_named(draw_pairs)}
+    over_seeds = {c["name"]: {"seeds": c["seeds"], **{column: evaluation.draw_differences[" − ".join(c["pair"])][column]
+                                                      for column in ("in-domain avg", "OOD avg")}}
+                  for c in comparisons}
     if over_seeds:
         notes += "\n" + seed_markdown(over_seeds)
         atomic_write_text(os.path.join(folder, "seed_differences.json"), json.dumps(over_seeds, indent=2) + "\n")
@@ -600,13 +611,14 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
 
 def seed_draws(
     args: argparse.Namespace, confidences: dict[str, list[float]], seed_runs: dict[str, dict[str, Any]]
-) -> tuple[dict[str, list[list[float]]], list[tuple[str, str]], dict[tuple[str, str], list[int]]]:
+) -> tuple[dict[str, list[list[float]]], list[dict[str, Any]]]:
     """EliCal vs Cal-Only (LoRA + head, and head-only) at each budget run with more than one seed, as
     [`elical_hf.steps.evaluate`]'s `draws` (`METHOD@N~seeds` -> one confidence list per seed that finished both runs)
-    and `draw_pairs`: the mean difference over the seeds with a 95% interval over test resamples *and* seeds."""
+    and the comparisons of the seed table: its row name, the draw pair (`draw_pairs`: the mean difference over the
+    seeds with a 95% interval over test resamples *and* seeds) and the seeds."""
     seeds = [args.seed, *args.extra_seeds]
     draws: dict[str, list[list[float]]] = {}
-    pairs, seeds_of = [], {}
+    comparisons = []
     budgets = dict.fromkeys(name.split("@")[1].split("~")[0] for name in seed_runs)
     for budget in budgets:
         for a, b in (("EliCal", "Cal-Only"), ("EliCal-head", "Cal-Only-head")):
@@ -619,18 +631,9 @@ def seed_draws(
                 continue
             for method in (a, b):  # `~seeds`: not a `METHOD@N` name, so these draws stay off the label curves
                 draws[f"{method}@{budget}~seeds"] = [scores(method, s) for s in done]
-            pairs.append((f"{a}@{budget}~seeds", f"{b}@{budget}~seeds"))
-            seeds_of[(a, budget)] = done
-    return draws, pairs, seeds_of
-
-
-def draw_pairs_named(draw_pairs: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """`("EliCal", "Cal-Only", "100")` for the draw pair `("EliCal@100~seeds", "Cal-Only@100~seeds")`."""
-    out = []
-    for a, b in draw_pairs:
-        method_a, budget = a.removesuffix("~seeds").split("@")
-        out.append((method_a, b.removesuffix("~seeds").split("@")[0], budget))
-    return out
+            comparisons.append({"name": f"{a} - {b} @ {budget}", "pair": (f"{a}@{budget}~seeds", f"{b}@{budget}~seeds"),
+                                "seeds": done})
+    return draws, comparisons
 
 
 def step_ablations(args: argparse.Namespace) -> None:

@@ -34,36 +34,14 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
-    HEAD_SETTINGS, RECORDS, cached_features, head_confidences, test_metrics, write_outputs,
+    HEAD_SETTINGS, RECORDS, cached_features, calibrated_confidences, replication_records, test_metrics, training_rows,
+    write_outputs,
 )
 
 
 RESULTS = os.path.join(HERE, "..", "docs", "results")
 SAMPLES_USED = (1, 2, 3, 5)
 ELICITATION_SIZES = (600, 1200, 2400, 4800)
-
-
-def replication_records(path: str, correctness: str = "has_answer") -> tuple[list[dict], list[dict]]:
-    """The replication's train and test records as stored, correctness re-judged by `correctness`, in the order of
-    [`label_selection.load_replication`] (train by dataset and id; test in-domain first, file order within)."""
-    from elical_hf.signals.judging import apply_judges
-    from elical_hf.signals.records import load_records
-
-    records = load_records(path, derive=False).to_list()
-    if correctness != "keep":  # `keep`: the stored labels
-        apply_judges(records, correctness=correctness)
-    train = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
-    test = sorted((r for r in records if r["partition"] == "test"),
-                  key=lambda r: (r["source_split"] != "in_domain_test", r["dataset"]))
-    return train, test
-
-
-def rows(records: list[dict], num_samples: int) -> list[dict]:
-    """Training rows whose targets come from each record's first `num_samples` samples."""
-    from elical_hf.signals import training_columns
-
-    return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
-             **training_columns(r, num_samples=num_samples)} for r in records]
 
 
 def mean_sd(runs: list[dict], column: str, metric: str = "auroc") -> dict[str, Any]:
@@ -95,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
+    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
     from elical_hf.head_calibration import confidence_head_module
     from elical_hf.recipe import take_elicitation, take_labels
     from elical_hf.signals.baselines import consis_sem
@@ -114,17 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     def run(start: dict, rows_used: list[dict], seed: int, stage: str) -> tuple[list[float], dict]:
         """A head from `start` trained on `rows_used` (consistency targets in stage 1, correctness in stage 2): its
         test confidences and its weights."""
-        confidence_head_module(model).load_state_dict(start)
-        calibrate_head(model, rows_used, None, features=features, stage=stage, seed=seed, **settings)
-        head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-        return head_confidences(model, features, test_questions), head
+        confidences = calibrated_confidences(model, start, features, rows_used, test_questions, seed, settings, stage)
+        return confidences, {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
 
     def entry(confidences: list[float], **fields: Any) -> dict:
         return {**fields, "metrics": test_metrics(test, confidences), "confidences": confidences}
 
     k_runs: list[dict] = []
     for k in args.samples_used:
-        train, test = rows(train_records, k), rows(test_records, k)
+        train, test = training_rows(train_records, k), training_rows(test_records, k)
         k_runs.append(entry(consis_sem([first_samples(r, k) for r in test_records]), k=k, method="Consis-Sem",
                             seed=None))
         for seed in args.seeds:
@@ -136,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                                     seed=seed))
         print(f"k'={k}: done", flush=True)
     n_runs: list[dict] = []
-    train, test = rows(train_records, max(args.samples_used)), rows(test_records, max(args.samples_used))
+    train, test = training_rows(train_records, max(args.samples_used)), training_rows(test_records, max(args.samples_used))
     for size in args.elicitation_sizes:
         for seed in args.seeds:
             confidences, head = run(fresh, take_elicitation(train, size, seed).to_list(), seed, "elicitation")
@@ -147,15 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:  # Cal-Only-head: what the labels alone give, for the EliCal rows to be read against
         labels = take_labels(train, 100, seed).to_list()
         n_runs.append(entry(run(fresh, labels, seed, "calibration")[0], N=0, method="Cal-Only@100", seed=seed))
-    correct = [r["greedy_correctness"] for r in test]
-    paired = {"correct": correct, "datasets": [r["dataset"] for r in test], "splits": [r["split"] for r in test],
-              "bootstrap": args.bootstrap, "seed": args.seeds[0]}
+    def paired_auroc(a: list[dict], b: list[dict]) -> dict:
+        """Runs `a` − runs `b` (paired by seed): the mean AUROC difference with its 95% interval over test resamples
+        and seeds, and per seed, in each average."""
+        from elical_hf.evaluation import paired_difference_over_draws
+
+        diff = paired_difference_over_draws(
+            [r["greedy_correctness"] for r in test], [r["dataset"] for r in test], [r["split"] for r in test],
+            [run["confidences"] for run in a], [run["confidences"] for run in b], args.bootstrap, args.seeds[0])
+        return {column: {key: diff[column][key] for key in ("auroc", "auroc_ci", "auroc_per_draw")}
+                for column in ("in-domain avg", "OOD avg")}
 
     def summary(runs: list[dict], key: str, reference: Any) -> list[dict]:
         """Mean ± sd over seeds per (value, method), and the paired AUROC difference from the same method at
         `reference` (the largest k' / N) with a 95% interval over test resamples and seeds."""
-        from elical_hf.evaluation import paired_difference_over_draws
-
         out = []
         for value in dict.fromkeys(run[key] for run in runs):
             for method in dict.fromkeys(run["method"] for run in runs if run[key] == value):
@@ -167,27 +148,18 @@ def main(argv: list[str] | None = None) -> int:
                 base = sorted((run for run in runs if run[key] == reference and run["method"] == method),
                               key=lambda run: run["seed"] or 0)
                 if value != reference and base and args.bootstrap:
-                    diff = paired_difference_over_draws(
-                        paired["correct"], paired["datasets"], paired["splits"], [run["confidences"] for run in chosen],
-                        [run["confidences"] for run in base], paired["bootstrap"], paired["seed"])
-                    row[f"auroc - {key}={reference}"] = {column: {"auroc": diff[column]["auroc"],
-                                                                  "auroc_ci": diff[column]["auroc_ci"]}
-                                                         for column in ("in-domain avg", "OOD avg")}
+                    row[f"auroc - {key}={reference}"] = {
+                        column: {k: cell[k] for k in ("auroc", "auroc_ci")}
+                        for column, cell in paired_auroc(chosen, base).items()}
                 out.append(row)
         return out
 
     def elicitation_gain() -> dict:
         """EliCal@100 (stage 1 on all N) − Cal-Only@100, head-only, paired by seed (the same labels)."""
-        from elical_hf.evaluation import paired_difference_over_draws
-
         top = max(args.elicitation_sizes)
-        a = [r["confidences"] for r in sorted(n_runs, key=lambda r: r["seed"]) if r["N"] == top and
-             r["method"] == "EliCal@100"]
-        b = [r["confidences"] for r in sorted(n_runs, key=lambda r: r["seed"]) if r["method"] == "Cal-Only@100"]
-        diff = paired_difference_over_draws(paired["correct"], paired["datasets"], paired["splits"], a, b,
-                                            paired["bootstrap"], paired["seed"])
-        return {column: {"auroc": diff[column]["auroc"], "auroc_ci": diff[column]["auroc_ci"],
-                         "auroc_per_draw": diff[column]["auroc_per_draw"]} for column in ("in-domain avg", "OOD avg")}
+        by_seed = sorted(n_runs, key=lambda r: r["seed"])
+        return paired_auroc([r for r in by_seed if r["N"] == top and r["method"] == "EliCal@100"],
+                            [r for r in by_seed if r["method"] == "Cal-Only@100"])
 
     samples = summary(k_runs, "k", max(args.samples_used))
     sizes = summary(n_runs, "N", max(args.elicitation_sizes))
