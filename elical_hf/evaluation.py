@@ -16,8 +16,9 @@ import numpy as np
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
 from .metrics import (
-    METRIC_NAMES, alignment, auroc, bootstrap_indices, bootstrap_samples, ece, percentile_interval, select_threshold,
+    METRIC_NAMES, alignment, auroc, bootstrap_indices, ece, percentile_interval, select_threshold,
 )
+from .metrics.resampled import resampled_alignment, resampled_auroc, resampled_ece
 
 
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
@@ -70,8 +71,15 @@ def _bootstrap_draws(size: int, bootstrap: int, rng: np.random.Generator) -> dic
 
 
 def _resampled_metrics(confidences: np.ndarray, correct: np.ndarray, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each metric on every bootstrap resample of [`_bootstrap_draws`]."""
-    return {metric: bootstrap_samples(fn, confidences, correct, draws[metric]) for metric, fn in TABLE_METRICS.items()}
+    """Each metric on every bootstrap resample of [`_bootstrap_draws`], on the table's x100 scale: the values
+    [`TABLE_METRICS`] gives on each resample, computed for all resamples at once ([`~elical_hf.metrics.resampled`])."""
+    out = {"auroc": 100 * resampled_auroc(confidences, correct, draws["auroc"]),
+           "ece": 100 * resampled_ece(confidences, correct, draws["ece"])}
+    if len(correct) < 2:
+        out["alignment"] = np.full(len(draws["alignment"]), math.nan)
+    else:
+        out["alignment"] = resampled_alignment(confidences, correct, draws["alignment"], CALIBRATION_FRACTION)
+    return out
 
 
 def _intervals(cell: dict[str, Any], samples: dict[str, np.ndarray], level: float = 0.95) -> None:
