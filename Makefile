@@ -5,6 +5,7 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.elical-installed
+PRECISION_RECORD := build/precision-dependent-tests.txt
 
 .PHONY: demo test test-other-precision install clean
 
@@ -21,15 +22,24 @@ $(STAMP): setup.cfg setup.py
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/elical-hf demo
 
+# The whole suite under this machine's precision policy; it also notes which tests depend on the policy
+# (tests/precision_record.py), for test-other-precision.
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 # The not-slow tests once more under the precision branch this machine's policy does not pick (bf16 where it picks
-# float32, float32 where it picks bf16): CI runs both on whichever CPU it gets.
+# float32, float32 where it picks bf16): CI runs both on whichever CPU it gets. Only the tests `make test` found to
+# depend on the policy run again; all of them when there is no record or a file under elical_hf/ or tests/ is newer.
 test-other-precision: $(STAMP)
 	@other=$$($(BIN)/python -c "from elical_hf.precision import cpu_capability as c; print(0 if c().bf16_fast else 1)"); \
-	echo "Not-slow tests with ELICAL_HF_CPU_BF16=$$other (the branch this CPU's policy does not pick)"; \
-	ELICAL_HF_CPU_BF16=$$other HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+	only=""; \
+	if [ -f $(PRECISION_RECORD) ] && [ -z "$$(find elical_hf tests -newer $(PRECISION_RECORD) -name '*.py' | head -1)" ]; then \
+	  only=$(PRECISION_RECORD); \
+	  echo "Not-slow tests with ELICAL_HF_CPU_BF16=$$other (the branch this CPU's policy does not pick): the $$(wc -l < $(PRECISION_RECORD)) that make test found to depend on the policy"; \
+	else \
+	  echo "Not-slow tests with ELICAL_HF_CPU_BF16=$$other (the branch this CPU's policy does not pick): all of them (no current record of make test)"; \
+	fi; \
+	ELICAL_HF_PRECISION_ONLY=$$only ELICAL_HF_CPU_BF16=$$other HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

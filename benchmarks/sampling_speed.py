@@ -18,6 +18,7 @@ settings should give the same distribution), and the share of the measured fp32 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -49,6 +50,20 @@ def generated_length(row: torch.Tensor, eos: set[int]) -> int:
     return len(row)
 
 
+@contextlib.contextmanager
+def concatenating_cache():
+    """Our sampler as it was before the KV cache had reserved room (`reserve_positions` a no-op): the same outputs,
+    each decoding step concatenating every layer's keys and values."""
+    from elical_hf.signals import decoding
+
+    reserve = decoding.reserve_positions
+    decoding.reserve_positions = lambda cache, extra: None
+    try:
+        yield
+    finally:
+        decoding.reserve_positions = reserve
+
+
 def run_ours(model, tokenizer, questions, settings) -> dict:
     from elical_hf.signals import generate_answers
 
@@ -58,7 +73,8 @@ def run_ours(model, tokenizer, questions, settings) -> dict:
     lengths = [len(s) for r in records for s in r["sampling_response"]]
     same = [s == r["greedy_response"] for r in records for s in r["sampling_response"]]
     return {"seconds": seconds, "tokens": sum(r["num_generated_tokens"] for r in records), "lengths": lengths,
-            "same_as_greedy": statistics.mean(same)}
+            "same_as_greedy": statistics.mean(same),
+            "texts": [[r["greedy_response"], *r["sampling_response"]] for r in records]}
 
 
 def _hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_return: int, sample: bool):
@@ -177,19 +193,26 @@ def main(argv: list[str] | None = None) -> None:
         settings = SamplingSettings(num_samples=k, max_new_tokens=args.max_new_tokens, batch_size=batch)
         run_ours(model, tokenizer, questions[:2], settings)  # warm-up
         ours = run_ours(model, tokenizer, questions, settings)
+        with concatenating_cache():
+            concat = run_ours(model, tokenizer, questions, settings)
         batched = run_hf(model, tokenizer, questions, settings, per_sample=False)
-        loop = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)
-        speed = {name: r["tokens"] / r["seconds"] for name, r in (("ours", ours), ("hf", batched), ("loop", loop))}
+        results = {"ours": ours, "concat": concat, "hf": batched}
+        if args.loop_questions:
+            results["loop"] = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)
+        speed = {name: r["tokens"] / r["seconds"] for name, r in results.items()}
         ceiling_dtype = "bf16" if model.dtype == torch.bfloat16 else "fp32"
         ceiling = machine[f"{ceiling_dtype}_gflops"]
         share = flop_share(model, tokenizer, questions, settings, ours, ceiling)
-        for name, label, result in (("ours", "ours (generate_answers)", ours),
-                                    ("hf", "HF generate(num_return_sequences=k) + greedy", batched),
-                                    ("loop", f"HF per-sample generate loop ({args.loop_questions} q)", loop)):
+        labels = {"ours": "ours (generate_answers)", "concat": "ours, KV cache grown by torch.cat (before)",
+                  "hf": "HF generate(num_return_sequences=k) + greedy",
+                  "loop": f"HF per-sample generate loop ({args.loop_questions} q)"}
+        for name, result in results.items():
+            label = labels[name]
             lengths = result["lengths"]
             spread = 2 * statistics.stdev(lengths) / len(lengths) ** 0.5
             rows.append([k, label, round(speed[name], 1), round(speed["ours"] / speed[name], 2),
                          f"{statistics.mean(lengths):.1f} ± {spread:.1f}", round(result["same_as_greedy"], 3)])
+        print(f"k={k}: reserved KV room and torch.cat give identical answers: {ours['texts'] == concat['texts']}.")
         print(f"k={k}, batches of {batch} questions: our sampler reaches {share:.1%} of the measured {ceiling_dtype} "
               f"matmul ceiling ({ceiling} GFLOP/s).")
         if args.length_seeds:

@@ -157,7 +157,10 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
     trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), load_records(records),
                           output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed,
                           training_args={"num_train_epochs": 1, "learning_rate": settings.learning_rate,
-                                         "per_device_train_batch_size": 16, "logging_steps": 1, "report_to": "none",
+                                         # batches of 16 as 4 x 4 accumulated: the same steps, a quarter of the
+                                         # activation memory (peak RSS 3.2 -> 1.6 GB, docs/benchmarks.md)
+                                         "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4,
+                                         "logging_steps": 1, "report_to": "none",
                                          "disable_tqdm": False, "early_stopping_patience": None})
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     return {"questions": len(records), "first_loss": losses[0] if losses else None,

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
-__all__ = ["SharedPrefill", "cache_kwarg", "forward_parameters", "position_ids_from_attention_mask",
-           "prefill_shared_prefix"]
+__all__ = ["ReservedLayer", "SharedPrefill", "cache_kwarg", "forward_parameters", "position_ids_from_attention_mask",
+           "prefill_shared_prefix", "reserve_positions"]
 
 PADDING_SIDES = ("left", "right")
 
@@ -116,3 +117,56 @@ def prefill_shared_prefix(
     full_mask = torch.cat([mask.new_ones((batch, shared)), mask], dim=-1)
     output = run(input_ids, full_mask, shared + position_ids_from_attention_mask(mask), cache)
     return SharedPrefill(torch.cat([prefix.expand(batch, -1), input_ids], dim=-1), full_mask, output, cache, shared)
+
+
+class ReservedLayer(DynamicLayer):
+    """A `DynamicLayer` whose keys and values live in a buffer with room for more positions: `update` writes the new
+    positions in place and `keys` / `values` are views of the filled part, instead of a `torch.cat` that copies the
+    whole layer at every decoding step (a quarter of a CPU decoding step's time on SmolLM2, `docs/benchmarks.md`).
+    Past its room it grows like a `DynamicLayer` (with room again). Same values, same shapes."""
+
+    def reserve(self, extra: int) -> None:
+        length = self.keys.shape[-2]
+        shape = (*self.keys.shape[:-2], length + extra, self.keys.shape[-1])
+        self._key_buffer = self.keys.new_empty(shape)
+        self._value_buffer = self.values.new_empty(shape)
+        self._key_buffer[..., :length, :] = self.keys
+        self._value_buffer[..., :length, :] = self.values
+        self._view(length)
+
+    def _view(self, length: int) -> None:
+        self.keys, self.values = self._key_buffer[..., :length, :], self._value_buffer[..., :length, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        start, new = self.keys.shape[-2], key_states.shape[-2]
+        if start + new > self._key_buffer.shape[-2]:
+            self.reserve(max(new, start))  # out of room: copy once into a buffer twice the size
+        self._key_buffer[..., start : start + new, :] = key_states
+        self._value_buffer[..., start : start + new, :] = value_states
+        self._view(start + new)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        length = self.keys.shape[-2]
+        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+        self._view(length)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        length = self.keys.shape[-2]
+        self._key_buffer = self._key_buffer.repeat_interleave(repeats, dim=0)
+        self._value_buffer = self._value_buffer.repeat_interleave(repeats, dim=0)
+        self._view(length)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        super().crop(tokens_to_remove)
+        self._view(self.keys.shape[-2])
+
+
+def reserve_positions(cache: Any, extra: int) -> None:
+    """Give every plain `DynamicLayer` of `cache` (already filled, e.g. by a prefill) room for `extra` more positions
+    ([`ReservedLayer`]). Other layer kinds (sliding windows, quantized) and caches without `layers` are left as they
+    are."""
+    for layer in getattr(cache, "layers", ()):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.dim() == 4:
+            layer.__class__ = ReservedLayer
+            layer.reserve(extra)

@@ -324,7 +324,8 @@ class ForConfidenceMixin:
     def _map_prompts(
         self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool
     ) -> list[torch.Tensor]:
-        """Render, tokenize and batch `questions`, and apply `fn` to each batch's pooled hidden states (eval mode)."""
+        """Render, tokenize and batch `questions` (longest first), apply `fn` to each batch's pooled hidden states (eval
+        mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
         from tqdm.auto import tqdm
 
         from .data import encode_prompts, pad_batch
@@ -341,16 +342,23 @@ class ForConfidenceMixin:
         if not questions:
             return []
         encoded = encode_prompts(list(questions), tokenizer, self.confidence_config)
+        # Prompts of similar length batch together (little padding); the outputs come back in input order.
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         was_training = self.training
         self.eval()
         try:
             starts = range(0, len(encoded), batch_size)
-            return [
-                fn(self.pooled_hidden_state(**pad_batch(encoded[start : start + batch_size], tokenizer, self.device)))
+            outputs = [
+                fn(self.pooled_hidden_state(
+                    **pad_batch([encoded[i] for i in order[start : start + batch_size]], tokenizer, self.device)))
                 for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress)
             ]
         finally:
             self.train(was_training)
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        stacked = torch.cat(outputs)
+        return [stacked[inverse.to(stacked.device)]]
 
 _CLASSES: dict[str, type] = {}
 

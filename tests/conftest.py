@@ -12,6 +12,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from tests.precision_record import (  # noqa: E402,F401  (hooks: which tests the other precision branch reruns)
+    pytest_collection_modifyitems, pytest_configure, pytest_fixture_setup, pytest_runtest_protocol,
+    pytest_sessionfinish,
+)
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 

@@ -49,7 +49,7 @@ def test_the_check_catches_a_private_import(tmp_path, monkeypatch):
 FLOORS: list[tuple[str, list[str]]] = [
     ("plumbing", ["atomic", "distributed", "extras", "files", "lazy", "version"]),
     ("settings", ["columns", "configuration", "precision", "prompts", "signals.settings", "training_options"]),
-    ("metrics", ["metrics", "metrics.evaluate_mixin", "metrics.functional", "metrics.risk_control"]),
+    ("metrics", ["metrics", "metrics.evaluate_mixin", "metrics.functional", "metrics.resampled", "metrics.risk_control"]),
     ("data", ["bundled", "data"]),
     ("model", ["auto", "default_model", "hub_ids", "kv_prefix", "model_card", "modeling"]),
     ("training", ["callbacks", "head_calibration", "recipe", "trainer", "training_args"]),

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from ..kv_prefix import cache_kwarg, forward_parameters, prefill_shared_prefix
+from ..kv_prefix import cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
 from ..prompts import shared_prefix_length
 
 
@@ -192,6 +192,7 @@ class Decoder:
         keep = self.on_prefill(questions) if self.on_prefill is not None else None
         # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
         cache.batch_repeat_interleave(group)
+        reserve_positions(cache, settings.max_new_tokens)  # decoding writes in place instead of growing by concatenation
         logits = logits.repeat_interleave(group, dim=0)
         attention_mask = attention_mask.repeat_interleave(group, dim=0)
         next_pos = attention_mask.sum(-1)
