@@ -221,6 +221,22 @@ def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models
     return out
 
 
+def warn_if_busy() -> float | None:
+    """Warn when other work already keeps this machine's cores busy (1-minute load average at or above the core
+    count): torch runs one OpenMP thread per core, and two such jobs on the same cores slow each other far more than
+    twice (`docs/benchmarks.md`). Returns the load average (`None` where the system does not report one)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cores = os.cpu_count() or 1
+    if load >= cores:
+        logger.warning("This machine is busy (load average %.1f on %d cores): the demo will run several times slower "
+                       "than on a quiet machine. Run one torch job at a time, or give each job OMP_NUM_THREADS so "
+                       "that their threads add up to the core count.", load, cores)
+    return load
+
+
 def _sentence(diff: dict[str, Any], n: int, draws: int) -> str:
     low, high = diff["auroc_ci"]
     if low > 0 or high < 0:
@@ -240,6 +256,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     from .steps import diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
+    warn_if_busy()
     start, timings = time.perf_counter(), {}
 
     def lap(name: str) -> None:

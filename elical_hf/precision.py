@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 CPU_BF16_ENV = "ELICAL_HF_CPU_BF16"
 """Environment variable overriding the CPU bf16 check: `1` (native and fast) or `0` (not)."""
+TRACE_ENV = "ELICAL_HF_PRECISION_TRACE"
+"""When set to a file path, every process appends one line there (its pid and the decision) each time it decides the
+CPU policy: which processes the policy reached (the test suite uses it to find the tests that depend on it)."""
 
 MIN_BF16_SPEEDUP = 1.2
 """A native-bf16 CPU uses bf16 only when a bf16 matmul is at least this much faster than float32 (measured)."""
@@ -38,6 +41,7 @@ __all__ = [
     "AUTO",
     "CPU_BF16_ENV",
     "CPUCapability",
+    "TRACE_ENV",
     "cpu_capability",
     "default_device",
     "matmul_gflops",
@@ -110,6 +114,15 @@ def matmul_gflops(dtype: torch.dtype, size: int = 512, repeats: int = 5) -> floa
 @functools.cache
 def cpu_capability() -> CPUCapability:
     """This CPU's bf16 capability: decided once per process (by `ELICAL_HF_CPU_BF16`, or detected and measured)."""
+    capability = _decide_cpu_capability()
+    trace = os.environ.get(TRACE_ENV)
+    if trace:
+        with open(trace, "a", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()} {capability.source} bf16_fast={capability.bf16_fast}\n")
+    return capability
+
+
+def _decide_cpu_capability() -> CPUCapability:
     name, forced = cpu_model_name(), os.environ.get(CPU_BF16_ENV, "").strip().lower()
     if forced:
         if forced not in ("0", "1", "true", "false", "yes", "no"):

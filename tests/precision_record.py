@@ -1,9 +1,9 @@
 """Which tests depend on the precision policy, so that the second precision branch reruns only those.
 
 `ELICAL_HF_CPU_BF16` acts through one function, [`elical_hf.precision.cpu_capability`]. With
-`ELICAL_HF_PRECISION_RECORD=<file>`, the suite notes every test that calls it (in its own body, or in the set-up of a
-fixture it uses, such as a model loaded once per session), or that starts a process (which may call it itself), and
-writes their node ids to `<file>` at the end. With `ELICAL_HF_PRECISION_ONLY=<file>`, only the tests listed there
+`ELICAL_HF_PRECISION_RECORD=<file>`, the suite notes every test that calls it (in its own body, in the set-up of a
+fixture it uses, such as a model loaded once per session, or in a process it starts, which says so in the trace file
+of `ELICAL_HF_PRECISION_TRACE`), and writes their node ids to `<file>` at the end. With `ELICAL_HF_PRECISION_ONLY=<file>`, only the tests listed there
 run; the others are deselected (and counted in pytest's summary). Tests marked `float32` or `bfloat16` pin the
 policy themselves and are never listed: both branches run them the same way.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 
 import pytest
 
@@ -34,7 +33,11 @@ def _consulted() -> None:
 
 
 def _install_probes() -> None:
-    """Wrap the policy's one entry point and the ways a test starts a process, so a call sets the flag."""
+    """Wrap the policy's one entry point, so that a call in this process sets the flag, and have every process this
+    one starts note its own decision in a trace file ([`elical_hf.precision.TRACE_ENV`], inherited through the
+    environment; a process started with an environment of its own inherits neither it nor the branch variable)."""
+    import tempfile
+
     from elical_hf import precision
 
     original = precision.cpu_capability
@@ -49,33 +52,16 @@ def _install_probes() -> None:
     cpu_capability.cache_clear = original.cache_clear
     cpu_capability._recorded = True
     precision.cpu_capability = cpu_capability  # precision.py calls it by its global name
+    handle, path = tempfile.mkstemp(prefix="elical-precision-trace-")
+    os.close(handle)
+    os.environ[precision.TRACE_ENV] = path
 
-    popen_init = subprocess.Popen.__init__
 
-    @functools.wraps(popen_init)
-    def init(self, *args, **kwargs):
-        _consulted()
-        popen_init(self, *args, **kwargs)
+def _trace_size() -> int:
+    from elical_hf.precision import TRACE_ENV
 
-    subprocess.Popen.__init__ = init
-    fork = os.fork
-
-    @functools.wraps(fork)
-    def forked():
-        _consulted()
-        return fork()
-
-    os.fork = forked
-    import multiprocessing.util as mp_util
-
-    spawn = mp_util.spawnv_passfds
-
-    @functools.wraps(spawn)
-    def spawned(*args, **kwargs):
-        _consulted()
-        return spawn(*args, **kwargs)
-
-    mp_util.spawnv_passfds = spawned
+    path = os.environ.get(TRACE_ENV)
+    return os.path.getsize(path) if path and os.path.exists(path) else 0
 
 
 def pytest_configure(config) -> None:
@@ -89,19 +75,23 @@ def pytest_fixture_setup(fixturedef, request):
         yield
         return
     before, _state["consulted"] = _state["consulted"], False
+    size = _trace_size()
     yield
-    if _state["consulted"]:
+    if _state["consulted"] or _trace_size() > size:
         _dependent_fixtures.add(fixturedef.argname)
+        _state["consulted"] = True
     _state["consulted"] = _state["consulted"] or before
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _state["consulted"] = False
+    recording = bool(os.environ.get(RECORD_ENV))
+    size = _trace_size() if recording else 0
     yield
-    if not os.environ.get(RECORD_ENV) or any(item.get_closest_marker(name) for name in PINNED_MARKS):
+    if not recording or any(item.get_closest_marker(name) for name in PINNED_MARKS):
         return
-    if _state["consulted"] or _dependent_fixtures.intersection(item.fixturenames):
+    if _state["consulted"] or _trace_size() > size or _dependent_fixtures.intersection(item.fixturenames):
         _dependent_tests.append(item.nodeid)
 
 

@@ -24,13 +24,16 @@ def test_every_benchmark_has_a_working_help(script):
 
 def test_metrics_benchmark_prints_the_machine_and_its_table():
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "metrics_speed.py"), "--sizes", "2000",
-                           "--repeats", "1"], capture_output=True, text=True, timeout=120)
+                           "--repeats", "1", "--bootstrap_rows", "60"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("Machine: cpu=") and "policy_dtype=" in lines[0] and "fp32_gflops=" in lines[0]
     rows = [line.split() for line in lines if line.startswith(("auroc", "ece"))]
     assert [row[:2] for row in rows] == [["auroc", "2,000"], ["ece", "2,000"]]
     assert all(float(row[4]) > 0 for row in rows)  # ours / baseline ratios
+    resampled = [line.split() for line in lines if line.startswith("bootstrap ")]
+    assert [row[1] for row in resampled[1:]] == ["auroc", "ece", "alignment"]  # after the header line
+    assert all(float(row[-1]) > 0 for row in resampled[1:])
 
 
 def test_data_scale_benchmark_builds_the_table_in_a_fresh_process(tmp_path):

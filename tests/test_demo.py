@@ -95,3 +95,20 @@ def test_demo_partitions_are_disjoint_and_sized():
 def test_demo_settings_are_checked(overrides, message):
     with pytest.raises(ValueError, match=message):
         DemoSettings(**overrides)
+
+
+def test_a_busy_machine_is_named_before_the_demo_runs(monkeypatch, caplog):
+    import logging
+
+    from elical_hf import demo
+
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    with caplog.at_level(logging.WARNING, logger="elical_hf.demo"):
+        assert demo.warn_if_busy() == 3.5
+    assert "busy (load average 3.5 on 2 cores)" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (0.5, 1.0, 1.0))
+    with caplog.at_level(logging.WARNING, logger="elical_hf.demo"):
+        demo.warn_if_busy()
+    assert not caplog.text

@@ -108,9 +108,9 @@ def test_the_embedded_model_judges_the_same_through_elical_hf_serve(tmp_path):
     from elical_hf.demo import DEMO_RECORDS
     from elical_hf.signals.records import read_records as read
 
-    records = [r for r in read(DEMO_RECORDS) if r.get("answer")][:6]
+    records = [r for r in read(DEMO_RECORDS) if r.get("answer")][:4]  # 8 answers, each judged twice (CI time)
     for record in records:
-        record["sampling_response"] = record["sampling_response"][:2]
+        record["sampling_response"] = record["sampling_response"][:1]
     local = copy.deepcopy(records)
     apply_judges(local, "llm", "llm", judge_model=DEFAULT_MODEL)
     with ServerProcess(DEFAULT_MODEL, "--mode", "completion") as server:

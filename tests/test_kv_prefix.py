@@ -109,3 +109,57 @@ def test_cache_kwarg_reads_the_forward_signature(backbone):
     assert cache_kwarg(TakesCache()) == "cache" and cache_kwarg(Wrapper(TakesCache())) == "cache"
     assert "logits_to_keep" in forward_parameters(Wrapper(TakesCache()))
     assert "logits_to_keep" not in forward_parameters(backbone)
+
+
+def _filled_cache(rows: int = 3, length: int = 4):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    generator = torch.Generator().manual_seed(0)
+    for layer in range(2):
+        cache.update(torch.randn(rows, 2, length, 5, generator=generator),
+                     torch.randn(rows, 2, length, 5, generator=generator), layer)
+    return cache
+
+
+def test_reserved_room_holds_what_concatenation_holds():
+    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+
+    plain, reserved = _filled_cache(), _filled_cache()
+    reserve_positions(reserved, extra=2)
+    assert all(isinstance(layer, ReservedLayer) for layer in reserved.layers)
+    generator = torch.Generator().manual_seed(1)
+
+    def step(rows: int, new: int = 1) -> None:
+        keys, values = (torch.randn(rows, 2, new, 5, generator=generator) for _ in range(2))
+        for layer in range(2):
+            expected, got = plain.update(keys, values, layer), reserved.update(keys, values, layer)
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+    step(3)
+    for cache in (plain, reserved):  # rows leave the batch, and the batch is repeated, as the decoder does
+        cache.batch_select_indices(torch.tensor([0, 2]))
+        cache.batch_repeat_interleave(2)
+    step(4)
+    step(4)  # past the room: the buffer grows
+    step(4, new=3)
+    for layer_plain, layer_reserved in zip(plain.layers, reserved.layers):
+        assert torch.equal(layer_plain.keys, layer_reserved.keys)
+        assert torch.equal(layer_plain.values, layer_reserved.values)
+    assert reserved.get_seq_length() == plain.get_seq_length() == 10
+    reserved.crop(-2), plain.crop(-2)
+    assert torch.equal(reserved.layers[0].keys, plain.layers[0].keys) and reserved.get_seq_length() == 8
+    step(4)
+
+
+def test_only_plain_dynamic_layers_get_room():
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+
+    cache = _filled_cache()
+    window = DynamicSlidingWindowLayer(sliding_window=8)
+    window.update(torch.zeros(3, 2, 4, 5), torch.zeros(3, 2, 4, 5))
+    cache.layers.append(window)
+    reserve_positions(cache, extra=3)
+    assert [type(layer) for layer in cache.layers] == [ReservedLayer, ReservedLayer, DynamicSlidingWindowLayer]
