@@ -127,8 +127,10 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     seconds = time.perf_counter() - start
     consistency = resolve_consistency_judge(settings.consistency_judge)
     judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
+    # Verbal-10's prompts carry ten demonstrations (~500 tokens) whose KV cache is repeated for every prompt of a
+    # batch: 4 prompts per batch instead of 16 keep the demo's peak memory near its sampling batches'.
     scored = score_baselines(judged.records, settings.baselines, complete=backend.complete, train_records=pool,
-                             seed=settings.seed)
+                             seed=settings.seed, batch_size=4)
     live = scored.records
     same = sum(a["greedy_response"] == r["greedy_response"] for a, r in zip(live, chosen))
     tokens = sum(a["num_generated_tokens"] for a in sampled.records)

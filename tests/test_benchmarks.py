@@ -12,9 +12,9 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "training_speed", "metrics_speed", "demo_wall",
-                                    "data_scale", "gate_overhead", "precision_agreement", "serve_load",
-                                    "cli_startup"])
+@pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "sampling_cache_ab", "training_speed",
+                                    "metrics_speed", "demo_wall", "data_scale", "gate_overhead", "precision_agreement",
+                                    "serve_load", "cli_startup"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
