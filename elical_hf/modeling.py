@@ -355,10 +355,8 @@ class ForConfidenceMixin:
             ]
         finally:
             self.train(was_training)
-        inverse = torch.empty(len(order), dtype=torch.long)
-        inverse[torch.tensor(order)] = torch.arange(len(order))
         stacked = torch.cat(outputs)
-        return [stacked[inverse.to(stacked.device)]]
+        return [stacked[torch.tensor(order).argsort().to(stacked.device)]]  # back to input order
 
 _CLASSES: dict[str, type] = {}
 

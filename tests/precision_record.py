@@ -3,8 +3,9 @@
 `ELICAL_HF_CPU_BF16` acts through one function, [`elical_hf.precision.cpu_capability`]. With
 `ELICAL_HF_PRECISION_RECORD=<file>`, the suite notes every test that calls it (in its own body, in the set-up of a
 fixture it uses, such as a model loaded once per session, or in a process it starts, which says so in the trace file
-of `ELICAL_HF_PRECISION_TRACE`), and writes their node ids to `<file>` at the end. With `ELICAL_HF_PRECISION_ONLY=<file>`, only the tests listed there
-run; the others are deselected (and counted in pytest's summary). Tests marked `float32` or `bfloat16` pin the
+of `ELICAL_HF_PRECISION_TRACE`), and writes their node ids to `<file>` at the end. With
+`ELICAL_HF_PRECISION_ONLY=<file>`, only the tests listed there run; the others are deselected (and counted in pytest's
+summary). Tests marked `float32` or `bfloat16` pin the
 policy themselves and are never listed: both branches run them the same way.
 
 `make test` records and `make test-other-precision` reruns the recorded tests under the other branch (all not-slow
@@ -28,10 +29,6 @@ _dependent_fixtures: set[str] = set()
 _dependent_tests: list[str] = []
 
 
-def _consulted() -> None:
-    _state["consulted"] = True
-
-
 def _install_probes() -> None:
     """Wrap the policy's one entry point, so that a call in this process sets the flag, and have every process this
     one starts note its own decision in a trace file ([`elical_hf.precision.TRACE_ENV`], inherited through the
@@ -46,7 +43,7 @@ def _install_probes() -> None:
 
     @functools.wraps(original)
     def cpu_capability():
-        _consulted()
+        _state["consulted"] = True
         return original()
 
     cpu_capability.cache_clear = original.cache_clear
@@ -77,10 +74,10 @@ def pytest_fixture_setup(fixturedef, request):
     before, _state["consulted"] = _state["consulted"], False
     size = _trace_size()
     yield
-    if _state["consulted"] or _trace_size() > size:
+    consulted = _state["consulted"] or _trace_size() > size
+    if consulted:
         _dependent_fixtures.add(fixturedef.argname)
-        _state["consulted"] = True
-    _state["consulted"] = _state["consulted"] or before
+    _state["consulted"] = consulted or before  # the test that set the fixture up reached the policy too
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -19,9 +19,9 @@ from numpy.typing import ArrayLike
 
 
 __all__ = [
-    "METRICS", "METRIC_NAMES", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci", "bootstrap_indices",
-    "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval", "prr",
-    "reliability_bins", "risk_coverage_curve",
+    "DEFAULT_THRESHOLDS", "METRICS", "METRIC_NAMES", "alignment", "auprc", "aurc", "auroc", "bootstrap_ci",
+    "bootstrap_indices", "bootstrap_samples", "brier", "check_inputs", "compute_all", "ece", "percentile_interval",
+    "prr", "reliability_bins", "risk_coverage_curve", "tie_groups", "uniform_bin_ids",
 ]
 
 _STRATEGIES = ("uniform", "quantile", "reference")
@@ -59,7 +59,14 @@ def check_inputs(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray
     return conf, raw.astype(np.int64)
 
 
-def _tie_groups(sorted_values: np.ndarray) -> np.ndarray:
+def uniform_bin_ids(conf: np.ndarray, n_bins: int) -> np.ndarray:
+    """Bin of each confidence among `n_bins` equal-width bins `[i/n, (i+1)/n)`, 1.0 in the last one (the bins of
+    [`reliability_bins`] with `strategy="uniform"`)."""
+    edges = np.arange(n_bins + 1) / n_bins  # exact i/n, so bin membership matches the documented intervals
+    return np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+
+
+def tie_groups(sorted_values: np.ndarray) -> np.ndarray:
     """Start indices of the runs of equal values in an already sorted array."""
     return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
 
@@ -85,7 +92,7 @@ def auroc(confidences: ArrayLike, correct: ArrayLike) -> float:
         warnings.warn("AUROC is undefined when only one class is present in `correct`; returning nan.", UserWarning)
         return float("nan")
     order = np.argsort(conf)
-    starts = _tie_groups(conf[order])
+    starts = tie_groups(conf[order])
     ends = np.r_[starts[1:], y.size]
     pos_per_group = np.add.reduceat(y[order], starts)
     # 1-based ranks start+1..end have average (start+1+end)/2; keep twice that as an integer.
@@ -131,8 +138,8 @@ def reliability_bins(
     _check_binning(n_bins, strategy)
     n_bins = int(n_bins)
     if strategy == "uniform":
-        edges = np.arange(n_bins + 1) / n_bins  # exact i/n, so bin membership matches the documented intervals
-        ids = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+        edges = np.arange(n_bins + 1) / n_bins
+        ids = uniform_bin_ids(conf, n_bins)
         lower, upper = edges[:-1], edges[1:]
     elif strategy == "reference":
         edges = np.linspace(0, 1, n_bins + 1)
@@ -204,6 +211,9 @@ def brier(confidences: ArrayLike, correct: ArrayLike) -> float:
     return float(np.mean((conf - y) ** 2))
 
 
+DEFAULT_THRESHOLDS = np.round(np.arange(1, 100) / 100, 2)
+"""The alignment threshold's candidates when none are given: 0.01, 0.02, ..., 0.99."""
+
 MIN_THRESHOLD_ROWS = 5
 """Fewer rows than this choose the alignment threshold with a warning (the paper's 20% rule needs n >= 25 for 5)."""
 
@@ -257,7 +267,7 @@ def select_threshold(confidences: ArrayLike, correct: ArrayLike, thresholds: Arr
         `float`: the threshold.
     """
     conf, y = check_inputs(confidences, correct)
-    thr = np.round(np.arange(1, 100) / 100, 2) if thresholds is None else np.asarray(thresholds, dtype=np.float64)
+    thr = DEFAULT_THRESHOLDS if thresholds is None else np.asarray(thresholds, dtype=np.float64)
     return _best_threshold(conf, y, thr.ravel())
 
 
@@ -295,7 +305,7 @@ def alignment(
     if not 0.0 <= calibration_fraction <= 1.0:
         raise ValueError(f"calibration_fraction must lie in [0, 1], got {calibration_fraction!r}")
     if thresholds is None:
-        thr = np.round(np.arange(1, 100) / 100, 2)
+        thr = DEFAULT_THRESHOLDS
     else:
         thr = np.asarray(thresholds, dtype=np.float64).ravel()
         if thr.size == 0 or not np.isfinite(thr).all():
@@ -369,7 +379,7 @@ def risk_coverage_curve(confidences: ArrayLike, correct: ArrayLike) -> tuple[np.
     conf, y = check_inputs(confidences, correct)
     n = conf.size
     order = np.argsort(-conf, kind="stable")
-    starts = _tie_groups(conf[order])
+    starts = tie_groups(conf[order])
     sizes = np.diff(np.r_[starts, n])
     group_errors = np.add.reduceat(1 - y[order], starts).astype(np.float64)
     errors_before = np.cumsum(group_errors) - group_errors

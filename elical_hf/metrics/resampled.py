@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .functional import check_inputs
+from .functional import DEFAULT_THRESHOLDS, tie_groups, uniform_bin_ids, check_inputs
 
 
 __all__ = ["resampled_alignment", "resampled_auroc", "resampled_ece", "resample_counts"]
 
 _CHUNK_CELLS = 4_000_000
 """Count-matrix cells (resamples x rows) per chunk."""
-DEFAULT_THRESHOLDS = np.round(np.arange(1, 100) / 100, 2)
 
 
 def resample_counts(indices: np.ndarray, n: int) -> np.ndarray:
@@ -50,8 +49,7 @@ def resampled_auroc(confidences: np.ndarray, correct: np.ndarray, indices: np.nd
     resample holds one class. float64 array with one value per resample."""
     conf, y = check_inputs(confidences, correct)
     order = np.argsort(conf, kind="stable")
-    sorted_conf = conf[order]
-    starts = np.flatnonzero(np.r_[True, sorted_conf[1:] != sorted_conf[:-1]])  # groups of tied confidences
+    starts = tie_groups(conf[order])  # groups of tied confidences
     pos_sorted = y[order].astype(bool)
     out = []
     for counts in _chunks(indices, conf.size):
@@ -72,8 +70,7 @@ def resampled_auroc(confidences: np.ndarray, correct: np.ndarray, indices: np.nd
 def resampled_ece(confidences: np.ndarray, correct: np.ndarray, indices: np.ndarray, n_bins: int = 10) -> np.ndarray:
     """[`~elical_hf.metrics.ece`] (uniform bins) of each resample of `indices`: float64 array, one per resample."""
     conf, y = check_inputs(confidences, correct)
-    edges = np.arange(n_bins + 1) / n_bins  # the bins of reliability_bins(strategy="uniform")
-    bins = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+    bins = uniform_bin_ids(conf, n_bins)  # the bins of reliability_bins(strategy="uniform")
     one_hot = np.zeros((conf.size, n_bins))
     one_hot[np.arange(conf.size), bins] = 1.0
     out = []
@@ -104,18 +101,15 @@ def resampled_alignment(
     out = []
     for counts in _chunks(indices, n):
         head, tail = counts[:, :k], counts[:, k:]
+        wrong = np.where(positive, 0, head)
         pos_ge = np.where(positive, head, 0) @ at_or_above  # correct threshold rows predicted 1
-        neg_ge = np.where(positive, 0, head) @ at_or_above  # wrong threshold rows predicted 1
-        n_neg = np.where(positive, 0, head).sum(axis=1, keepdims=True)
-        hits = pos_ge + (n_neg - neg_ge)
+        neg_ge = wrong @ at_or_above  # wrong threshold rows predicted 1
+        hits = pos_ge + (wrong.sum(axis=1, keepdims=True) - neg_ge)
         predicted_one = pos_ge + neg_ge
         valid = (predicted_one > 0) & (predicted_one < k)
         best = np.where(valid, hits, -1).max(axis=1, keepdims=True)
-        chosen = np.argmax(valid & (hits == best), axis=1)  # first (smallest) candidate among the best
-        if not np.all(np.diff(thr) > 0):  # unsorted candidates: the smallest threshold among the best, explicitly
-            masked = np.where(valid & (hits == best), thr[None, :], np.inf)
-            chosen = np.argmin(masked, axis=1)
-        t = np.where(valid.any(axis=1), thr[chosen], 0.5)
+        smallest_best = np.where(valid & (hits == best), thr[None, :], np.inf).min(axis=1)  # ties: the smallest t
+        t = np.where(valid.any(axis=1), smallest_best, 0.5)
         scored_right = (conf[k:][None, :] >= t[:, None]) == (y[k:] == 1)[None, :]
         accuracy = (tail * scored_right).sum(axis=1) / (n - k)
         out.append(accuracy * 100)
