@@ -6,6 +6,10 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.elical-installed
 PRECISION_RECORD := build/precision-dependent-tests.txt
+# The tests run on every core (pytest-xdist, one worker per core, at most 4; each worker gets its share of the cores as
+# torch threads, tests/conftest.py); `make test TEST_JOBS=0` runs them in one process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
 .PHONY: demo test test-other-precision install clean
 
@@ -25,7 +29,7 @@ demo: $(STAMP)
 # The whole suite under this machine's precision policy; it also notes which tests depend on the policy
 # (tests/precision_record.py), for test-other-precision.
 test: $(STAMP)
-	ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(PYTEST)
 
 # The not-slow tests once more under the precision branch this machine's policy does not pick (bf16 where it picks
 # float32, float32 where it picks bf16): CI runs both on whichever CPU it gets. Only the tests `make test` found to
@@ -39,7 +43,7 @@ test-other-precision: $(STAMP)
 	else \
 	  echo "Not-slow tests with ELICAL_HF_CPU_BF16=$$other (the branch this CPU's policy does not pick): all of them (no current record of make test)"; \
 	fi; \
-	ELICAL_HF_PRECISION_ONLY=$$only ELICAL_HF_CPU_BF16=$$other HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+	ELICAL_HF_PRECISION_ONLY=$$only ELICAL_HF_CPU_BF16=$$other HF_HUB_OFFLINE=1 $(PYTEST) -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

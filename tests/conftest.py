@@ -11,10 +11,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (`make test` runs one worker per core) each worker, and every process it starts, gets its share of
+# the cores as torch / OpenMP threads: two processes each running all cores' threads slow each other far more than 2x.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _threads = max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(_threads))
 
 from tests.precision_record import (  # noqa: E402,F401  (hooks: which tests the other precision branch reruns)
     pytest_collection_modifyitems, pytest_configure, pytest_fixture_setup, pytest_runtest_protocol,
-    pytest_sessionfinish,
+    pytest_sessionfinish, pytest_testnodedown,
 )
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 

@@ -9,7 +9,8 @@ summary). Tests marked `float32` or `bfloat16` pin the
 policy themselves and are never listed: both branches run them the same way.
 
 `make test` records and `make test-other-precision` reruns the recorded tests under the other branch (all not-slow
-tests when there is no record, or when a file under `elical_hf/` or `tests/` is newer than it).
+tests when there is no record, or when a file under `elical_hf/` or `tests/` is newer than it). Under `pytest-xdist`
+each worker notes its own tests and hands them to the controller, which writes the one record.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ PINNED_MARKS = ("float32", "bfloat16")
 _state = {"consulted": False}
 _dependent_fixtures: set[str] = set()
 _dependent_tests: list[str] = []
+WORKER_OUTPUT_KEY = "elical_precision_dependent_tests"
 
 
 def _install_probes() -> None:
@@ -92,12 +94,31 @@ def pytest_runtest_protocol(item, nextitem):
         _dependent_tests.append(item.nodeid)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist, in the controller: a worker is done; take the tests it found to depend on the policy (a worker
+    that crashed hands none over, and then no record is written: the other branch reruns every not-slow test)."""
+    found = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+    if error is not None or found is None:
+        _state["incomplete"] = True
+    _dependent_tests.extend(found or [])
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     path = os.environ.get(RECORD_ENV)
-    if path and not os.environ.get(ONLY_ENV):
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(f"{nodeid}\n" for nodeid in dict.fromkeys(_dependent_tests))
+    if not path or os.environ.get(ONLY_ENV):
+        return
+    tests = list(dict.fromkeys(_dependent_tests))
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: the controller writes the record
+        session.config.workeroutput[WORKER_OUTPUT_KEY] = tests
+        return
+    if _state.get("incomplete"):
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{nodeid}\n" for nodeid in sorted(tests))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
