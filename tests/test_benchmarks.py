@@ -110,3 +110,15 @@ def test_cli_startup_benchmark_says_which_helps_import_torch():
     rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if "elical-hf" in line}
     assert {"elical-hf --help", "elical-hf train --help", "elical-hf serve --help"} <= set(rows)
     assert all(line.rstrip(" |").endswith("no") for line in rows.values()), rows  # no --help imports torch
+
+
+def test_demo_wall_splits_the_memory_trace_by_step(monkeypatch):
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    from demo_wall import rss_mib, step_peaks
+
+    # the demo's own clock starts 2 s into the child's life (start-up), its two steps take 3 s and 4 s, 1 s of reports
+    trace = [(0.5, 300.0), (1.9, 900.0), (2.5, 1000.0), (4.9, 1400.0), (5.1, 1200.0), (8.5, 1300.0), (9.5, 800.0)]
+    bounds, peaks = step_peaks(trace, {"sampling": 3.0, "training": 4.0}, wall=10.0, seconds=8.0)
+    assert [name for name, _, _ in bounds] == ["start-up", "sampling", "training", "reports"]
+    assert peaks == {"start-up": 900.0, "sampling": 1400.0, "training": 1300.0, "reports": 800.0}
+    assert rss_mib(os.getpid()) > 10 and rss_mib(2**22 + 12345) is None

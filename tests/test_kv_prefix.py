@@ -163,3 +163,30 @@ def test_only_plain_dynamic_layers_get_room():
     cache.layers.append(window)
     reserve_positions(cache, extra=3)
     assert [type(layer) for layer in cache.layers] == [ReservedLayer, ReservedLayer, DynamicSlidingWindowLayer]
+
+
+def test_room_and_repeat_in_one_copy_equal_repeat_then_room():
+    """`reserve_positions(cache, extra, repeats)` is `batch_repeat_interleave(repeats)` then the room, for every layer
+    kind: plain layers in one copy, the others repeated only."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+
+    def with_window(cache):
+        window = DynamicSlidingWindowLayer(sliding_window=8)
+        window.update(torch.arange(60.0).view(3, 2, 2, 5), -torch.arange(60.0).view(3, 2, 2, 5))
+        cache.layers.append(window)
+        return cache
+
+    expected, combined = with_window(_filled_cache()), with_window(_filled_cache())
+    expected.batch_repeat_interleave(4)
+    reserve_positions(expected, extra=3)
+    reserve_positions(combined, extra=3, repeats=4)
+    assert [type(layer) for layer in combined.layers] == [ReservedLayer, ReservedLayer, DynamicSlidingWindowLayer]
+    for want, got in zip(expected.layers, combined.layers):
+        assert got.keys.shape[0] == 12 and torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
+    assert combined.layers[0]._key_buffer.shape[-2] == combined.layers[0].keys.shape[-2] + 3
+    keys, values = torch.ones(12, 2, 1, 5), torch.zeros(12, 2, 1, 5)
+    for layer in range(3):
+        want, got = expected.update(keys, values, layer), combined.update(keys, values, layer)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -191,8 +191,8 @@ class Decoder:
         input_ids, attention_mask, logits, cache = self._prefill(prompt_ids)
         keep = self.on_prefill(questions) if self.on_prefill is not None else None
         # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
-        cache.batch_repeat_interleave(group)
-        reserve_positions(cache, settings.max_new_tokens)  # decoding writes in place instead of growing by concatenation
+        # decoding writes in place (room for the new tokens) instead of growing by concatenation
+        reserve_positions(cache, settings.max_new_tokens, repeats=group)
         logits = logits.repeat_interleave(group, dim=0)
         attention_mask = attention_mask.repeat_interleave(group, dim=0)
         next_pos = attention_mask.sum(-1)
