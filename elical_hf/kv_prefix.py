@@ -172,8 +172,8 @@ class ReservedLayer(DynamicLayer):
 def reserve_positions(cache: Any, extra: int, repeats: int = 1) -> None:
     """Give every plain `DynamicLayer` of `cache` (already filled, e.g. by a prefill) room for `extra` more positions
     ([`ReservedLayer`]), with every batch row repeated `repeats` times as `cache.batch_repeat_interleave(repeats)`
-    would, in one copy per layer: the repeated cache without room is never built (for 24 questions x 5 rows on
-    SmolLM2, ~290 MB less at the sampler's peak). Other layer kinds (sliding windows, quantized) are only repeated, and
+    would, in one copy per layer: the repeated cache without room is never built (for the demo's 24 questions x 5
+    rows on SmolLM2 the sampler's peak RSS went 1732 -> 1674 MiB, `docs/benchmarks.md`). Other layer kinds (sliding windows, quantized) are only repeated, and
     a cache without `layers` is repeated as a whole."""
     if not hasattr(cache, "layers"):
         if repeats > 1:
