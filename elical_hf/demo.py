@@ -186,7 +186,7 @@ def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models
     def load(path: str) -> tuple[Any, dict[str, torch.Tensor]]:
         set_seed(settings.seed)  # a fresh head (Cal-Only) is drawn from the global RNG
         model = AutoModelForConfidence.from_pretrained(path)
-        features = model.prompt_features(questions, batch_size=32, progress=True)
+        features = model.prompt_features(questions, batch_size=64, progress=True)
         return model, dict(zip(questions, features))
 
     def scores(model: Any, cache: dict[str, torch.Tensor]) -> list[float]:

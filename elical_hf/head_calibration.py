@@ -270,7 +270,8 @@ def calibrate_head(
         seed (`int`, *optional*, defaults to 42): Seeds the dev split and the row order.
         features (`dict[str, torch.Tensor]`, *optional*): Precomputed [`prompt_features`] of this model keyed by
             question text (e.g. to share them between label budgets); missing questions are computed.
-        feature_batch_size (`int`, *optional*, defaults to 32): Questions per forward pass when computing features.
+        feature_batch_size (`int`, *optional*, defaults to 32): At most this many questions per forward pass when
+            computing features (see [`~ForConfidenceMixin.confidence`]).
         fit_kwargs: Fields of [`ConfidenceTrainingArguments`] (`num_train_epochs`, `learning_rate`, `batch_size` (the
             training batch), `max_grad_norm`, ...).
 

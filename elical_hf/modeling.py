@@ -38,6 +38,10 @@ CONFIDENCE_BACKBONES: dict[str, str] = {
 }
 
 
+# Padded prompt tokens (past the shared prefix) per scoring pass: on a 2-core CPU a pass of 32 prompts padded to 98
+# new tokens ran 3-4x slower per token than passes of ~800 tokens (activations past the cache); docs/benchmarks.md.
+PROMPT_BATCH_TOKENS = 768
+
 UNKNOWN_CONFIDENCE_CONFIG = (
     "This confidence model has no confidence_config: it was built by the architecture class's `from_pretrained` (as "
     "`peft.AutoPeftModel.from_pretrained` does), which does not read the saved folder's confidence_config.json, so "
@@ -272,7 +276,8 @@ class ForConfidenceMixin:
             questions (`list[str]` or `str`):
                 Raw questions (the template adds the instruction and chat markup).
             batch_size (`int`, *optional*, defaults to 16):
-                Questions per forward pass.
+                At most this many questions per forward pass (fewer for long prompts: a pass holds at most
+                `PROMPT_BATCH_TOKENS` padded tokens past the shared prompt prefix).
             tokenizer (*optional*):
                 Defaults to the tokenizer loaded with the model.
             progress (`bool`, *optional*, defaults to `False`):
@@ -328,7 +333,7 @@ class ForConfidenceMixin:
         mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
         from tqdm.auto import tqdm
 
-        from .data import encode_prompts, pad_batch
+        from .data import encode_prompts, length_batches, pad_batch
 
         if self.confidence_config is None:
             raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
@@ -342,21 +347,22 @@ class ForConfidenceMixin:
         if not questions:
             return []
         encoded = encode_prompts(list(questions), tokenizer, self.confidence_config)
-        # Prompts of similar length batch together (little padding); the outputs come back in input order.
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        # Prompts of similar length batch together (little padding), within a token budget; the outputs come back
+        # in input order.
+        shared = shared_prefix_length(encoded) if self.share_prompt_prefix else 0
+        batches = length_batches([len(ids) for ids in encoded], batch_size, PROMPT_BATCH_TOKENS, shared)
         was_training = self.training
         self.eval()
         try:
-            starts = range(0, len(encoded), batch_size)
             outputs = [
-                fn(self.pooled_hidden_state(
-                    **pad_batch([encoded[i] for i in order[start : start + batch_size]], tokenizer, self.device)))
-                for start in tqdm(starts, desc="Scoring", unit="batch", disable=not progress)
+                fn(self.pooled_hidden_state(**pad_batch([encoded[i] for i in batch], tokenizer, self.device)))
+                for batch in tqdm(batches, desc="Scoring", unit="batch", disable=not progress)
             ]
         finally:
             self.train(was_training)
         stacked = torch.cat(outputs)
-        return [stacked[torch.tensor(order).argsort().to(stacked.device)]]  # back to input order
+        order = torch.tensor([i for batch in batches for i in batch])
+        return [stacked[order.argsort().to(stacked.device)]]  # back to input order
 
 _CLASSES: dict[str, type] = {}
 

@@ -21,7 +21,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 from tests.precision_record import (  # noqa: E402,F401  (hooks: which tests the other precision branch reruns)
     pytest_collection_modifyitems, pytest_configure, pytest_fixture_setup, pytest_runtest_protocol,
-    pytest_sessionfinish, pytest_testnodedown,
+    pytest_sessionfinish, pytest_testnodedown, pytest_unconfigure,
 )
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 

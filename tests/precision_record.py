@@ -53,7 +53,7 @@ def _install_probes() -> None:
     precision.cpu_capability = cpu_capability  # precision.py calls it by its global name
     handle, path = tempfile.mkstemp(prefix="elical-precision-trace-")
     os.close(handle)
-    os.environ[precision.TRACE_ENV] = path
+    os.environ[precision.TRACE_ENV] = _state["trace"] = path
 
 
 def _trace_size() -> int:
@@ -119,6 +119,13 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(f"{nodeid}\n" for nodeid in sorted(tests))
+
+
+def pytest_unconfigure(config) -> None:
+    """Each process removes the trace file it made (a worker's, the controller's)."""
+    path = _state.pop("trace", None)
+    if path and os.path.exists(path):
+        os.remove(path)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

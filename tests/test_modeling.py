@@ -11,7 +11,7 @@ from transformers import GPT2Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, ForConfidenceMixin, PeftModelForConfidence
-from elical_hf.data import encode_prompts, pad_batch
+from elical_hf.data import encode_prompts, length_batches, pad_batch
 from elical_hf.modeling import CONFIDENCE_BACKBONES, default_lora_targets, last_token_indices
 from tests.conftest import save_tiny_base
 
@@ -82,6 +82,42 @@ def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypat
         inner.share_prompt_prefix = True
         torch.testing.assert_close(torch.tensor(shared), full, atol=1e-5, rtol=0)
         torch.testing.assert_close(features, plain_features, atol=1e-5, rtol=0)
+
+
+def test_length_batches_keep_row_and_token_budgets():
+    lengths = [40, 10, 95, 12, 11, 30, 10, 200, 13]
+    batches = length_batches(lengths, max_rows=3, max_tokens=60, shared=5)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))  # each index once
+    assert batches[0] == [7] and batches[1] == [2]  # too long for the budget: a batch of its own
+    flat = [lengths[i] for batch in batches for i in batch]
+    assert flat == sorted(lengths, reverse=True)  # longest first
+    for batch in batches[2:]:
+        assert len(batch) <= 3 and len(batch) * (max(lengths[i] for i in batch) - 5) <= 60
+    assert [len(batch) for batch in batches] == [1, 1, 1, 2, 3, 1]  # 40 | 30,13 | 12,11,10 | 10
+    assert length_batches(lengths, max_rows=100, max_tokens=10_000) == [sorted(range(9), key=lambda i: -lengths[i])]
+    assert length_batches([], 4, 100) == []
+    with pytest.raises(ValueError, match="must be >= 1"):
+        length_batches(lengths, max_rows=0, max_tokens=60)
+
+
+@pytest.mark.float32  # an equivalence of the logic
+def test_token_budget_batches_return_input_order(tiny_base, monkeypatch):
+    import elical_hf.modeling as modeling
+
+    model = long_prefix_model(tiny_base)
+    questions = QUESTIONS + ["why " * n + "is the sky blue" for n in (1, 9, 3)]
+    alone = torch.cat([model.prompt_features([q]) for q in questions])
+    calls = []
+    monkeypatch.setattr(modeling, "PROMPT_BATCH_TOKENS", 12)  # forces several batches of unequal sizes
+    inner = model.get_base_model()
+    monkeypatch.setattr(inner, "pooled_hidden_state", lambda *a, _f=inner.pooled_hidden_state, **k: calls.append(
+        k["input_ids"].shape[0]) or _f(*a, **k))
+    batched = model.prompt_features(questions, batch_size=4)
+    assert len(calls) > 1 and max(calls) <= 4 and sum(calls) == len(questions)
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+    confidences = model.confidence(questions, batch_size=4)
+    torch.testing.assert_close(torch.tensor(confidences), torch.tensor([model.confidence([q])[0] for q in questions]),
+                               atol=1e-5, rtol=0)
 
 
 def shared_and_plain_gradients(base: str) -> list[dict[str, torch.Tensor]]:
