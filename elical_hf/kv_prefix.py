@@ -22,6 +22,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .prefix_attention import prefix_attention, supports_prefix_attention
+
 
 __all__ = ["ReservedLayer", "SharedPrefill", "cache_kwarg", "forward_parameters", "position_ids_from_attention_mask",
            "prefill_shared_prefix", "reserve_positions"]
@@ -58,6 +60,9 @@ class SharedPrefill:
         output: What `run` returned for the rows' own tokens (the prefix's output is not kept).
         cache (`transformers.DynamicCache`): The prefix's and the rows' keys and values, one row per sequence.
         shared (`int`): Number of prefix tokens run once (0: none, each row ran whole).
+        prefix (`transformers.DynamicCache`, *optional*): With `prefix_model`, the prefix's keys and values (batch 1,
+            never repeated); `cache` then holds the rows' own tokens only, and every later forward pass over them runs
+            inside [`~elical_hf.prefix_attention.prefix_attention`] with `attention_mask[:, shared:]`.
     """
 
     input_ids: torch.LongTensor
@@ -65,6 +70,7 @@ class SharedPrefill:
     output: Any
     cache: DynamicCache
     shared: int
+    prefix: DynamicCache | None = None
 
 
 def prefill_shared_prefix(
@@ -76,6 +82,8 @@ def prefill_shared_prefix(
     *,
     padding_side: str = "left",
     pad_id: int = 0,
+    prefix_model: Any | None = None,
+    prefix: DynamicCache | None = None,
 ) -> SharedPrefill:
     """
     Run `sequences[0][:shared]` once, repeat its KV cache for every row, then run the rest of each sequence after it.
@@ -93,6 +101,12 @@ def prefill_shared_prefix(
             prefix and them (`"left"`, as decoding needs) or after them (`"right"`).
         pad_id (`int`, *optional*, defaults to 0): The id in padded slots (masked, so it only matters to callers that
             read `input_ids`).
+        prefix_model (*optional*): The model `run` calls. When it [`~elical_hf.prefix_attention.
+            supports_prefix_attention`], the prefix's cache is not repeated: the rows attend to it through
+            [`~elical_hf.prefix_attention.prefix_attention`] (`SharedPrefill.prefix`), `rows x shared` fewer cached
+            positions.
+        prefix (`transformers.DynamicCache`, *optional*): With `prefix_model`, the cache of exactly
+            `sequences[0][:shared]` from an earlier call (the same prefix in another batch): it is not run again.
 
     Returns:
         [`SharedPrefill`]: inputs, mask, the rows' output and the cache, positions counted over real tokens only.
@@ -100,11 +114,20 @@ def prefill_shared_prefix(
     if padding_side not in PADDING_SIDES:
         raise ValueError(f"`padding_side` must be one of {PADDING_SIDES}, got {padding_side!r}.")
     batch = len(sequences)
-    cache = DynamicCache(config=config)
-    prefix = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
-    if shared:
-        run(prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None], cache)
-        cache.batch_repeat_interleave(batch)
+    separate = bool(shared) and prefix_model is not None and supports_prefix_attention(prefix_model)
+    prefix_ids = torch.tensor([sequences[0][:shared]], dtype=torch.long, device=device)
+    if separate and prefix is not None:
+        if prefix.get_seq_length() != shared:
+            raise ValueError(f"`prefix` holds {prefix.get_seq_length()} positions, not the {shared} shared tokens.")
+    elif shared:
+        prefix = DynamicCache(config=config)
+        run(prefix_ids, torch.ones_like(prefix_ids), torch.arange(shared, device=device)[None], prefix)
+    if separate:
+        cache = DynamicCache(config=config)
+    else:
+        cache, prefix = (prefix, None) if shared else (DynamicCache(config=config), None)
+        if shared:
+            cache.batch_repeat_interleave(batch)
     rest = [ids[shared:] for ids in sequences]
     length = max(len(ids) for ids in rest)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
@@ -115,8 +138,14 @@ def prefill_shared_prefix(
         mask[row, span] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     full_mask = torch.cat([mask.new_ones((batch, shared)), mask], dim=-1)
-    output = run(input_ids, full_mask, shared + position_ids_from_attention_mask(mask), cache)
-    return SharedPrefill(torch.cat([prefix.expand(batch, -1), input_ids], dim=-1), full_mask, output, cache, shared)
+    positions = shared + position_ids_from_attention_mask(mask)
+    if separate:
+        with prefix_attention(prefix_model, prefix):
+            output = run(input_ids, mask, positions, cache)
+    else:
+        output = run(input_ids, full_mask, positions, cache)
+    return SharedPrefill(torch.cat([prefix_ids.expand(batch, -1), input_ids], dim=-1), full_mask, output, cache, shared,
+                         prefix)
 
 
 class ReservedLayer(DynamicLayer):

@@ -190,3 +190,59 @@ def test_room_and_repeat_in_one_copy_equal_repeat_then_room():
     for layer in range(3):
         want, got = expected.update(keys, values, layer), combined.update(keys, values, layer)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.float32
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_separate_prefix_attention_equals_each_sequence_run_whole(backbone, side):
+    from elical_hf.prefix_attention import ATTENTION_NAME
+
+    calls = []
+    implementation = backbone.config._attn_implementation
+    with torch.no_grad():
+        prefill = prefill_shared_prefix(recording_run(backbone, calls), SEQUENCES, SHARED, backbone.config, "cpu",
+                                        padding_side=side, prefix_model=backbone)
+        whole = [backbone(input_ids=torch.tensor([ids])).last_hidden_state[0] for ids in SEQUENCES]
+    assert backbone.config._attn_implementation == implementation != ATTENTION_NAME  # switched back after the rows
+    assert [shape for shape, _, _ in calls] == [(1, SHARED), (3, 5)] and calls[1][1] == (3, 5)  # own columns only
+    assert prefill.prefix.get_seq_length() == SHARED and prefill.prefix.layers[0].keys.shape[0] == 1  # not repeated
+    assert prefill.cache.get_seq_length() == 5  # the rows' cache holds their own tokens only
+    assert prefill.attention_mask.sum(-1).tolist() == [len(ids) for ids in SEQUENCES]
+    for row, ids in enumerate(SEQUENCES):
+        own = len(ids) - SHARED
+        columns = slice(5 - own, 5) if side == "left" else slice(0, own)
+        torch.testing.assert_close(prefill.output[row, columns], whole[row][SHARED:], atol=1e-5, rtol=0)
+
+
+@pytest.mark.float32
+def test_a_prefix_from_an_earlier_batch_is_not_run_again(backbone):
+    calls = []
+    with torch.no_grad():
+        first = prefill_shared_prefix(recording_run(backbone, calls), SEQUENCES, SHARED, backbone.config, "cpu",
+                                      prefix_model=backbone)
+        calls.clear()
+        again = prefill_shared_prefix(recording_run(backbone, calls), SEQUENCES[1:], SHARED, backbone.config, "cpu",
+                                      prefix_model=backbone, prefix=first.prefix)
+        with pytest.raises(ValueError, match="positions"):
+            prefill_shared_prefix(recording_run(backbone, []), SEQUENCES, SHARED - 1, backbone.config, "cpu",
+                                  prefix_model=backbone, prefix=first.prefix)
+    assert [shape for shape, _, _ in calls] == [(2, 5)] and again.prefix is first.prefix
+    assert first.prefix.get_seq_length() == SHARED  # the rows never write into the shared prefix
+    torch.testing.assert_close(again.output[1], first.output[2], atol=1e-5, rtol=0)
+
+
+def test_which_models_attend_to_a_separate_prefix():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from elical_hf.prefix_attention import shared_prefix_attention, supports_prefix_attention
+
+    tokenizer = make_tiny_tokenizer()
+    assert supports_prefix_attention(make_tiny_causal_lm(tokenizer, arch="llama"))
+    assert not supports_prefix_attention(nn.Linear(2, 2))  # no attention interface
+    windowed = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=4,
+                           max_window_layers=0)
+    assert not supports_prefix_attention(Qwen2ForCausalLM(windowed))  # its layers see a window, not the prefix
+    with pytest.raises(RuntimeError, match="prefix_attention"):
+        shared_prefix_attention(nn.Module(), torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4),
+                                None)

@@ -327,3 +327,34 @@ def test_each_step_samples_from_the_distribution_transformers_generate_uses(mode
             torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0, msg=f"sequence {row}, step {step}")
             compared += 1
     assert compared >= 8
+
+
+@pytest.mark.float32
+def test_separate_prefix_attention_samples_what_the_repeated_prefix_samples(model, tokenizer, monkeypatch):
+    """Sample rows (k per question) attend to one unrepeated prefix cache and give the answers, samples and
+    log-probabilities of the prefix cache repeated for every row; the second batch reuses the first's prefix."""
+    import elical_hf.kv_prefix as kv_prefix
+    import elical_hf.prefix_attention as prefix_attention
+    import elical_hf.signals.decoding as decoding
+    from elical_hf.signals import generate_answers
+
+    calls, reused = [], []
+    prefill = decoding.prefill_shared_prefix
+    monkeypatch.setattr(decoding, "prefill_shared_prefix", lambda *args, **kwargs: reused.append(
+        kwargs["prefix"] is not None) or prefill(*args, **kwargs))
+    attention = prefix_attention.shared_prefix_attention
+    monkeypatch.setitem(prefix_attention.AttentionInterface._global_mapping, prefix_attention.ATTENTION_NAME,
+                        lambda module, query, *args, **kwargs: calls.append(query.shape) or attention(
+                            module, query, *args, **kwargs))
+    settings = SamplingSettings(num_samples=3, max_new_tokens=6, batch_size=2, seed=5,
+                                system_prompt=" ".join(["answer briefly and well"] * 12))  # a long shared prefix
+    questions = QUESTIONS + ["war"]  # the last batch holds one prompt: it still attends to the shared prefix
+    separate = generate_answers(model, tokenizer, questions, settings, progress=False, autocast_dtype=None)
+    assert calls[0][0] == 2 and max(shape[0] for shape in calls) == 2 * 4  # prompts prefill, then 1 + 3 rows each
+    assert reused == [False, True, True]  # one prefix run for all three batches
+    monkeypatch.setattr(kv_prefix, "supports_prefix_attention", lambda model: False)
+    repeated = generate_answers(model, tokenizer, questions, settings, progress=False, autocast_dtype=None)
+    for ours, theirs in zip(separate, repeated):
+        assert ours["greedy_response"] == theirs["greedy_response"]
+        assert ours["sampling_response"] == theirs["sampling_response"]
+        assert ours["greedy_logprobs"] == pytest.approx(theirs["greedy_logprobs"], abs=1e-5)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache
 
-from ..kv_prefix import cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
+from ..kv_prefix import SharedPrefill, cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
+from ..prefix_attention import prefix_attention
 from ..prompts import shared_prefix_length
 
 
@@ -126,6 +126,7 @@ class Decoder:
         self.autocast_dtype = autocast_dtype
         # Tokens in the tail decoded to look for stop strings: each token adds at least one byte.
         self.stop_window = max((len(s.encode("utf-8")) for s in settings.stop_strings), default=0) + 2
+        self._last_prefix: tuple[list[int], Any] | None = None  # (tokens, cache) of the last separate prefix
 
     def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         kwargs = {self.cache_kwarg: cache, "use_cache": True}
@@ -175,20 +176,32 @@ class Decoder:
         with torch.no_grad(), autocast:
             return self._decode(questions, prompt_ids)
 
-    def _prefill(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
-        """Left-padded prompts run through the model: (input ids, attention mask, last logits, cache). With
-        `share_prefix`, a token prefix common to every prompt (kept when >= `MIN_SHARED_PREFIX` tokens) is run once,
-        and the rest of each prompt after it, padded between the prefix and the rest
-        ([`~elical_hf.kv_prefix.prefill_shared_prefix`])."""
+    def _prefill(self, prompt_ids: list[list[int]]) -> SharedPrefill:
+        """Left-padded prompts run through the model. With `share_prefix`, a token prefix common to every prompt
+        (kept when >= `MIN_SHARED_PREFIX` tokens) is run once, and the rest of each prompt after it, padded between the
+        prefix and the rest ([`~elical_hf.kv_prefix.prefill_shared_prefix`]). Where the model supports it, the
+        prefix's cache is not repeated per row ([`~elical_hf.prefix_attention`]), and a prefix that the previous
+        batch ran (Verbal-10's demonstrations in every batch) is not run again."""
         shared = shared_prefix_length(prompt_ids) if self.share_prefix else 0
+        reused = None
+        if self.share_prefix and self._last_prefix is not None:  # every prompt starts with it and goes on after it
+            tokens, cache = self._last_prefix
+            if all(len(ids) > len(tokens) and ids[: len(tokens)] == tokens for ids in prompt_ids):
+                shared, reused = len(tokens), cache
         prefill = prefill_shared_prefix(self._forward, prompt_ids, shared, self.model.config, self.model.device,
-                                        padding_side="left", pad_id=self.pad_id)
-        return prefill.input_ids, prefill.attention_mask, prefill.output, prefill.cache
+                                        padding_side="left", pad_id=self.pad_id, prefix_model=self.model,
+                                        prefix=reused)
+        self._last_prefix = (list(prompt_ids[0][:shared]), prefill.prefix) if prefill.prefix is not None else None
+        return prefill
 
     def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
         settings, device = self.settings, self.model.device
         batch, group = len(prompt_ids), self.num_samples + 1
-        input_ids, attention_mask, logits, cache = self._prefill(prompt_ids)
+        prefill = self._prefill(prompt_ids)
+        input_ids, attention_mask, logits, cache = prefill.input_ids, prefill.attention_mask, prefill.output, prefill.cache
+        # with a separate prefix cache, the model sees the rows' own columns of the mask only (and attends to the
+        # prefix inside `prefix_attention`)
+        own, prefix = (prefill.shared, prefill.prefix) if prefill.prefix is not None else (0, None)
         keep = self.on_prefill(questions) if self.on_prefill is not None else None
         # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
         # decoding writes in place (room for the new tokens) instead of growing by concatenation
@@ -234,7 +247,8 @@ class Decoder:
             if seen is not None:
                 seen = torch.cat([seen, next_tokens[:, None]], dim=-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(next_tokens), 1))], dim=-1)
-            logits = self._forward(next_tokens[:, None], attention_mask, next_pos[:, None], cache)
+            with prefix_attention(self.model, prefix) if prefix is not None else nullcontext():
+                logits = self._forward(next_tokens[:, None], attention_mask[:, own:], next_pos[:, None], cache)
             next_pos = next_pos + 1
 
         results = []
