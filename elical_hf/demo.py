@@ -127,10 +127,9 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     seconds = time.perf_counter() - start
     consistency = resolve_consistency_judge(settings.consistency_judge)
     judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
-    # Verbal-10's prompts carry ten demonstrations (~500 tokens) whose KV cache is repeated for every prompt of a
-    # batch: 4 prompts per batch instead of 16 keep the demo's peak memory near its sampling batches'.
+    # Verbal-10's ten demonstrations (~870 tokens) are one unrepeated KV prefix for all prompts (prefix_attention)
     scored = score_baselines(judged.records, settings.baselines, complete=backend.complete, train_records=pool,
-                             seed=settings.seed, batch_size=4)
+                             seed=settings.seed)
     live = scored.records
     same = sum(a["greedy_response"] == r["greedy_response"] for a, r in zip(live, chosen))
     tokens = sum(a["num_generated_tokens"] for a in sampled.records)
