@@ -28,6 +28,7 @@ from typing import Any
 
 from .atomic import atomic_write_text
 from .default_model import DEFAULT_MODEL
+from .memory import release_memory
 
 
 logger = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     start = time.perf_counter()
     sampled = sample([{k: r[k] for k in keep if k in r} for r in chosen], backend=backend, settings=sampling)
     seconds = time.perf_counter() - start
+    release_memory()  # the sampling batch's KV cache, before the judge's model loads
     consistency = resolve_consistency_judge(settings.consistency_judge)
     judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
     # Verbal-10's ten demonstrations (~870 tokens) are one unrepeated KV prefix for all prompts (prefix_attention)
@@ -261,6 +263,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     start, timings = time.perf_counter(), {}
 
     def lap(name: str) -> None:
+        release_memory()  # what the step freed goes back to the OS before the next step's peak (elical_hf.memory)
         timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
 
     if not os.path.exists(settings.records):
