@@ -1,10 +1,11 @@
 """Giving freed CPU memory back to the operating system.
 
-glibc's `malloc` keeps the memory of freed tensors in its heap for reuse, and activations of different sizes
-fragment it: on SmolLM2-135M a 4-row LoRA training step leaves ~600 MB of free heap resident, and the next
-micro-batch's activations land beside it instead of in it (the demo's live stage 1 peaked 1.69 GB instead of
-~1.48 GB, `docs/benchmarks.md`). `malloc_trim(0)` returns the free pages; it takes ~10 ms. Elsewhere (macOS,
-Windows, musl, another allocator preloaded without the symbol) [`release_memory`] only collects garbage.
+glibc's `malloc` keeps the memory of freed tensors in its heap for reuse: after the demo's live sampling or its
+live stage 1 the process stays hundreds of MB above what it still uses. `malloc_trim(0)` returns the free pages
+(~10 ms); the demo calls [`release_memory`] between its steps, so each step starts from what the process really
+holds. It does not lower a step's own peak: trimming after every training micro-batch left the live stage 1's
+peak where it was and cost up to ~10% of its time (`benchmarks/training_memory.py`, `docs/benchmarks.md`), so the
+Trainer does not. Elsewhere (macOS, Windows, musl, an allocator without the symbol) it only collects garbage.
 """
 
 from __future__ import annotations

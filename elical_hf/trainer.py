@@ -26,7 +26,6 @@ from .data import (
     validate_columns,
 )
 from .metrics import alignment, auroc, brier, ece
-from .memory import release_memory
 from .metrics.functional import MIN_THRESHOLD_ROWS
 from .precision import precision_report
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
@@ -177,12 +176,6 @@ class ConfidenceTrainer(Trainer):
         # Loading a checkpoint's adapter (resume, best model) may flip `requires_grad`; re-apply the stage first.
         self._apply_stage()
         return super().create_optimizer(model) if model is not None else super().create_optimizer()
-
-    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        loss = super().training_step(*args, **kwargs)
-        if self.args.device.type == "cpu":  # the micro-batch's freed activations go back to the OS, not fragment the
-            release_memory(collect=False)  # heap for the next one (~10 ms; `elical_hf.memory`)
-        return loss
 
     def compute_loss(
         self,

@@ -47,11 +47,11 @@ def test_the_check_catches_a_private_import(tmp_path, monkeypatch):
 # -- Floors: no module imports a module of a higher floor, and no import cycle ---------------------------------------
 
 FLOORS: list[tuple[str, list[str]]] = [
-    ("plumbing", ["atomic", "distributed", "extras", "files", "lazy", "version"]),
+    ("plumbing", ["atomic", "distributed", "extras", "files", "lazy", "memory", "version"]),
     ("settings", ["columns", "configuration", "precision", "prompts", "signals.settings", "training_options"]),
     ("metrics", ["metrics", "metrics.evaluate_mixin", "metrics.functional", "metrics.resampled", "metrics.risk_control"]),
     ("data", ["bundled", "data"]),
-    ("model", ["auto", "default_model", "hub_ids", "kv_prefix", "model_card", "modeling"]),
+    ("model", ["auto", "default_model", "hub_ids", "kv_prefix", "model_card", "modeling", "prefix_attention"]),
     ("training", ["callbacks", "head_calibration", "recipe", "trainer", "training_args"]),
     ("signals", ["signals", "signals.*"]),
     ("evaluation", ["diagnosis", "evaluation", "label_selection", "plots"]),

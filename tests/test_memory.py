@@ -1,5 +1,4 @@
-"""Freed CPU memory goes back to the OS: `elical_hf.memory.release_memory`, after every training micro-batch on a
-CPU and between the demo's steps."""
+"""Freed CPU memory goes back to the OS: `elical_hf.memory.release_memory` (the demo calls it between its steps)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,8 @@ import sys
 import pytest
 import torch
 
-from elical_hf import AutoModelForConfidence, ConfidenceTrainer
 from elical_hf import memory
 from elical_hf.memory import release_memory
-
-from tests.test_trainer import make_args, make_rows
 
 
 def rss_mib() -> float:
@@ -40,13 +36,3 @@ def test_without_malloc_trim_only_garbage_is_collected(monkeypatch):
     monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert release_memory() is False
 
-
-def test_each_training_micro_batch_on_a_cpu_releases_memory(tiny_llama, tmp_path, monkeypatch):
-    import elical_hf.trainer as trainer_module
-
-    calls = []
-    monkeypatch.setattr(trainer_module, "release_memory", lambda collect=True: calls.append(collect) or True)
-    model = AutoModelForConfidence.from_pretrained(tiny_llama)
-    args = make_args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2, num_train_epochs=1)
-    ConfidenceTrainer(model, args=args, train_dataset=make_rows(8)).train()
-    assert calls == [False] * 4  # 8 rows in micro-batches of 2; no garbage collection per micro-batch
