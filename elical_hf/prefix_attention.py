@@ -62,7 +62,9 @@ def supports_prefix_attention(model: Any) -> bool:
 def prefix_attention(model: Any, prefix: Any) -> Iterator[None]:
     """Within this context the attention layers of `model` attend to `prefix` (a filled `DynamicCache` of batch 1,
     left untouched) before each row's own cached tokens. The attention mask and cache given to the model then cover
-    the rows' own tokens only; positions stay counted from the prefix's start (pass `position_ids`)."""
+    the rows' own tokens only; positions stay counted from the prefix's start (pass `position_ids`). The switch is
+    made on the model's config, so another thread must not run the same model meanwhile (the library's server runs
+    its model on one worker thread)."""
     config = _base_model(model).config
     previous = config._attn_implementation
     token = _PREFIX.set(prefix)
