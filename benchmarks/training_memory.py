@@ -55,13 +55,7 @@ def main() -> None:
     settings = DemoSettings()
     questions = [r["question"] for r in demo_partitions(read_records(settings.records), settings)["stage1"]]
     model = AutoModelForConfidence.from_pretrained(settings.model_name_or_path)
-    tokenizer = model.tokenizer if hasattr(model, "tokenizer") else None
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        from elical_hf.default_model import resolve_model_path
-
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(settings.model_name_or_path)[0])
+    tokenizer = model.tokenizer  # loaded with the model
 
     def batch(start: int, rows: int) -> dict[str, torch.Tensor]:
         texts = [model.confidence_config.format_prompt(q, tokenizer) for q in questions[start : start + rows]]

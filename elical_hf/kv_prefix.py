@@ -122,12 +122,13 @@ def prefill_shared_prefix(
     elif shared:
         prefix = DynamicCache(config=config)
         run(prefix_ids, torch.ones_like(prefix_ids), torch.arange(shared, device=device)[None], prefix)
-    if separate:
+    if separate:  # the rows' cache starts empty; the prefix stays a batch of one
         cache = DynamicCache(config=config)
+    elif shared:  # the prefix's cache, repeated for every row, becomes the rows' cache
+        cache, prefix = prefix, None
+        cache.batch_repeat_interleave(batch)
     else:
-        cache, prefix = (prefix, None) if shared else (DynamicCache(config=config), None)
-        if shared:
-            cache.batch_repeat_interleave(batch)
+        cache, prefix = DynamicCache(config=config), None
     rest = [ids[shared:] for ids in sequences]
     length = max(len(ids) for ids in rest)
     input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
