@@ -20,7 +20,9 @@ from typing import Any, Protocol, runtime_checkable
 from ..default_model import resolve_model_path
 from ..precision import precision_report, resolve_dtype
 from .decoding import context_length, cut_at_stop, sample_seed
-from .generation import SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, generate_answers
+from .generation import (
+    SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, first_token_logprobs, generate_answers,
+)
 
 
 __all__ = [
@@ -127,6 +129,16 @@ class HFBackend:
             autocast_dtype=self.autocast_dtype,
             **kwargs,
         )
+
+    def first_token_logprobs(self, prompts: list[str], batch_size: int = 16, progress: bool = True,
+                             **kwargs: Any) -> list[dict[str, float]]:
+        """The likeliest first reply tokens of each prompt with their log-probabilities; see
+        [`~elical_hf.signals.generation.first_token_logprobs`] (a repetition penalty, which only the generated verdict
+        uses, is ignored)."""
+        kwargs.pop("repetition_penalty", None)
+        kwargs.pop("max_new_tokens", None)  # one token, by definition
+        return first_token_logprobs(self.model, self.tokenizer, list(prompts), batch_size=batch_size,
+                                    progress=progress, autocast_dtype=self.autocast_dtype, **kwargs)
 
 
 def vllm_available() -> bool:

@@ -4,37 +4,34 @@ The paper judges with a 32B model that users will not load next to their own; [`
 prompt to `POST {url}/chat/completions` instead (a hosted API, a vLLM server, or `elical-hf serve MODEL --mode
 completion`) as a single user message with `temperature: 0`, the same request the local judge answers
 ([`~elical_hf.signals.complete_prompts`]: the prompt in the judge's chat template, greedy, with the judge's
-repetition penalty). Its `complete` is a
-completion function ([`~elical_hf.signals.llm_judge`]) for `judge_with_llm` / `apply_judges(judge_endpoint=...)` /
-`elical-hf judge --judge_endpoint URL`.
+repetition penalty). Its `complete` is a completion function ([`~elical_hf.signals.llm_judge`]) for
+`judge_with_llm` / `apply_judges(judge_endpoint=...)` / `elical-hf judge --judge_endpoint URL`; its
+`first_token_logprobs` reads the verdict from the first reply token's log-probabilities instead
+(`--judge_verdict logprob`: one token per prompt instead of up to 64).
 
-Prompts go out `batch_size` at a time, concurrently; a rate limit (429), a server error (5xx) or a dropped connection
-is retried with exponential backoff, `max_retries` times. A refused request (another 4xx) raises a `ValueError` with
-the endpoint's own message; an endpoint that stays unreachable, an `OSError`.
+Requests go through [`~elical_hf.signals.openai_client.OpenAIClient`] (the `openai` package's `AsyncOpenAI`):
+`max_concurrency` in flight at once; a rate limit (429), a server error (5xx), a timeout, a dropped connection or a
+reply without a message is retried with exponential backoff, `max_retries` times, and then ends in one
+[`~elical_hf.signals.openai_client.EndpointError`] (an `OSError`) naming the endpoint; a refused request (another
+4xx) raises a `ValueError` with the endpoint's own message.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
-import os
-import time
-import urllib.error
-import urllib.request
 from typing import Any
 
+from .openai_client import API_KEY_ENV, BadReply, OpenAIClient, base_url
 
-API_KEY_ENV = "OPENAI_API_KEY"
-"""The environment variable whose value is sent as the bearer token (never a command-line option: `ps` shows those)."""
-RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+__all__ = ["API_KEY_ENV", "ChatEndpoint", "TOP_LOGPROBS", "chat_completions_url"]
+
+TOP_LOGPROBS = 20
+"""Alternatives read at the first reply token by `first_token_logprobs` (OpenAI's largest `top_logprobs`)."""
 
 
 def chat_completions_url(url: str) -> str:
-    """`.../v1` (an OpenAI `base_url`) or the full `.../chat/completions` URL -> the full URL."""
-    url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"--judge_endpoint must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}.")
-    return url if url.endswith("/chat/completions") else f"{url}/chat/completions"
+    """`.../v1` (an OpenAI `base_url`) or the full `.../chat/completions` URL -> the full URL (checked)."""
+    return base_url(url, "--judge_endpoint") + "/chat/completions"
 
 
 class ChatEndpoint:
@@ -47,76 +44,72 @@ class ChatEndpoint:
         api_key (`str`, *optional*): Bearer token; defaults to the `OPENAI_API_KEY` environment variable (none for
             a local server).
         timeout (`float`, *optional*, defaults to 300): Seconds per request.
-        max_retries (`int`, *optional*, defaults to 4): Retries of a rate-limited, failed or dropped request.
+        max_retries (`int`, *optional*, defaults to 4): Retries of a rate-limited, failed, dropped or unreadable
+            request.
+        max_concurrency (`int`, *optional*): Requests in flight at once; default: the `batch_size` of each call.
     """
 
     kind = "endpoint"
 
     def __init__(self, url: str, model: str, *, api_key: str | None = None, timeout: float = 300,
-                 max_retries: int = 4) -> None:
-        self.url, self.model = chat_completions_url(url), model
-        self.name = f"{model} via {url.rstrip('/')}"
-        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-        self.timeout, self.max_retries = timeout, max_retries
+                 max_retries: int = 4, max_concurrency: int | None = None) -> None:
+        self.client = OpenAIClient(url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                                   max_concurrency=max_concurrency or 16, option="--judge_endpoint")
+        self.max_concurrency = max_concurrency
+        self.url, self.model = self.client.url + "/chat/completions", model
+        self.name = f"{model} via {self.client.url}"
 
     def __repr__(self) -> str:
         return f"ChatEndpoint(url={self.url!r}, model={self.model!r})"
 
+    def _concurrency(self, batch_size: int) -> None:
+        self.client.max_concurrency = self.max_concurrency or max(1, int(batch_size))
+
+    def _body(self, prompt: str, max_tokens: int, repetition_penalty: float) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
+                                "max_tokens": max_tokens, "temperature": 0.0, "n": 1}
+        if repetition_penalty != 1.0:  # vLLM and `elical-hf serve` take it; OpenAI's own API refuses the field
+            body["extra_body"] = {"repetition_penalty": float(repetition_penalty)}
+        return body
+
     def complete(self, prompts: list[str], max_new_tokens: int = 16, batch_size: int = 16, progress: bool = True,
                  repetition_penalty: float = 1.0) -> list[str]:
-        """One greedy reply per prompt, in order; `batch_size` requests in flight at a time. A `repetition_penalty`
-        other than 1.0 is sent as the request's `repetition_penalty` (vLLM and `elical-hf serve --mode completion`
-        apply it; OpenAI's own API refuses the field: judge there with `--judge_repetition_penalty 1.0`)."""
-        from tqdm.auto import tqdm
+        """One greedy reply per prompt, in order; `batch_size` requests in flight at a time (unless the endpoint
+        was made with `max_concurrency`). A `repetition_penalty` other than 1.0 is sent as the request's
+        `repetition_penalty` (vLLM and `elical-hf serve --mode completion` apply it; OpenAI's own API refuses the
+        field: judge there with `--judge_repetition_penalty 1.0`)."""
+        self._concurrency(batch_size)
 
-        prompts = list(prompts)
-        if not prompts:
-            return []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, batch_size)) as pool:
-            replies = pool.map(lambda prompt: self._ask(prompt, max_new_tokens, repetition_penalty), prompts)
-            return list(tqdm(replies, total=len(prompts), desc="Judging (endpoint)", unit="prompt",
-                             disable=not progress))
+        async def ask(client: Any, prompt: str) -> str:
+            reply = await client.chat.completions.create(**self._body(prompt, max_new_tokens, repetition_penalty))
+            return _message(reply).content or ""
 
-    def _ask(self, prompt: str, max_new_tokens: int, repetition_penalty: float) -> str:
-        request_body = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                        "max_tokens": max_new_tokens, "temperature": 0.0, "n": 1}
-        if repetition_penalty != 1.0:
-            request_body["repetition_penalty"] = repetition_penalty
-        body = json.dumps(request_body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        for attempt in range(self.max_retries + 1):
-            request = urllib.request.Request(self.url, data=body, headers=headers)
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return _reply_text(json.loads(response.read()), self.url)
-            except urllib.error.HTTPError as error:
-                if error.code not in RETRIED_STATUSES:
-                    raise ValueError(f"The judge endpoint {self.url} refused a request ({error.code}): "
-                                     f"{_error_message(error)}") from None
-                failure: Exception = error
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
-                failure = error
-            if attempt < self.max_retries:
-                time.sleep(min(30.0, 0.5 * 2**attempt))
-        reason = getattr(failure, "reason", None) or failure
-        raise OSError(f"The judge endpoint {self.url} failed {self.max_retries + 1} times: {reason}")
+        return self.client.map(ask, list(prompts), what="judge prompts", progress=progress, unit="prompt")
+
+    def first_token_logprobs(self, prompts: list[str], batch_size: int = 16, progress: bool = True,
+                             repetition_penalty: float = 1.0) -> list[dict[str, float]]:
+        """For each prompt, the log-probabilities of the [`TOP_LOGPROBS`] likeliest first reply tokens (token text
+        -> log-probability): one generated token per prompt (`max_tokens=1`, `logprobs`, `top_logprobs`)."""
+        self._concurrency(batch_size)
+
+        async def ask(client: Any, prompt: str) -> dict[str, float]:
+            body = self._body(prompt, 1, repetition_penalty)
+            reply = await client.chat.completions.create(**body, logprobs=True, top_logprobs=TOP_LOGPROBS)
+            content = getattr(getattr(reply.choices[0], "logprobs", None), "content", None)
+            if not content:
+                raise BadReply(f"a reply without token log-probabilities: {str(reply)[:200]}")
+            first = content[0]
+            found = {str(alt.token): float(alt.logprob) for alt in (first.top_logprobs or [])}
+            found.setdefault(str(first.token), float(first.logprob))
+            return found
+
+        return self.client.map(ask, list(prompts), what="judge prompts", progress=progress, unit="prompt")
 
 
-def _reply_text(body: Any, url: str) -> str:
-    try:
-        content = body["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError(f"The judge endpoint {url} answered without choices[0].message.content: "
-                         f"{json.dumps(body)[:200]}") from None
-    return content or ""
-
-
-def _error_message(error: urllib.error.HTTPError) -> str:
-    """The `error.message` of an OpenAI-style error body, else the body's start."""
-    text = error.read().decode("utf-8", "replace")
-    try:
-        return json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        return text[:200] or str(error.reason)
+def _message(reply: Any) -> Any:
+    """`choices[0].message` of a chat reply, or [`BadReply`]."""
+    choices = getattr(reply, "choices", None)
+    message = getattr(choices[0], "message", None) if choices else None
+    if message is None:
+        raise BadReply(f"a reply without choices[0].message: {str(reply)[:200]}")
+    return message

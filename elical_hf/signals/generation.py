@@ -190,3 +190,57 @@ def complete_prompts(
     check_prompt_lengths(prompt_ids, context_length(model), max_new_tokens,
                          [f"prompt row {i}" for i in range(len(prompts))])
     return [r["greedy_response"] for r in decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
+
+
+@torch.no_grad()
+def first_token_logprobs(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    top_logprobs: int = 20,
+    batch_size: int = 16,
+    progress: bool = True,
+    *,
+    use_chat_template: bool = True,
+    system_prompt: str | None = None,
+    autocast_dtype: torch.dtype | str | None = "auto",
+) -> list[dict[str, float]]:
+    """The log-probabilities of the `top_logprobs` likeliest first reply tokens of each prompt (rendered as
+    [`complete_prompts`] renders it): token text -> log-probability, what an OpenAI-compatible server returns for
+    `max_tokens=1, logprobs=True, top_logprobs=...` (the model's own distribution, without repetition penalty).
+
+    One forward pass per batch of `batch_size` prompts, left-padded, positions counted from each prompt's first
+    token, so a prompt's numbers do not depend on its batch (up to float rounding)."""
+    from contextlib import nullcontext
+
+    from tqdm.auto import tqdm
+
+    prompts = list(prompts)
+    settings = completion_settings(1, batch_size, use_chat_template, system_prompt)
+    prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
+    check_prompt_lengths(prompt_ids, context_length(model), 1, [f"prompt {i}" for i in range(len(prompts))])
+    dtype = resolve_autocast_dtype(model, autocast_dtype)
+    device = model.device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompt_ids[i]))  # similar lengths share a batch
+    found: list[dict[str, float] | None] = [None] * len(prompts)
+    for start in tqdm(range(0, len(order), batch_size), desc="First-token log-probabilities", unit="batch",
+                      disable=not progress):
+        rows = order[start : start + batch_size]
+        width = max(len(prompt_ids[i]) for i in rows)
+        ids = torch.tensor([[pad] * (width - len(prompt_ids[i])) + prompt_ids[i] for i in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(prompt_ids[i])) + [1] * len(prompt_ids[i]) for i in rows],
+                            device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+        with autocast:
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+        logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+        values, tokens = logprobs.topk(min(top_logprobs, logprobs.shape[-1]), dim=-1)
+        for row, top_values, top_tokens in zip(rows, values.tolist(), tokens.tolist()):
+            texts = tokenizer.batch_decode([[t] for t in top_tokens])
+            entry: dict[str, float] = {}
+            for text, value in zip(texts, top_values):
+                entry.setdefault(text, value)
+            found[row] = entry
+    return [entry or {} for entry in found]

@@ -84,6 +84,8 @@ def apply_judges(
     max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
     judge_repetition_penalty: float = JUDGE_REPETITION_PENALTY,
     strip_thinking: bool = True,
+    judge_verdict: str = "generate",
+    first_token_logprobs: Any = None,
 ) -> dict[str, dict[str, int]]:
     """Judge the correctness and / or the consistency of `records` in place, with the judges named.
 
@@ -116,6 +118,11 @@ def apply_judges(
         strip_thinking (`bool`, *optional*, defaults to `True`): Judge the answers without their `<think>...</think>`
             reasoning blocks (a reasoning model's answers; the records keep them as sampled), and read an LLM judge's
             replies without theirs ([`~elical_hf.signals.reasoning`]).
+        judge_verdict (`str`, *optional*, defaults to `"generate"`): How the LLM judges' verdicts are read: from the
+            generated reply (the paper's) or, `"logprob"`, from the first reply token's log-probabilities (one token
+            per prompt; also stores P("certain") per judgement: [`~elical_hf.signals.llm_judge.judge_with_llm`]).
+        first_token_logprobs (`Callable`, *optional*): With `judge_verdict="logprob"` and a custom `complete`: its
+            first-token log-probabilities function (by default the judge model's or the endpoint's own).
 
     Returns:
         `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`; with
@@ -133,7 +140,8 @@ def apply_judges(
                        lexical_threshold=lexical_threshold, lexical_scoring=lexical_scoring,
                        embedding_model=embedding_model, embedding_threshold=embedding_threshold,
                        lexical_scores=lexical_scores, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                       judge_repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking)
+                       judge_repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking,
+                       judge_verdict=judge_verdict, first_token_logprobs=first_token_logprobs)
     if stripped:
         views, count = stripped
         for record, view in zip(records, views):  # the judgements, not the stripped answers
@@ -148,6 +156,7 @@ def _judge(
     judge_model: str | None, judge_endpoint: str | None, strict: bool, f1_threshold: float, lexical_threshold: float,
     lexical_scoring: str, embedding_model: str | None, embedding_threshold: float | None, lexical_scores: bool,
     batch_size: int, max_new_tokens: int, judge_repetition_penalty: float, strip_thinking: bool,
+    judge_verdict: str, first_token_logprobs: Any,
 ) -> dict[str, dict[str, int]]:
     """[`apply_judges`] once its arguments are checked (on the records as the judges read them)."""
     if "llm" in (correctness, consistency) and complete is None:
@@ -156,15 +165,18 @@ def _judge(
         if judge_endpoint is not None:
             from .endpoint import ChatEndpoint
 
-            endpoint = ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
-            complete, judge_model = endpoint.complete, endpoint.name
+            judge: Any = ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
+            judge_model = judge.name
         else:
             from .backends import HFBackend
 
-            complete = HFBackend(judge_model or DEFAULT_MODEL).complete
+            judge = HFBackend(judge_model or DEFAULT_MODEL)
+        complete = judge.complete
+        first_token_logprobs = first_token_logprobs or judge.first_token_logprobs
     llm: dict[str, Any] = dict(
         batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model,
-        repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking,
+        repetition_penalty=judge_repetition_penalty, strip_thinking=strip_thinking, verdict=judge_verdict,
+        first_token_logprobs=first_token_logprobs,
     )
     summaries: dict[str, dict[str, int]] = {}
     if correctness == "llm":

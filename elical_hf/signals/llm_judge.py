@@ -10,6 +10,10 @@ as the reference code decodes its judges: up to [`JUDGE_MAX_NEW_TOKENS`] (64) to
 Verdict parsing follows the paper's reference code (`deal_judge_new`): a reply is negative when the reference
 `has_answer` rule finds one of [`NEGATIVE_PHRASES`] in it, positive otherwise. See [`parse_verdict`] for the exact
 rules and the `strict` variant.
+
+`verdict="logprob"` reads the verdict from the first reply token instead ([`logprob_verdict`]): one forward pass (or
+`max_tokens=1` on an endpoint) per prompt instead of up to 64 decoded tokens, and a probability of "certain" per
+judgement besides the verdict (`*_probability` fields: a soft target).
 """
 
 from __future__ import annotations
@@ -125,6 +129,44 @@ def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     return not _is_negative(tokens)
 
 
+VERDICTS = ("generate", "logprob")
+"""How an LLM judge's verdict is read: from the generated reply (the paper's), or from the first token's
+log-probabilities ([`logprob_verdict`])."""
+
+_TOKEN_EDGES = " \t\n\"'`*.,:;!?()[]{}<>"
+
+
+def logprob_verdict(top: dict[str, float]) -> float | None:
+    """P("certain") among the first reply tokens that begin one of the two verdict words the judge prompts ask for:
+    the summed probability of the tokens that begin "certain" ("C", "cert", " Certain", '"certain'), over that of the
+    tokens that begin either word (those of "uncertain": "un", "unc", "Uncertain", ...). `None` when no token of
+    `top` (token text -> log-probability, the likeliest first tokens) begins either word.
+
+    Example:
+
+    ```python
+    >>> round(logprob_verdict({"certain": -0.1, "Unc": -2.5, " the": -4.0}), 3)
+    0.917
+    >>> logprob_verdict({"Yes": -0.1}) is None
+    True
+
+    ```
+    """
+    import math
+
+    positive = negative = 0.0
+    for token, logprob in top.items():
+        word = str(token).strip(_TOKEN_EDGES).lower()
+        if not word or logprob is None:
+            continue
+        if "certain".startswith(word):
+            positive += math.exp(logprob)
+        elif word.startswith("u") and "uncertain".startswith(word):
+            negative += math.exp(logprob)
+    total = positive + negative
+    return positive / total if total > 0 else None
+
+
 def correctness_prompt(question: str, answers: Iterable[str], prediction: str) -> str:
     """The paper's correctness-judge prompt for one answer.
 
@@ -194,18 +236,30 @@ def _store_consistency(record: dict, verdicts: list[bool | None]) -> None:
     record["consistency_judgement"] = verdicts
 
 
+def _store_correctness_probability(record: dict, probabilities: list[float | None]) -> None:
+    record["greedy_correctness_probability"] = probabilities[0]
+    record["sampling_correctness_probability"] = probabilities[1:]
+
+
+def _store_consistency_probability(record: dict, probabilities: list[float | None]) -> None:
+    record["consistency_probability"] = probabilities
+
+
 class _LLMJudge(NamedTuple):
     prompts: Callable[[dict], list[str]]  # a record's prompts, none when it cannot be judged
     store: Callable[[dict, list[bool | None]], None]  # puts a record's verdicts into its fields
+    store_probability: Callable[[dict, list[float | None]], None]  # the same for P("certain") (logprob verdicts)
     fields: tuple[str, ...]  # the fields it fills (set to None when absent in a record it skips)
     skipped: str  # the summary key counting the records it skips
 
 
 _LLM_JUDGES: dict[str, _LLMJudge] = {
     "correctness": _LLMJudge(
-        _correctness_prompts, _store_correctness, ("greedy_correctness", "sampling_correctness"), "without_answer"
+        _correctness_prompts, _store_correctness, _store_correctness_probability,
+        ("greedy_correctness", "sampling_correctness"), "without_answer",
     ),
-    "consistency": _LLMJudge(_consistency_prompts, _store_consistency, ("consistency_judgement",), "without_samples"),
+    "consistency": _LLMJudge(_consistency_prompts, _store_consistency, _store_consistency_probability,
+                             ("consistency_judgement",), "without_samples"),
 }
 """The LLM judges of [`judge_with_llm`] by kind."""
 
@@ -221,6 +275,8 @@ def judge_with_llm(
     judge_model: str | None = None,
     repetition_penalty: float = JUDGE_REPETITION_PENALTY,
     strip_thinking: bool = True,
+    verdict: str = "generate",
+    first_token_logprobs: Callable[[list[str]], list[dict[str, float]]] | None = None,
 ) -> dict[str, int]:
     """Judge records in place with the paper's LLM correctness (`kind="correctness"`) or semantic-consistency
     (`kind="consistency"`) judge.
@@ -256,6 +312,16 @@ def judge_with_llm(
             Read each reply without its `<think>...</think>` reasoning ([`~elical_hf.signals.reasoning`]): a
             reasoning judge's deliberation ("is it uncertain whether ...") must not decide its verdict. A reply cut off
             while still reasoning has no verdict left: counted in `unfinished_thinking` (raise `max_new_tokens`).
+        verdict (`str`, *optional*, defaults to `"generate"`):
+            `"generate"` reads the verdict from the reply (the paper's); `"logprob"` from the first reply token's
+            log-probabilities ([`logprob_verdict`]: certain when P("certain") >= 0.5), calling
+            `first_token_logprobs` instead of `complete`, and also stores P("certain") of each judgement
+            (`greedy_correctness_probability` and `sampling_correctness_probability`, or `consistency_probability`).
+            A first token that begins neither word gives no probability; its verdict is then that token read as a
+            reply (`strict`: `None`).
+        first_token_logprobs (`Callable`, *optional*):
+            With `verdict="logprob"`: prompts in, the likeliest first reply tokens' log-probabilities out (e.g.
+            `HFBackend.first_token_logprobs`, `ChatEndpoint.first_token_logprobs`).
 
     Returns:
         `dict[str, int]`: `judged` (records), `calls` (distinct prompts sent), `unparseable` (verdicts that are
@@ -266,6 +332,10 @@ def judge_with_llm(
     """
     if kind not in _LLM_JUDGES:
         raise ValueError(f"Unknown LLM judge {kind!r}; choose one of {sorted(_LLM_JUDGES)}.")
+    if verdict not in VERDICTS:
+        raise ValueError(f"Unknown judge verdict {verdict!r}; choose one of {VERDICTS}.")
+    if verdict == "logprob" and first_token_logprobs is None:
+        raise ValueError("verdict='logprob' needs `first_token_logprobs` (e.g. HFBackend(...).first_token_logprobs).")
     judge = _LLM_JUDGES[kind]
     summary = {"judged": 0, "calls": 0, "unparseable": 0, "never_certain": 0, judge.skipped: 0}
     prompts: list[str] = []
@@ -282,18 +352,30 @@ def judge_with_llm(
     summary["calls"] = len(set(prompts))
     options = {"batch_size": batch_size, "progress": progress, "max_new_tokens": max_new_tokens,
                "repetition_penalty": repetition_penalty}
-    replies = call_completion(complete, prompts, **options)
-    if strip_thinking:
+    probabilities: list[float | None] | None = None
+    if verdict == "logprob":
+        tops = call_completion(first_token_logprobs, prompts, **options)
+        probabilities = [logprob_verdict(top) for top in tops]
+        replies = [max(top, key=top.get) if top else "" for top in tops]  # the likeliest first token, as a reply
+    else:
+        replies = call_completion(complete, prompts, **options)
+    if strip_thinking and probabilities is None:
         unfinished = sum(unfinished_thinking(reply) for reply in replies)
         if unfinished:
             summary["unfinished_thinking"] = unfinished
         replies = [remove_thinking(reply) for reply in replies]
     verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
+    if probabilities is not None:
+        verdicts = [verdict_of if p is None else p >= 0.5 for verdict_of, p in zip(verdicts, probabilities)]
+        summary["never_certain"] += sum(p is None for p in probabilities)
+    else:
+        summary["never_certain"] += sum(not says_certain(reply) for reply in replies)
     summary["unparseable"] += sum(v is None for v in verdicts)
-    summary["never_certain"] += sum(not says_certain(reply) for reply in replies)
     start = 0
     for record, count in spans:
         judge.store(record, verdicts[start : start + count])
+        if probabilities is not None:
+            judge.store_probability(record, probabilities[start : start + count])
         if judge_model is not None:
             record[f"{kind}_judge"] = judge_model
         start += count

@@ -37,6 +37,9 @@ RECORD_FEATURES = Features(
         "id": _STR, "dataset": _STR, "model": _STR, "consistency_lexical": List(_FLOAT),
         "correctness_judge": _STR, "consistency_judge": _STR, "num_generated_tokens": _INT,
         "shard": _INT, "shard_seconds": _FLOAT, "shard_tokens": _INT,
+        # P("certain") of each LLM judgement read from first-token log-probabilities (`--judge_verdict logprob`).
+        "greedy_correctness_probability": _FLOAT, "sampling_correctness_probability": List(_FLOAT),
+        "consistency_probability": List(_FLOAT),
     }
 )  # fmt: skip
 """Types of the flat record schema; every field is optional. Other fields keep the type Arrow infers for them."""
