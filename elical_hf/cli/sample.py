@@ -1,5 +1,10 @@
 """`elical-hf sample`: greedy answer + k samples for each question, written as resumable record shards.
 
+`--backend openai --endpoint URL` samples through any OpenAI-compatible server (`vllm serve`, SGLang, TGI,
+llama.cpp) instead of loading the model: prompts are rendered here with `--model`'s chat template (the text the
+Hugging Face sampler decodes from), greedy with log-probabilities and k seeded samples per question, many requests
+at once (`--max_concurrency`), with retries; the records name the served model.
+
 Only sampling: the records it writes are raw (no correctness or consistency judgement yet). Rerun the same command
 after an interruption to finish the missing shards.
 
@@ -33,7 +38,27 @@ class SampleCommandArguments:
     )
     output_dir: str = field(metadata={"help": "Gets manifest.json and shards/shard-XXXXX.parquet."})
     model: str = field(default=DEFAULT_MODEL, metadata={"help": "Model to sample from (Hub id or folder)."})
-    backend: str = field(default="auto", metadata={"help": "'hf', 'vllm', or 'auto' (vLLM on a CUDA GPU, else hf)."})
+    backend: str = field(
+        default="auto",
+        metadata={"help": "'hf', 'vllm', 'openai' (any OpenAI-compatible server at --endpoint: vllm serve, SGLang, "
+                  "TGI, llama.cpp), or 'auto' (vLLM on a CUDA GPU, else hf).",
+                  "choices": ["auto", "hf", "vllm", "openai"]},
+    )
+    endpoint: str | None = field(
+        default=None, metadata={"help": "'openai' backend: the server's base URL (http://host:port/v1); prompts are "
+                                "rendered here with --model's chat template and sent to /v1/completions. The bearer "
+                                "token is read from OPENAI_API_KEY."})
+    served_model: str | None = field(
+        default=None, metadata={"help": "'openai' backend: the model name the server serves (default: its only one); "
+                                "the records name it."})
+    max_concurrency: int | None = field(
+        default=None, metadata={"help": "'openai' backend: requests in flight at once (default 32); raise "
+                                "--shard_size with it (a shard's questions are sent together)."})
+    request_timeout: float | None = field(
+        default=None, metadata={"help": "'openai' backend: seconds per request (default 600)."})
+    max_retries: int | None = field(
+        default=None, metadata={"help": "'openai' backend: retries of a failed request: 429, 5xx, timeouts, dropped "
+                                "connections, unreadable replies (default 4), with exponential backoff."})
     shard_size: int = field(default=64, metadata={"help": "Questions per shard (the unit of resumption)."})
     dataset: str | None = field(
         default=None,
@@ -69,6 +94,15 @@ class SampleCommandArguments:
             raise ValueError(f"--limit must be >= 1 (questions to sample), got {self.limit}.")
         if self.shard_size < 1:
             raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
+        if self.backend == "openai":
+            from elical_hf.signals.openai_client import base_url
+
+            if self.endpoint is None:
+                raise ValueError("--backend openai samples through a server: pass --endpoint http://host:port/v1.")
+            base_url(self.endpoint)
+        elif self.endpoint is not None:
+            raise ValueError(f"--endpoint is the 'openai' backend's server; pass --backend openai (not "
+                             f"{self.backend!r}).")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -87,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         shard_size=options.shard_size, dataset=options.dataset, limit=options.limit, dtype=options.dtype,
         num_workers=options.num_workers, worker_index=options.worker_index,
         tensor_parallel_size=options.tensor_parallel_size, data_parallel_size=options.data_parallel_size,
+        endpoint=options.endpoint, served_model=options.served_model, max_concurrency=options.max_concurrency,
+        timeout=options.request_timeout, max_retries=options.max_retries,
     )
     out, records, backend = options.output_dir, sampled.records, sampled.backend
     if options.num_workers > 1:

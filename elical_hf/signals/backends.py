@@ -26,7 +26,8 @@ from .generation import (
 
 
 __all__ = [
-    "BACKENDS", "GenerationBackend", "HFBackend", "VLLM_PARALLEL_OPTIONS", "VLLMBackend", "make_backend",
+    "BACKENDS", "ENDPOINT_OPTIONS", "GenerationBackend", "HFBackend", "VLLM_PARALLEL_OPTIONS", "VLLMBackend",
+    "make_backend",
     "vllm_available", "vllm_request_params",
 ]
 
@@ -310,19 +311,37 @@ class VLLMBackend:
         return [self._decode(out.outputs[0].token_ids, settings.stop_strings) for out in outputs]
 
 
-BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend}
+def _openai_backend(model: str, **kwargs: Any) -> Any:
+    from .openai_backend import OpenAIBackend
+
+    endpoint = kwargs.pop("endpoint", None)
+    if not endpoint:
+        raise ValueError("The 'openai' backend samples through a server: pass its URL (--endpoint "
+                         "http://127.0.0.1:8000/v1).")
+    return OpenAIBackend(endpoint, model, **kwargs)
+
+
+BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend, "openai": _openai_backend}
+"""The generation backends by kind: the library's own decoder, vLLM in-process, and any OpenAI-compatible server
+([`~elical_hf.signals.openai_backend.OpenAIBackend`])."""
 
 VLLM_PARALLEL_OPTIONS = ("tensor_parallel_size", "data_parallel_size")
 """Options that only the vLLM backend takes."""
 
+ENDPOINT_OPTIONS = ("endpoint", "served_model", "max_concurrency", "timeout", "max_retries")
+"""Options that only the OpenAI-compatible backend takes."""
 
-def make_backend(kind: str, model: str, **kwargs: Any) -> HFBackend | VLLMBackend:
-    """Build a backend by kind: `"hf"`, `"vllm"`, or `"auto"` (vLLM when it is importable and a CUDA GPU is present,
-    else Hugging Face). `kwargs` go to the backend's constructor (`dtype` works for both).
+_LOCAL_OPTIONS = ("dtype", "device", "autocast_dtype")
+
+
+def make_backend(kind: str, model: str, **kwargs: Any) -> Any:
+    """Build a backend by kind: `"hf"`, `"vllm"`, `"openai"` (a server at `endpoint=`), or `"auto"` (vLLM when it is
+    importable and a CUDA GPU is present, else Hugging Face). `kwargs` go to the backend's constructor (`dtype` works
+    for both local backends); options of another backend left at `None` are dropped.
 
     Raises:
-        `ValueError`: for an unknown `kind`, or vLLM's parallel options ([`VLLM_PARALLEL_OPTIONS`]) for the Hugging
-        Face backend. `ImportError`: for `"vllm"` without vLLM installed.
+        `ValueError`: for an unknown `kind`, or options of another backend ([`VLLM_PARALLEL_OPTIONS`],
+        [`ENDPOINT_OPTIONS`]). `ImportError`: for `"vllm"` without vLLM installed.
     """
     if kind == "auto":
         import torch
@@ -330,10 +349,19 @@ def make_backend(kind: str, model: str, **kwargs: Any) -> HFBackend | VLLMBacken
         kind = "vllm" if vllm_available() and torch.cuda.is_available() else "hf"
     if kind not in BACKENDS:
         raise ValueError(f"Unknown backend {kind!r}; choose one of {sorted(BACKENDS) + ['auto']}.")
-    vllm_only = [name for name in VLLM_PARALLEL_OPTIONS if kwargs.get(name) is not None]
-    if kind != "vllm" and vllm_only:
-        raise ValueError(f"{', '.join(vllm_only)}: options of the vLLM backend; the {kind!r} backend runs on one "
-                         "device (split the questions over workers with num_workers / --num_shards instead).")
-    if kind != "vllm":
-        kwargs = {name: value for name, value in kwargs.items() if name not in VLLM_PARALLEL_OPTIONS}
+    foreign = {"hf": VLLM_PARALLEL_OPTIONS + ENDPOINT_OPTIONS, "vllm": ENDPOINT_OPTIONS,
+               "openai": VLLM_PARALLEL_OPTIONS}[kind]
+    given = [name for name in foreign if kwargs.get(name) is not None]
+    if given:
+        owner = "vLLM" if given[0] in VLLM_PARALLEL_OPTIONS else "'openai' (OpenAI-compatible server)"
+        advice = {"hf": "the 'hf' backend runs on one device (split the questions over workers with --num_shards "
+                        "instead)",
+                  "vllm": "the vLLM backend loads the model in this process",
+                  "openai": "the server decides how the model is spread (vllm serve --tensor-parallel-size ...)"}[kind]
+        raise ValueError(f"{', '.join(given)}: options of the {owner} backend; {advice}.")
+    kwargs = {name: value for name, value in kwargs.items() if name not in foreign}
+    if kind == "openai":
+        if kwargs.get("dtype") not in (None, "auto"):
+            raise ValueError(f"dtype {kwargs['dtype']!r}: the server decides the dtype (vllm serve --dtype ...).")
+        kwargs = {name: value for name, value in kwargs.items() if name not in _LOCAL_OPTIONS and value is not None}
     return BACKENDS[kind](model, **kwargs)

@@ -54,7 +54,8 @@ class ChatEndpoint:
     def __init__(self, url: str, model: str, *, api_key: str | None = None, timeout: float = 300,
                  max_retries: int = 4, max_concurrency: int | None = None) -> None:
         self.client = OpenAIClient(url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                   max_concurrency=max_concurrency or 16, option="--judge_endpoint")
+                                   max_concurrency=max_concurrency or 16, option="--judge_endpoint",
+                                   label="judge endpoint")
         self.max_concurrency = max_concurrency
         self.url, self.model = self.client.url + "/chat/completions", model
         self.name = f"{model} via {self.client.url}"

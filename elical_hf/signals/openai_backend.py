@@ -83,7 +83,8 @@ class OpenAIBackend:
         entry = served_model_of(self.client, served_model)
         self.name = str(entry["id"])
         self.served_root = entry.get("root")
-        self.weights_source = f"served by {self.client.url}" + (f" from {self.served_root}" if self.served_root else "")
+        # Not the URL: the same served model behind another address (a restarted server) resumes the same run.
+        self.weights_source = f"served: {self.served_root}" if self.served_root else "served"
         self._max_model_len = entry.get("max_model_len")
         path, _ = resolve_model_path(model, revision)
         self.tokenizer_source = model

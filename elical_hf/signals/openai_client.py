@@ -84,17 +84,18 @@ class OpenAIClient:
         timeout (`float`, *optional*, defaults to 600): Seconds one request may take.
         max_retries (`int`, *optional*, defaults to 4): Retries of a failed, rate-limited, timed-out or bad reply.
         option (`str`, *optional*): The command-line option the URL came from, for messages.
+        label (`str`, *optional*, defaults to `"endpoint"`): What errors call the server ("judge endpoint", ...).
     """
 
     def __init__(self, url: str, *, api_key: str | None = None, max_concurrency: int = 32, timeout: float = 600,
-                 max_retries: int = 4, option: str = "--endpoint") -> None:
+                 max_retries: int = 4, option: str = "--endpoint", label: str = "endpoint") -> None:
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"--max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"--max_retries must be an integer >= 0, got {max_retries!r}.")
         if not timeout or timeout <= 0:
             raise ValueError(f"--timeout must be > 0 seconds, got {timeout!r}.")
-        self.url = base_url(url, option)
+        self.url, self.label = base_url(url, option), label
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         self.max_concurrency, self.timeout, self.max_retries = max_concurrency, float(timeout), max_retries
         self._runner: _LoopThread | None = None
@@ -192,26 +193,28 @@ class OpenAIClient:
         import openai
 
         failure: BaseException | None = None
+        tries = f"failed {self.max_retries + 1} times"
         for attempt in range(self.max_retries + 1):
             try:
                 return await call()
             except openai.APIStatusError as error:
                 if error.status_code not in (408, 409, 429) and error.status_code < 500:
-                    raise ValueError(f"The endpoint {self.url} refused {what} ({error.status_code}): "
+                    raise ValueError(f"The {self.label} {self.url} refused a request ({error.status_code}): "
                                      f"{_server_message(error)}") from None
-                raise EndpointError(f"The endpoint {self.url} kept failing {what}: {error.status_code} "
-                                    f"{_server_message(error)} (after {self.max_retries} retries)") from None
+                raise EndpointError(f"The {self.label} {self.url} {tries} ({what}): {error.status_code} "
+                                    f"{_server_message(error)}") from None
             except (openai.APIConnectionError, openai.APITimeoutError) as error:  # retried by the client already
-                reason = "timed out" if isinstance(error, openai.APITimeoutError) else "cannot be reached"
-                raise EndpointError(f"The endpoint {self.url} {reason} ({what}, after {self.max_retries} retries, "
-                                    f"{self.timeout:g} s per request): {_cause(error)}") from None
+                reason = f"timed out ({self.timeout:g} s a request)" if isinstance(error, openai.APITimeoutError) \
+                    else "cannot be reached"
+                raise EndpointError(f"The {self.label} {self.url} {reason}: {tries} ({what}): "
+                                    f"{_cause(error)}") from None
             except (BadReply, openai.APIResponseValidationError, ValueError, KeyError, TypeError,
                     AttributeError, IndexError) as error:
                 failure = error
             if attempt < self.max_retries:
                 await asyncio.sleep(min(8.0, 0.25 * 2**attempt))
-        raise EndpointError(f"The endpoint {self.url} answered {what} with replies elical-hf cannot read "
-                            f"{self.max_retries + 1} times: {failure}")
+        raise EndpointError(f"The {self.label} {self.url} {tries} ({what}) with replies elical-hf cannot read: "
+                            f"{failure}")
 
 
 def _server_message(error: Any) -> str:

@@ -78,6 +78,7 @@ def sample(
     worker_index: int = 0,
     tensor_parallel_size: int | None = None,
     data_parallel_size: int | None = None,
+    **endpoint_options: Any,
 ) -> Sampled:
     """
     Sample a greedy answer and k answers for every question.
@@ -89,12 +90,14 @@ def sample(
             ([`~elical_hf.signals.sample_records`], holding the folder's one-writer lock); without it the answers
             are generated in memory in one call of the backend.
         model (`str`, *optional*): The model to sample from, when `backend` is a name.
-        backend (`str` or backend, *optional*, defaults to `"auto"`): `"hf"`, `"vllm"`, `"auto"`, or a backend
+        backend (`str` or backend, *optional*, defaults to `"auto"`): `"hf"`, `"vllm"`, `"openai"`, `"auto"`, or a backend
             already made ([`~elical_hf.signals.make_backend`]).
         settings ([`~elical_hf.signals.SamplingSettings`], *optional*): Decoding settings (the paper's by default).
         shard_size, num_workers, worker_index: Of the sharded run (see [`~elical_hf.signals.sample_records`]).
         dataset, limit: As in [`load_questions`].
         dtype, tensor_parallel_size, data_parallel_size: Of a backend made here.
+        endpoint_options: Of an `"openai"` backend made here ([`~elical_hf.signals.openai_backend.OpenAIBackend`]:
+            `endpoint`, `served_model`, `max_concurrency`, `timeout`, `max_retries`; `None` values mean the defaults).
 
     Returns:
         [`Sampled`]: the records (normalized; raw: no judgements yet).
@@ -105,7 +108,7 @@ def sample(
     rows = load_questions(questions, dataset, limit) if isinstance(questions, str) else list(questions)
     if isinstance(backend, str):
         backend = make_backend(backend, model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-                               data_parallel_size=data_parallel_size)
+                               data_parallel_size=data_parallel_size, **endpoint_options)
     settings = settings if settings is not None else SamplingSettings()
     if output_dir is None:
         answers = backend.generate([row["question"] for row in rows], settings)
