@@ -69,19 +69,26 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     return interleaved_medians({"fn": fn}, repeats, warmup)["fn"]
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, budget_s: float | None = None
+) -> dict[str, float]:
     """Median wall time of each `fns[name]()` over `repeats` rounds, the methods taking turns within each round (after
     `warmup` untimed rounds): a slow drift of the machine's speed then weighs on every method alike, which timing one
-    method's repeats after another's does not."""
+    method's repeats after another's does not. With `budget_s`, no round starts that would end (at the mean round's
+    time) past `budget_s` seconds of timed rounds; the first round always runs."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
+    begin = time.perf_counter()
+    for done in range(1, repeats + 1):
         for name, fn in fns.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
+        spent = time.perf_counter() - begin
+        if budget_s is not None and spent * (done + 1) / done > budget_s:
+            break
     return {name: statistics.median(values) for name, values in times.items()}
 
 

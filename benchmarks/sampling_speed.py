@@ -91,17 +91,20 @@ def run_ours(model, tokenizer, questions, settings) -> dict:
             "texts": [[r["greedy_response"], *r["sampling_response"]] for r in records]}
 
 
-def _hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_return: int, sample: bool):
+def hf_batch(model, tokenizer, prompt_ids: list[list[int]], settings, num_return: int, sample: bool,
+             scores: bool = True) -> torch.Tensor:
+    """One left-padded `generate` call on `model`'s device: `num_return` samples per prompt, or the greedy answer
+    (with its scores, as the signals need them, unless `scores=False`); the generated ids, prompt cut off."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     length = max(len(ids) for ids in prompt_ids)
-    input_ids = torch.tensor([[pad] * (length - len(ids)) + ids for ids in prompt_ids])
-    mask = torch.tensor([[0] * (length - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+    input_ids = torch.tensor([[pad] * (length - len(ids)) + ids for ids in prompt_ids], device=model.device)
+    mask = torch.tensor([[0] * (length - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=model.device)
     kwargs = dict(max_new_tokens=settings.max_new_tokens, pad_token_id=pad)
     if sample:
         kwargs.update(do_sample=True, num_return_sequences=num_return, temperature=settings.temperature,
                       top_p=settings.top_p, top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
     else:
-        kwargs.update(do_sample=False, output_scores=True, return_dict_in_generate=True, top_p=None, top_k=None,
+        kwargs.update(do_sample=False, output_scores=scores, return_dict_in_generate=True, top_p=None, top_k=None,
                       temperature=None)
     with torch.no_grad():
         out = model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
@@ -122,14 +125,14 @@ def run_hf(model, tokenizer, questions, settings, per_sample: bool) -> dict:
     start = time.perf_counter()
     for begin in range(0, len(questions), batch):
         ids = prompt_ids[begin : begin + batch]
-        greedy = _hf_batch(model, tokenizer, ids, settings, 1, sample=False)
+        greedy = hf_batch(model, tokenizer, ids, settings, 1, sample=False)
         if per_sample:
-            rows = [_hf_batch(model, tokenizer, ids, settings, 1, sample=True) for _ in range(k)]
+            rows = [hf_batch(model, tokenizer, ids, settings, 1, sample=True) for _ in range(k)]
             width = max(r.shape[1] for r in rows)
             samples = torch.cat([torch.nn.functional.pad(r, (0, width - r.shape[1]), value=tokenizer.eos_token_id)
                                  for r in rows])
         else:
-            samples = _hf_batch(model, tokenizer, ids, settings, k, sample=True)
+            samples = hf_batch(model, tokenizer, ids, settings, k, sample=True)
         for q in range(len(ids)):
             g = greedy[q, : generated_length(greedy[q], eos)]
             greedy_text = tokenizer.decode(g, skip_special_tokens=True).strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "sampling_cache_ab", "training_speed",
                                     "metrics_speed", "demo_wall", "data_scale", "gate_overhead", "precision_agreement",
-                                    "serve_load", "cli_startup"])
+                                    "serve_load", "cli_startup", "gpu_check"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -122,3 +123,58 @@ def test_demo_wall_splits_the_memory_trace_by_step(monkeypatch):
     assert [name for name, _, _ in bounds] == ["start-up", "sampling", "training", "reports"]
     assert peaks == {"start-up": 900.0, "sampling": 1400.0, "training": 1300.0, "reports": 800.0}
     assert rss_mib(os.getpid()) > 10 and rss_mib(2**22 + 12345) is None
+
+
+def test_gpu_check_passes_every_device_check_and_measures_every_speed_row_on_a_cpu(tmp_path, monkeypatch):
+    """The GPU machine's one command in its CPU form (tiny shapes, a 60 s budget; about 10 s on 2 cores, one torch
+    thread: two threads on cores other jobs share run 2-3x slower): every device check passes, every speed row has a
+    positive figure, and the table on stdout says the same."""
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    from gpu_check import GATE_ROWS, SAMPLER_ROWS, SCORING_ROWS, TRAINING_ROWS
+
+    output = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "gpu_check.py"), "--device", "cpu", "--shape",
+                           "tiny", "--budget_s", "60", "--output", str(output)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    report = json.loads(output.read_text())
+    assert report["device"] == "cpu" and report["shape"] == "tiny" and report["versions"]["torch"] != "missing"
+    checks = {row["name"]: row for row in report["rows"] if row["part"] == "device check"}
+    assert len(checks) == 5 and all(row["status"] == "PASS" for row in checks.values()), checks
+    speeds = {row["name"]: row for row in report["rows"] if row["part"] == "speed"}
+    assert list(speeds) == [*SAMPLER_ROWS, *GATE_ROWS, *SCORING_ROWS, *TRAINING_ROWS]
+    assert all(row["value"] is not None and row["value"] > 0 for row in speeds.values()), speeds
+    assert all(speeds[name]["peak_memory_mib"] > 0 for name in TRAINING_ROWS)
+    assert report["setup"]["parameters"] > 0 and report["setup"]["dtype"] in ("float32", "bfloat16")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Device: ") and "transformers " in lines[0] and "peft " in lines[0]
+    table = [line for line in lines if line.startswith("| device check |") or line.startswith("| speed |")]
+    assert len(table) == len(report["rows"]) and sum(" | PASS | " in line for line in table) == 5
+
+
+def test_gpu_check_reports_a_failing_check_instead_of_stopping(monkeypatch):
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    from gpu_check import run_check
+
+    def broken() -> str:
+        assert 1 + 1 == 3, "arithmetic is off"
+        return "never"
+
+    row = run_check("arithmetic", broken)
+    assert row["status"] == "FAIL" and row["detail"] == "AssertionError: arithmetic is off"
+    assert run_check("fine", lambda: "ok")["status"] == "PASS"
+
+
+def test_interleaved_medians_stops_at_its_budget(monkeypatch):
+    monkeypatch.syspath_prepend(BENCHMARKS)
+    import time
+
+    from common import interleaved_medians
+
+    calls = []
+    medians = interleaved_medians({"a": lambda: (calls.append("a"), time.sleep(0.05))}, repeats=20, warmup=0,
+                                  budget_s=0.12)
+    assert 1 <= len(calls) <= 3 and medians["a"] >= 0.05
+    calls.clear()
+    interleaved_medians({"a": lambda: calls.append("a")}, repeats=4, warmup=1)
+    assert len(calls) == 5  # without a budget: the warm-up round and every repeat
