@@ -11,6 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for _name in ("COUNT", "ID", "MIN", "STEP"):  # a Slurm array job's task would make `elical-hf judge` judge a share
+    os.environ.pop(f"SLURM_ARRAY_TASK_{_name}", None)
 # Under pytest-xdist (`make test` runs one worker per core) each worker, and every process it starts, gets its share of
 # the cores as torch / OpenMP threads: two processes each running all cores' threads slow each other far more than 2x.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:

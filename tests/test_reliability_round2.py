@@ -100,14 +100,16 @@ def test_the_gate_refuses_nonsense(tiny_llama):
         ConfidenceEstimationPipeline(model)([])
 
 
-@case("input", "`elical-hf judge --lexical_threshold 5` (or any judge threshold outside [0, 1]); `--output` a folder",
-      "exits 2: `--lexical_threshold must lie in [0, 1], got 5.0 …` / `--output … is a folder …`")
+@case("input", "`elical-hf judge --lexical_threshold 5` (or any judge threshold outside [0, 1]); `--output` a folder "
+      "that holds other files (not a judge folder)",
+      "exits 2: `--lexical_threshold must lie in [0, 1], got 5.0 …` / `--output … is a folder that holds other files "
+      "and no manifest.json of elical-hf judge …`")
 def test_judge_thresholds_outside_the_unit_interval(tmp_path, raise_user_errors):
     path = save_records(records_of("m"), tmp_path / "r.jsonl")
     with pytest.raises(ValueError, match=r"--lexical_threshold must lie in \[0, 1\], got 5.0"):
         cli_main(["judge", "--records", path, "--consistency", "lexical", "--lexical_threshold", "5",
                   "--output", str(tmp_path / "o.jsonl")])
-    with pytest.raises(ValueError, match="is a folder"):
+    with pytest.raises(ValueError, match="is a folder that holds other files"):
         cli_main(["judge", "--records", path, "--consistency", "lexical", "--output", str(tmp_path)])
 
 

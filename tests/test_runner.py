@@ -1,11 +1,6 @@
 import json
 import logging
 import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +9,9 @@ import torch
 from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, sample_records
 from elical_hf.signals.records import read_records, save_records
 from elical_hf.signals.runner import TIMING_FIELDS, shard_path
+from tests.killing import kill_once_written
 
 
-REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = [
     {"id": f"q{i}", "question": q, "answer": ["shakespeare"] if i % 2 else [], "dataset": "nq"}
     for i, q in enumerate(
@@ -129,16 +124,7 @@ sample_records(QUESTIONS, backend, SETTINGS, sys.argv[2], shard_size=3, progress
 
 def test_resume_after_sigkill(reference, backend, tiny_llama, tmp_path):
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "-c", textwrap.dedent(KILL_SCRIPT), tiny_llama, str(out)], env=env)
-    first = Path(shard_path(out, 0))
-    deadline = time.monotonic() + 240  # generous: CI machines can be loaded
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert first.exists(), "the child never wrote its first shard"
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
-    assert process.returncode == -signal.SIGKILL
+    kill_once_written(KILL_SCRIPT, [tiny_llama, str(out)], shard_path(out, 0))
     assert not Path(shard_path(out, 2)).exists()  # killed before the end
     counting = CountingBackend(backend)
     resumed = sample_records(QUESTIONS, counting, SETTINGS, out, shard_size=3, progress=False)

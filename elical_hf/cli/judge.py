@@ -5,17 +5,27 @@ against the gold aliases) or `llm` (the paper's judge prompt).
 Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline) or `llm`
 (the paper's semantic-equivalence prompt). LLM judges run `--judge_model` (default: the embedded SmolLM2), or any
 OpenAI-compatible endpoint with `--judge_endpoint URL` (e.g. `elical-hf serve MODEL --mode completion`). Records are
-read from a jsonl/parquet file or a folder of them and written atomically to `--output` (format by extension).
+read from a jsonl/parquet file or a folder of them.
+
+Judging is resumable, like `elical-hf sample`: records are judged `--shard_size` at a time into shards with a
+manifest (the judge settings, a fingerprint of the records). Killed at any point, the same command run again judges
+only the missing shards and ends with the output of an uninterrupted run; a rerun with other records or settings is
+refused, naming the differences. `--output` is a folder (no extension: `manifest.json` and `shards/`, read by every
+command as records) or a `.jsonl` / `.parquet` file, written atomically when every shard is done (the shards wait
+meanwhile in the hidden folder `.<name>.judge-parts` beside it).
+
+On N workers run the same command with `--num_shards N --shard_index i` (by default from `SLURM_ARRAY_TASK_COUNT` /
+`SLURM_ARRAY_TASK_ID` in a Slurm job array) and a folder `--output` each: worker i judges the records whose id hashes
+to i, and `elical-hf merge` combines the N folders into one worker's.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from elical_hf.default_model import DEFAULT_MODEL
 
-from .parser import ElicalArgumentParser
+from .parser import ElicalArgumentParser, slurm_array_task
 from .records_command import allow_incomplete_field
 
 
@@ -30,7 +40,8 @@ class JudgeArguments:
     """Options of `elical-hf judge` (also settable from `--config file.yaml`)."""
 
     records: str = field(metadata={"help": "Records file (.jsonl/.parquet) or a folder of them."})
-    output: str = field(metadata={"help": "Where to write the judged records (.jsonl or .parquet)."})
+    output: str = field(metadata={"help": "Where to write the judged records: a .jsonl or .parquet file, or a folder "
+                                  "(no extension: manifest.json and shards/, as `sample` writes)."})
     correctness: str | None = field(
         default=None, metadata={"help": f"Correctness judge: {'|'.join(CORRECTNESS_CHOICES)}."}
     )
@@ -70,11 +81,20 @@ class JudgeArguments:
         default=1.05, metadata={"help": "Repetition penalty of the LLM judge's greedy decoding (the reference code's "
                                 "1.05; 1.0: plain argmax)."}
     )
+    shard_size: int = field(default=64, metadata={"help": "Records per shard (the unit of resumption)."})
+    num_workers: int | None = field(
+        default=None,
+        metadata={"aliases": ["--num_shards"], "help": "Split the records across N workers by a hash of their id (each "
+                  "runs this command with its own --shard_index and folder --output; then `elical-hf merge`). "
+                  "Default: SLURM_ARRAY_TASK_COUNT when set, else 1."},
+    )
+    worker_index: int | None = field(
+        default=None, metadata={"aliases": ["--shard_index"], "help": "Which of the N workers this is (0 to N-1). "
+                                "Default: this Slurm array task's (SLURM_ARRAY_TASK_ID), else 0."}
+    )
     allow_incomplete: bool = allow_incomplete_field()
 
     def __post_init__(self):
-        from elical_hf.signals.records import record_format
-
         if self.correctness is None and self.consistency is None:
             raise ValueError("Nothing to do: pass --correctness and/or --consistency.")
         if self.max_new_tokens < 1 or self.judge_repetition_penalty <= 0:
@@ -94,9 +114,32 @@ class JudgeArguments:
             from elical_hf.signals.endpoint import chat_completions_url
 
             chat_completions_url(self.judge_endpoint)
-        if os.path.isdir(self.output):
-            raise ValueError(f"--output {self.output} is a folder; give a .jsonl or .parquet file path.")
-        record_format(self.output)
+        from elical_hf.steps.judging import judge_output_is_folder
+
+        if self.shard_size < 1:
+            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
+        folder = judge_output_is_folder(self.output)  # a folder, or a .jsonl / .parquet file
+        self._set_workers()
+        if self.num_workers > 1 and not folder:
+            raise ValueError(f"--num_shards {self.num_workers}: every worker writes its own folder (then `elical-hf "
+                             f"merge`); give --output a folder (no extension), not {self.output}.")
+
+    def _set_workers(self) -> None:
+        """`num_workers` / `worker_index` where not given: this Slurm array task's (its index only when the workers
+        are the array's tasks), else 1 and 0."""
+        count, index = slurm_array_task()
+        self.from_slurm = from_slurm = []  # (not a field: said when judging starts)
+        if self.num_workers is None:
+            self.num_workers = count or 1
+            from_slurm += ["--num_shards"] if count else []
+        if self.worker_index is None:  # this task's index, where the workers are the array's tasks
+            slurm = index is not None and self.num_workers == count
+            self.worker_index = index if slurm else 0
+            from_slurm += ["--shard_index"] if slurm else []
+        if self.num_workers < 1 or not 0 <= self.worker_index < self.num_workers:
+            note = f" ({' and '.join(from_slurm)} from SLURM_ARRAY_TASK_*)" if from_slurm else ""
+            raise ValueError(f"--num_shards must be >= 1 and --shard_index in [0, --num_shards), got shard "
+                             f"{self.worker_index} of {self.num_workers}{note}.")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -106,10 +149,18 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None, complete=None) -> int:
     import dataclasses
     import json
+    import sys
 
     from elical_hf.steps import judge
 
     (options,) = make_parser().parse_with_config(argv)
+    if options.from_slurm:
+        print(f"elical-hf judge: judging shard {options.worker_index} of {options.num_workers} "
+              f"({' and '.join(options.from_slurm)} from SLURM_ARRAY_TASK_*; --num_shards 1 judges every record).",
+              file=sys.stderr)
     judged = judge(**dataclasses.asdict(options), complete=complete)
     print(json.dumps({"records": len(judged.records), "output": options.output, **judged.report}, indent=2))
+    if options.num_workers > 1:
+        print(f"Worker {options.worker_index} of {options.num_workers}: when every worker is done, elical-hf merge "
+              "--inputs <their folders> --output_dir <merged>", file=sys.stderr)
     return 0

@@ -29,6 +29,26 @@ def warn_token_on_command_line(argv: list[str] | None) -> None:
               "set HF_TOKEN or run `hf auth login` instead.", file=sys.stderr)
 
 
+def slurm_array_task() -> tuple[int | None, int | None]:
+    """This Slurm job-array task's `(number of tasks, index from 0)`: `SLURM_ARRAY_TASK_COUNT`, and
+    `SLURM_ARRAY_TASK_ID` less `SLURM_ARRAY_TASK_MIN`, over `SLURM_ARRAY_TASK_STEP` (`--array=1-8` and
+    `--array=0-28:4` give 0, 1, ...); `None` for what the environment does not set. The defaults of
+    `--num_shards` / `--shard_index`."""
+    import os
+
+    values = {}
+    for name in ("COUNT", "ID", "MIN", "STEP"):
+        text = os.environ.get(f"SLURM_ARRAY_TASK_{name}")
+        try:
+            values[name] = int(text) if text not in (None, "") else None
+        except ValueError:
+            raise ValueError(f"SLURM_ARRAY_TASK_{name}={text!r} is not a whole number.") from None
+    index = values["ID"]
+    if index is not None:
+        index = (index - (values["MIN"] or 0)) // (values["STEP"] or 1)
+    return values["COUNT"], index
+
+
 def check_dtype_option(value: str) -> str:
     """Return a `--dtype` value (`auto`, `float32`, `bfloat16`, `float16`, ...) once it is known to name a dtype,
     so that a typo fails when the options are parsed, before any data or model is loaded."""

@@ -33,6 +33,7 @@ _LAZY = {
     "has_answer": ".lexical_judge",
     "has_answer_squad": ".lexical_judge",
     "judge_correctness": ".lexical_judge",
+    "judge_records": ".judge_runner",
     "judge_with_llm": ".llm_judge",
     "lexical_consistency": ".lexical_judge",
     "lexical_judgement": ".lexical_judge",
@@ -41,6 +42,7 @@ _LAZY = {
     "load_honestybench": ".honestybench",
     "load_records": ".records",
     "make_backend": ".backends",
+    "merge_judged": ".judge_runner",
     "merge_samples": ".runner",
     "normalize_answer": ".lexical_judge",
     "normalize_record": ".records",
@@ -58,7 +60,7 @@ _LAZY = {
     "training_columns": ".records",
     "verbal": ".baselines",
     "vllm_available": ".backends",
-    "worker_of": ".runner",
+    "worker_of": ".shards",
 }
 
 __all__ = sorted(_LAZY)
@@ -87,8 +89,10 @@ if TYPE_CHECKING:
         token_f1,
     )
     from .honestybench import DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, load_honestybench, parse_record_path
+    from .judge_runner import judge_records, merge_judged
     from .judging import apply_judges
     from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
     from .records import RECORD_FEATURES, load_records, normalize_record, read_records, save_records, training_columns
-    from .runner import TIMING_FIELDS, merge_samples, sample_records, worker_of
+    from .runner import TIMING_FIELDS, merge_samples, sample_records
+    from .shards import worker_of
     from .settings import SamplingSettings

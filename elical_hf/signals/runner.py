@@ -27,11 +27,13 @@ shards/shard-00000.parquet     # records of questions[0:shard_size], in question
 shards/shard-00001.parquet
 ...
 ```
+
+The folder machinery (manifest checks, shards made again, worker split, merge) is [`~elical_hf.signals.shards`]'s,
+shared with `elical-hf judge` ([`~elical_hf.signals.judge_runner`]).
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -42,16 +44,19 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..atomic import atomic_write_text
 from ..prompts import chat_template_kwargs_for, check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
-from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, read_records, save_records
+from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, save_records
+from .shards import (
+    ShardedKind, check_worker, finish_folder, load_shard, merge_folders, open_folder, shard_path, single_worker,
+    worker_entry, worker_of, worker_positions,
+)
 
 
 __all__ = [
-    "MANIFEST_NAME", "TIMING_FIELDS", "merge_samples", "questions_fingerprint", "sample_records", "shard_path",
-    "worker_of",
+    "MANIFEST_NAME", "SAMPLED", "TIMING_FIELDS", "check_unique_ids", "merge_samples", "questions_fingerprint",
+    "sample_records", "shard_path", "worker_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,16 +64,14 @@ logger = logging.getLogger(__name__)
 TIMING_FIELDS = ("shard_seconds", "shard_tokens")
 """Per-record fields that vary between runs (wall time of the shard that produced the record, and its tokens)."""
 
-# Settings that do not change the records: a rerun may change them (e.g. a smaller batch after running out of memory).
-_FREE_SETTINGS = ("batch_size",)
 LATER_SETTINGS = {"greedy_repetition_penalty": 1.0, "chat_template_kwargs": {}}
 """Settings added after manifests were first written, with the value that a manifest without them was sampled with
 (what the code did before the setting existed), so such a run still resumes and merges."""
 
-
-def shard_path(output_dir: str | os.PathLike, index: int) -> str:
-    """Path of shard `index` in `output_dir`."""
-    return os.path.join(os.fspath(output_dir), "shards", f"shard-{index:05d}.parquet")
+SAMPLED = ShardedKind(MANIFEST_FORMAT, "sample", "questions", "sampling", "sampled", keys=("backend",),
+                      later_settings=LATER_SETTINGS, numbered=True)
+"""An `elical-hf sample` folder: its records carry their shard index; only `batch_size` may change between runs (it
+does not change the records: e.g. a smaller batch after running out of memory)."""
 
 
 def _prepare_questions(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -124,25 +127,6 @@ def questions_fingerprint(questions: list[dict[str, Any]]) -> str:
     return digest.hexdigest()
 
 
-def worker_of(question_id: Any, num_workers: int) -> int:
-    """The worker, in `[0, num_workers)`, that samples the question with id `question_id`: the first 8 bytes of the
-    SHA-256 of `str(question_id)`, modulo `num_workers` (stable across processes, machines and Python versions)."""
-    digest = hashlib.sha256(str(question_id).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "little") % num_workers
-
-
-def _check_worker(num_workers: Any, worker_index: Any) -> None:
-    if not isinstance(num_workers, int) or num_workers < 1:
-        raise ValueError(f"`num_workers` must be an integer >= 1, got {num_workers!r}.")
-    if not isinstance(worker_index, int) or not 0 <= worker_index < num_workers:
-        raise ValueError(f"`worker_index` must be an integer in [0, {num_workers}), got {worker_index!r}.")
-
-
-def _single_worker(num_questions: Any) -> dict[str, Any]:
-    """The `worker` entry of a run that samples every question (also read for manifests written before workers)."""
-    return {"index": 0, "num_workers": 1, "total_questions": num_questions}
-
-
 def _check_context(backend: Any, questions: list[dict[str, Any]], settings: SamplingSettings) -> None:
     """Refuse, before sampling, questions whose prompt and answer do not fit the backend's context (naming their ids
     and token counts); a backend without `tokenizer` and `context_length` is not checked here."""
@@ -159,60 +143,6 @@ def _backend_info(backend: Any) -> dict[str, Any]:
         "name": getattr(backend, "name", None),
         "weights_source": getattr(backend, "weights_source", None),
     }
-
-
-def _load_manifest(path: str, advice: str) -> dict[str, Any]:
-    """The sampling manifest at `path`, its `worker` entry filled in when it predates workers; a `ValueError` ending
-    in `advice` when it is unreadable or not ours."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            found = json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"Cannot read {path} ({error}); {advice}.") from None
-    if found.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"{path} is not a sampling manifest written by elical-hf; {advice}.")
-    if isinstance(found.get("settings"), dict):
-        found["settings"] = {**LATER_SETTINGS, **found["settings"]}
-    return {"worker": _single_worker(found.get("num_questions")), **found}
-
-
-def _check_manifest(path: str, expected: dict[str, Any]) -> None:
-    """Raise `ValueError` when the manifest at `path` was written for other questions, settings or backend."""
-    found = _load_manifest(path, "use a fresh output_dir or delete the folder")
-    found_settings = {k: v for k, v in found.get("settings", {}).items() if k not in _FREE_SETTINGS}
-    expected_settings = {k: v for k, v in expected["settings"].items() if k not in _FREE_SETTINGS}
-    differences = [
-        f"settings.{k}: {found_settings.get(k)!r} -> {expected_settings.get(k)!r}"
-        for k in sorted(set(found_settings) | set(expected_settings))
-        if found_settings.get(k) != expected_settings.get(k)
-    ]
-    for key in ("backend", "num_questions", "shard_size", "fingerprint", "worker"):
-        if found.get(key) != expected[key]:
-            differences.append(f"{key}: {found.get(key)!r} -> {expected[key]!r}")
-    if differences:
-        raise ValueError(
-            f"{os.path.dirname(path)} holds records sampled with other questions, settings or backend; resuming would "
-            f"mix them. Use a fresh output_dir (or delete this one). Differences: " + "; ".join(differences)
-        )
-
-
-def _load_shard(path: str, expected: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-    """The shard's records when the file is readable and matches its questions (ids and count), else `None`."""
-    if not os.path.exists(path):
-        return None
-    try:
-        records = read_records(path)
-    except Exception as error:  # truncated or corrupted file
-        logger.warning("Shard %s is unreadable (%s: %s); sampling it again.", path, type(error).__name__, error)
-        return None
-    ids = [r.get("id") for r in records]
-    if ids != [q["id"] for q in expected]:
-        logger.warning(
-            "Shard %s holds %d records (ids %s...) but its slice has %d questions; sampling it again.",
-            path, len(records), ids[:3], len(expected),
-        )
-        return None
-    return records
 
 
 def sample_records(
@@ -264,16 +194,16 @@ def sample_records(
                                                                                    settings.chat_template_kwargs))
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
-    _check_worker(num_workers, worker_index)
+    check_worker(num_workers, worker_index)
     questions = _prepare_questions(list(questions))
     check_unique_ids(questions)
     _warn_repeats(questions)
     fingerprint, total = questions_fingerprint(questions), len(questions)
-    worker = _single_worker(total)
+    worker = single_worker(SAMPLED, total)
     if num_workers > 1:
-        positions = [i for i, q in enumerate(questions) if worker_of(q["id"], num_workers) == worker_index]
+        positions = worker_positions([q["id"] for q in questions], num_workers, worker_index)
         questions = [questions[i] for i in positions]
-        worker = {"index": worker_index, "num_workers": num_workers, "total_questions": total}
+        worker = worker_entry(SAMPLED, total, num_workers, worker_index)
     _check_context(backend, questions, settings)  # before anything is written
     output_dir = os.fspath(output_dir)
     num_shards = -(-len(questions) // shard_size)
@@ -289,19 +219,11 @@ def sample_records(
     }
     if num_workers > 1:
         manifest["positions"] = positions  # where this worker's questions stand in the whole list, for merging
-    manifest_path = os.path.join(output_dir, MANIFEST_NAME)
-    os.makedirs(os.path.join(output_dir, "shards"), exist_ok=True)
-    if os.path.exists(manifest_path):
-        _check_manifest(manifest_path, manifest)
-    else:
-        if glob.glob(os.path.join(output_dir, "shards", "shard-*.parquet")):
-            raise ValueError(f"{output_dir}/shards holds shards but no {MANIFEST_NAME}; use a fresh output_dir.")
-        atomic_write_text(manifest_path, json.dumps({**manifest, "complete": False}, indent=2) + "\n")
-    for stale in glob.glob(os.path.join(output_dir, "shards", ".tmp-*")):  # left by a killed writer
-        os.remove(stale)
+    open_folder(output_dir, manifest, SAMPLED)
 
     slices = [questions[i * shard_size : (i + 1) * shard_size] for i in range(num_shards)]
-    shards = [_load_shard(shard_path(output_dir, i), chunk) for i, chunk in enumerate(slices)]
+    shards = [load_shard(shard_path(output_dir, i), [q["id"] for q in chunk], SAMPLED)
+              for i, chunk in enumerate(slices)]
     done = sum(len(s) for s, records in zip(slices, shards) if records is not None)
     if done:
         logger.info("Resuming in %s: %d of %d questions already sampled.", output_dir, done, len(questions))
@@ -335,45 +257,8 @@ def sample_records(
         "seconds": sum(r["shard_seconds"] for i, r in enumerate(all_records) if i % shard_size == 0),
         "generated_tokens": sum(r.get("num_generated_tokens") or 0 for r in all_records),
     }
-    atomic_write_text(manifest_path, json.dumps({**manifest, "complete": True, "totals": totals}, indent=2) + "\n")
+    finish_folder(output_dir, manifest, totals)
     return all_records
-
-
-def _read_manifest(folder: str) -> dict[str, Any]:
-    """The manifest of a finished worker's folder (a `ValueError` otherwise)."""
-    manifest = _load_manifest(os.path.join(folder, MANIFEST_NAME), "pass the output_dir of an `elical-hf sample` run")
-    if not manifest.get("complete"):
-        raise ValueError(f"{folder} is not finished (its manifest says complete: false); rerun its sample command.")
-    return manifest
-
-
-def _run_signature(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What every worker of one sampling run must share: backend, settings (but `batch_size`), questions, workers."""
-    return {
-        "backend": manifest.get("backend"),
-        "settings": {k: v for k, v in manifest.get("settings", {}).items() if k not in _FREE_SETTINGS},
-        "fingerprint": manifest.get("fingerprint"),
-        "num_workers": manifest["worker"].get("num_workers"),
-        "total_questions": manifest["worker"].get("total_questions"),
-    }
-
-
-def _check_workers_agree(folders: list[str], manifests: list[dict[str, Any]]) -> None:
-    """One `ValueError` listing every way the workers' manifests disagree, miss a worker or repeat one."""
-    expected, problems = _run_signature(manifests[0]), []
-    for folder, manifest in zip(folders[1:], manifests[1:]):
-        found = _run_signature(manifest)
-        problems += [f"{folder}: {key} {found[key]!r} differs from {folders[0]}'s {expected[key]!r}"
-                     for key in expected if found[key] != expected[key]]
-    indices = [m["worker"]["index"] for m in manifests]
-    repeated = sorted({i for i in indices if indices.count(i) > 1})
-    missing = sorted(set(range(expected["num_workers"])) - set(indices))
-    if repeated:
-        problems.append(f"worker(s) {repeated} given more than once")
-    if missing:
-        problems.append(f"worker(s) {missing} of {expected['num_workers']} missing")
-    if problems:
-        raise ValueError("Cannot merge these sampling folders: " + "; ".join(problems) + ".")
 
 
 def merge_samples(inputs: list[str | os.PathLike], output_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -396,53 +281,4 @@ def merge_samples(inputs: list[str | os.PathLike], output_dir: str | os.PathLike
         `batch_size`, questions, number of workers), a worker missing or given twice, or shards that do not hold the
         questions their manifest lists (overlaps or gaps).
     """
-    from ..atomic import atomic_folder
-
-    folders = [os.fspath(folder) for folder in inputs]
-    output_dir = os.fspath(output_dir)
-    if not folders:
-        raise ValueError("No sampling folders to merge.")
-    if os.path.abspath(output_dir) in {os.path.abspath(f) for f in folders}:
-        raise ValueError(f"The merged output_dir {output_dir} must not be one of the inputs.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir):
-        raise ValueError(f"{output_dir} is not empty; merge into a new folder.")
-    manifests = [_read_manifest(folder) for folder in folders]
-    _check_workers_agree(folders, manifests)
-    total = manifests[0]["worker"]["total_questions"]
-    merged: list[dict[str, Any] | None] = [None] * total
-    for folder, manifest in zip(folders, manifests):
-        positions = manifest.get("positions", list(range(manifest["num_questions"])))
-        files = [shard_path(folder, i) for i in range(manifest["num_shards"])]
-        missing = [file for file in files if not os.path.isfile(file)]
-        if missing:
-            raise ValueError(f"{missing[0]} is missing ({len(missing)} shard file(s) of {folder}): rerun that worker's "
-                             "sample command to sample them again.")
-        records = [record for file in files for record in read_records(file)]
-        if len(records) != len(positions) or any(not 0 <= p < total for p in positions):
-            raise ValueError(f"{folder} holds {len(records)} records for {len(positions)} questions; its shards were "
-                             "changed after sampling. Sample that worker again into a fresh folder.")
-        for position, record in zip(positions, records):
-            if merged[position] is not None:
-                raise ValueError(f"Question {position} (id {record.get('id')!r}) was sampled by two workers.")
-            merged[position] = record
-    gaps = [i for i, record in enumerate(merged) if record is None]
-    if gaps:
-        raise ValueError(f"{len(gaps)} questions were sampled by no worker (positions {gaps[:5]}...).")
-    first = manifests[0]
-    shard_size = first["shard_size"]
-    records = [{**record, "shard": i // shard_size} for i, record in enumerate(merged)]
-    manifest = {
-        **{key: first[key] for key in ("format", "backend", "settings", "shard_size", "fingerprint")},
-        "num_questions": total,
-        "num_shards": -(-total // shard_size),
-        "worker": _single_worker(total),
-        "complete": True,
-        "totals": {key: sum(m.get("totals", {}).get(key, 0) for m in manifests)
-                   for key in ("seconds", "generated_tokens")},
-        "merged_from": [{"folder": os.path.abspath(f), "worker": m["worker"]["index"]} for f, m in zip(folders, manifests)],
-    }
-    with atomic_folder(output_dir) as staging:
-        for index in range(manifest["num_shards"]):
-            save_records(records[index * shard_size : (index + 1) * shard_size], shard_path(staging, index))
-        atomic_write_text(os.path.join(staging, MANIFEST_NAME), json.dumps(manifest, indent=2) + "\n")
-    return records
+    return merge_folders(inputs, output_dir, SAMPLED)

@@ -1,22 +1,26 @@
 """The steps that fill records in: the judges, the training-free baselines, and the teacher's diagnosis.
 
 [`judge`] and [`score_baselines`] take any records input and give the records back with their judgements or
-`confidence_<name>` columns (written atomically to `output` when given); [`diagnose`] says, from judged records,
-whether stage 1's teacher tracks correctness.
+`confidence_<name>` columns (written atomically to `output` when given; [`judge`] writes resumable shards on the
+way, [`~elical_hf.signals.judge_runner.judge_records`]); [`diagnose`] says, from judged records, whether stage 1's
+teacher tracks correctness.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..default_model import DEFAULT_MODEL
 
 
-__all__ = ["Filled", "check_output_outside", "diagnose", "judge", "score_baselines"]
+__all__ = ["Filled", "check_output_outside", "diagnose", "judge", "judge_output_is_folder", "score_baselines"]
 
 
 @dataclass
@@ -69,6 +73,20 @@ def _records_out(filled: Filled, output: str | None) -> Filled:
     return filled
 
 
+def judge_output_is_folder(output: str | os.PathLike) -> bool:
+    """Whether [`judge`] writes `output` as a folder of shards (an existing folder, or a path without an extension)
+    rather than one `.jsonl` / `.parquet` file; a `ValueError` for any other extension."""
+    from ..signals.records import record_format
+
+    if os.path.isdir(output) or not Path(output).suffix:
+        return True
+    try:
+        record_format(output)
+    except ValueError as error:
+        raise ValueError(f"{error} (A folder output, for resumable shards, has no extension.)") from None
+    return False
+
+
 def judge(
     records: Any,
     correctness: str | None = None,
@@ -76,34 +94,178 @@ def judge(
     *,
     output: str | None = None,
     allow_incomplete: bool = False,
+    shard_size: int = 64,
+    num_workers: int = 1,
+    worker_index: int = 0,
+    progress: bool = True,
     **options: Any,
 ) -> Filled:
     """
     Judge the correctness and / or the consistency of records ([`~elical_hf.signals.judging.apply_judges`]).
 
+    With an `output`, the records are judged `shard_size` at a time into resumable shards
+    ([`~elical_hf.signals.judge_runner.judge_records`]): killed and run again with the same records and settings, it
+    judges only what is missing and ends with the records of an uninterrupted run.
+
     Args:
         records: Any records input ([`~elical_hf.signals.records.load_records`]).
         correctness, consistency (`str`, *optional*): The judges, as [`~elical_hf.signals.judging.apply_judges`]
             names them.
-        output (`str`, *optional*): Also write the judged records there (`.jsonl` / `.parquet`, atomically); not
-            inside the `records` folder.
+        output (`str`, *optional*): Also write the judged records there, not inside the `records` folder: a folder
+            (no extension; `manifest.json` and `shards/`, as `elical-hf sample` writes) or a `.jsonl` / `.parquet`
+            file (written atomically at the end, its shards staged meanwhile in the hidden folder
+            `.<name>.judge-parts` beside it). Held with its one-writer lock.
         allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
+        shard_size (`int`, *optional*, defaults to 64): Records per shard (the unit of resumption), with `output`.
+        num_workers (`int`, *optional*, defaults to 1), worker_index (`int`, *optional*, defaults to 0): Judge only
+            the records of this worker (a hash of their id) into the folder `output`; `elical-hf merge` combines the
+            workers' folders.
+        progress (`bool`, *optional*, defaults to `True`): Progress bar over records, with `output`.
         options: The judges' settings, as [`~elical_hf.signals.judging.apply_judges`] takes them (`complete`,
             `judge_model`, `judge_endpoint`, `strict`, `strip_thinking`, thresholds, `lexical_scores`, `batch_size`,
             `max_new_tokens`, ...).
 
     Returns:
-        [`Filled`]: the judged records and the judges' summaries.
+        [`Filled`]: the judged records and the judges' summaries (added up over the shards).
 
     Raises:
-        `ValueError`: no record carries what a requested judgement reads (not sampled records).
+        `ValueError`: no record carries what a requested judgement reads (not sampled records), an output that holds
+        the records, or a sharded output written with other records or settings (naming the differences).
     """
     from ..signals.judging import apply_judges, check_judgeable
 
+    unknown = sorted(set(options) - set(inspect.signature(apply_judges).parameters))
+    if unknown:
+        raise TypeError(f"judge() got unknown judge option(s) {unknown}.")
+    folder = output is not None and judge_output_is_folder(output)
+    if num_workers != 1 and not folder:
+        raise ValueError(f"--num_shards {num_workers}: every worker writes its own folder (then `elical-hf merge`); "
+                         f"give --output a folder (no extension), not {output!r}.")
+    if folder:
+        from ..signals.judge_runner import check_output_folder
+
+        check_output_folder(output)
+        _check_records_outside(records, output)
     rows = _records_in(records, output, allow_incomplete)
     check_judgeable(rows, correctness, consistency,
                     source=records if isinstance(records, (str, os.PathLike)) else "The records")
-    return _records_out(Filled(rows, apply_judges(rows, correctness, consistency, **options)), output)
+    if output is None:
+        return Filled(rows, apply_judges(rows, correctness, consistency, **options))
+    from ..atomic import one_writer
+    from ..signals.judge_runner import judge_records
+    from ..signals.records import save_records
+
+    settings = {"correctness": correctness, "consistency": consistency, **_judge_settings(options)}
+    bound = _llm_judge_once(correctness, consistency, options)
+
+    def judge_shard(shard: list[dict[str, Any]]) -> dict[str, Any]:
+        return _judge_shard(shard, correctness, consistency, bound)
+
+    with one_writer(output):  # a second `judge` on this output would clean up this one's shards
+        parts = output if folder else os.path.join(os.path.dirname(os.path.abspath(output)),
+                                                   f".{os.path.basename(output)}.judge-parts")
+        judged, report = judge_records(rows, judge_shard, settings, parts, shard_size, progress,
+                                       num_workers=num_workers, worker_index=worker_index)
+        if not folder:
+            save_records(judged, output)
+            shutil.rmtree(parts)
+    return Filled(judged, report)
+
+
+def _check_records_outside(records: Any, output: str | os.PathLike) -> None:
+    """Refuse a folder `output` that holds the `records`: its shards would be read with them."""
+    if not isinstance(records, (str, os.PathLike)):
+        return
+    folder, source = os.path.realpath(output), os.path.realpath(records)
+    if os.path.commonpath([folder, source]) == folder:
+        raise ValueError(f"--records {records} is inside the --output folder {output}: reading the records again "
+                         "would take the judged shards with them. Write the output outside it.")
+
+
+def _judge_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """Every option of [`~elical_hf.signals.judging.apply_judges`] (its default where not given), as a judging
+    manifest records them: a function (`complete`) as `None`, the manifest cannot name it (`judge_model` does)."""
+    from ..signals.judging import apply_judges
+
+    parameters = inspect.signature(apply_judges).parameters.values()
+    given = {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY} | options
+    return {name: None if callable(value) else value for name, value in given.items()}
+
+
+class _JudgeModel:
+    """The local LLM judge, loaded on its first call: a rerun that finds every shard judged loads nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self._backend = name, None
+
+    def backend(self) -> Any:
+        if self._backend is None:
+            from ..signals.backends import HFBackend
+
+            self._backend = HFBackend(self.name)
+        return self._backend
+
+    def complete(self, prompts: list[str], **kwargs: Any) -> list[str]:
+        return self.backend().complete(prompts, **kwargs)
+
+    def first_token_logprobs(self, prompts: list[str], **kwargs: Any) -> list[dict[str, float]]:
+        return self.backend().first_token_logprobs(prompts, **kwargs)
+
+
+def _llm_judge_once(correctness: str | None, consistency: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with the LLM judge made once for every shard (given no `complete`, `apply_judges` makes one per
+    call): the `judge_endpoint` client, named as `apply_judges` names it, or `judge_model`, loaded when first used."""
+    if "llm" not in (correctness, consistency) or options.get("complete") is not None:
+        return options
+    from ..signals.judging import apply_judges
+
+    model = options.get("judge_model") or DEFAULT_MODEL
+    if options.get("judge_endpoint") is not None:
+        from ..signals.endpoint import ChatEndpoint
+
+        made: Any = ChatEndpoint(options["judge_endpoint"], model)
+        options = {**options, "judge_model": made.name}
+    else:
+        made = _JudgeModel(model)
+    bound = {**options, "complete": made.complete}
+    takes = inspect.signature(apply_judges).parameters
+    if "first_token_logprobs" in takes and not options.get("first_token_logprobs"):  # (`judge_verdict="logprob"`)
+        bound["first_token_logprobs"] = made.first_token_logprobs
+    return bound
+
+
+_SKIPPED = {"correctness": (("greedy_correctness", "sampling_correctness"), "without_answer"),
+            "consistency": (("consistency_judgement",), "without_samples")}
+"""What the judges do with a record they cannot judge: its verdict fields set to `None` (where absent), and the
+summary key that counts it."""
+
+
+def _judge_shard(
+    shard: list[dict[str, Any]], correctness: str | None, consistency: str | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """[`~elical_hf.signals.judging.apply_judges`] on one shard. A judgement that none of the shard's records can
+    take (no answer, or no samples, anywhere in it: `apply_judges` refuses such a batch; the records as a whole were
+    checked) is left out for this shard, its records counted and their fields set to `None` as the judges skip such
+    records."""
+    from ..signals.judging import apply_judges, check_judgeable
+
+    asked = {"correctness": correctness, "consistency": consistency}
+    skipped = []
+    for kind, method in asked.items():
+        try:
+            check_judgeable(shard, *(method if other == kind else None for other in asked))
+        except ValueError:
+            skipped.append(kind)
+    for kind in skipped:
+        asked[kind] = None
+    summaries = apply_judges(shard, **asked, **options) if any(asked.values()) else {}
+    for kind in skipped:
+        names, count = _SKIPPED[kind]
+        for record in shard:
+            for name in names:
+                record.setdefault(name, None)
+        summaries[kind] = {count: len(shard)}
+    return {kind: summaries[kind] for kind in asked if kind in summaries}
 
 
 def score_baselines(

@@ -4,7 +4,7 @@ reader that gives any records input as a `datasets.Dataset` with the trainer's c
 - [`schema`](schema.py): the flat record shape ([`normalize_record`]) and the training columns a record's judgements
   give ([`training_columns`]);
 - [`storage`](storage.py): `.jsonl` / `.parquet` files read a batch at a time and written atomically, and the
-  manifest of an `elical-hf sample` folder;
+  manifests of `elical-hf sample` and `elical-hf judge` folders;
 - [`layout`](layout.py): the model, dataset and split a file's path names, and the paper's split of a record;
 - [`reader`](reader.py): [`load_records`], the one reader every command and step uses.
 """
@@ -18,16 +18,16 @@ from .schema import (
     normalize_record, record_features, training_columns,
 )
 from .storage import (
-    MANIFEST_FORMAT, MANIFEST_NAME, RECORD_EXTENSIONS, check_complete_samples, iter_record_batches, read_records,
-    record_files, record_format, save_records,
+    JUDGED_MANIFEST_FORMAT, MANIFEST_FORMAT, MANIFEST_NAME, RECORD_EXTENSIONS, check_complete_samples,
+    iter_record_batches, read_metadata, read_records, record_files, record_format, save_records,
 )
 
 
 __all__ = [
-    "DATASET_ALIASES", "HONESTYBENCH_REPO", "JUDGE_OPTIONS", "MANIFEST_FORMAT", "MANIFEST_NAME", "PAPER_SPLITS",
-    "RECORD_EXTENSIONS", "RECORD_FEATURES", "RECORD_MARKERS", "SAMPLE_FIELDS", "SPLIT_WORDS", "TRAINING_FEATURES",
-    "canonical_dataset", "check_complete_samples", "check_records_match", "first_samples", "is_record",
-    "is_records_table", "iter_record_batches", "load_records", "normalize_record", "paper_split", "parse_record_path",
-    "read_records", "record_features", "record_files", "record_format", "require_judgement", "same_model",
-    "save_records", "training_columns",
+    "DATASET_ALIASES", "HONESTYBENCH_REPO", "JUDGED_MANIFEST_FORMAT", "JUDGE_OPTIONS", "MANIFEST_FORMAT",
+    "MANIFEST_NAME", "PAPER_SPLITS", "RECORD_EXTENSIONS", "RECORD_FEATURES", "RECORD_MARKERS", "SAMPLE_FIELDS",
+    "SPLIT_WORDS", "TRAINING_FEATURES", "canonical_dataset", "check_complete_samples", "check_records_match",
+    "first_samples", "is_record", "is_records_table", "iter_record_batches", "load_records", "normalize_record",
+    "paper_split", "parse_record_path", "read_metadata", "read_records", "record_features", "record_files",
+    "record_format", "require_judgement", "same_model", "save_records", "training_columns",
 ]

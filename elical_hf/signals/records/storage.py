@@ -1,5 +1,5 @@
-"""Records files: `.jsonl` and `.parquet`, read a batch at a time and written atomically, and the manifest of an
-`elical-hf sample` folder (an unfinished run is refused)."""
+"""Records files: `.jsonl` and `.parquet`, read a batch at a time and written atomically, and the manifests of
+`elical-hf sample` and `elical-hf judge` folders (an unfinished run is refused)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from .schema import RECORD_FEATURES, normalize_record, record_features
 
 
 __all__ = [
-    "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "check_complete_samples", "iter_record_batches",
-    "normalize_at", "read_records", "record_files", "record_format", "save_records",
+    "JUDGED_MANIFEST_FORMAT", "MANIFEST_FORMAT", "MANIFEST_NAME", "RECORD_EXTENSIONS", "check_complete_samples",
+    "iter_record_batches", "normalize_at", "read_metadata", "read_records", "record_files", "record_format",
+    "save_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -30,6 +31,12 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "elical-hf/sampled-records"
 """The manifest of an `elical-hf sample` folder ([`~elical_hf.signals.runner.sample_records`]): `complete` is false
 until every shard is written."""
+JUDGED_MANIFEST_FORMAT = "elical-hf/judged-records"
+"""The manifest of an `elical-hf judge` folder ([`~elical_hf.signals.judge_runner.judge_records`]), likewise."""
+_UNFINISHED = {
+    MANIFEST_FORMAT: ("sample", "questions", "sampled"), JUDGED_MANIFEST_FORMAT: ("judge", "records", "judged"),
+}
+"""Per manifest format: the command that writes it, what it counts (`num_<rows>`) and what it does to them."""
 
 RECORD_EXTENSIONS = (".jsonl", ".parquet")
 
@@ -60,7 +67,9 @@ def record_files(root: str | os.PathLike) -> list[str]:
     return files
 
 
-def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) -> str:
+def save_records(
+    records: Iterable[Mapping[str, Any]], path: str | os.PathLike, metadata: Mapping[str, str] | None = None
+) -> str:
     """Write records (normalized, see [`normalize_record`]) to `.parquet` (default) or `.jsonl`, atomically.
 
     The file is written next to `path` under a temporary name and moved into place with `os.replace`
@@ -68,12 +77,20 @@ def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) 
     one. Parquet files carry [`RECORD_FEATURES`] types and load with `datasets.load_dataset("parquet",
     data_files=path)`.
 
+    Args:
+        records (`Iterable[dict]`): The records.
+        path (`str` or `os.PathLike`): A `.parquet` or `.jsonl` file.
+        metadata (`dict[str, str]`, *optional*): Parquet only: key-value metadata stored with the table's schema
+            (written in the same atomic move as the records; read back with [`read_metadata`]).
+
     Returns:
         `str`: `path`.
     """
     path = os.fspath(path)
     rows = [normalize_record(r) for r in records]
     kind = record_format(path)
+    if metadata and kind != "parquet":
+        raise ValueError(f"Only parquet files hold metadata; {path} is {kind}.")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_file(path) as tmp:
         if kind == "jsonl":
@@ -81,8 +98,17 @@ def save_records(records: Iterable[Mapping[str, Any]], path: str | os.PathLike) 
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         else:
             features = record_features(rows) if rows else Features({"question": RECORD_FEATURES["question"]})
-            pq.write_table(pa.Table.from_pylist(rows, schema=features.arrow_schema), tmp)
+            table = pa.Table.from_pylist(rows, schema=features.arrow_schema)
+            if metadata:
+                table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+            pq.write_table(table, tmp)
     return path
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The key-value metadata of a parquet records file ([`save_records`] with `metadata`), without its rows."""
+    found = pq.read_schema(os.fspath(path)).metadata or {}
+    return {key.decode(): value.decode() for key, value in found.items()}
 
 
 def iter_record_batches(path: str | os.PathLike, batch_size: int = 10_000) -> Iterator[list[dict[str, Any]]]:
@@ -140,8 +166,8 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _sample_folders(root: str) -> list[str]:
-    """Folders of `elical-hf sample` runs that `root` reads from: those below it holding a manifest, or the run
-    `root` is part of (its `shards/` folder, or a shard file)."""
+    """Folders of `elical-hf sample` (or `judge`) runs that `root` reads from: those below it holding a manifest, or
+    the run `root` is part of (its `shards/` folder, or a shard file)."""
     root = os.path.abspath(root)
     folder = root if os.path.isdir(root) else os.path.dirname(root)
     up = [folder, os.path.dirname(folder)] if os.path.basename(folder) == "shards" else [folder]
@@ -155,27 +181,28 @@ def _sample_folders(root: str) -> list[str]:
 
 
 def check_complete_samples(root: str | os.PathLike, allow_incomplete: bool = False) -> None:
-    """Refuse records of an unfinished `elical-hf sample` run (its manifest says `complete: false`, e.g. after a
-    kill): a `ValueError` that says how many questions are missing, or, with `allow_incomplete`, a warning with the
-    same count. Folders without a sampling manifest are not checked."""
+    """Refuse records of an unfinished `elical-hf sample` or `elical-hf judge` run (its manifest says `complete:
+    false`, e.g. after a kill): a `ValueError` that says how many rows are missing, or, with `allow_incomplete`, a
+    warning with the same count. Folders without such a manifest are not checked."""
     for folder in _sample_folders(os.fspath(root)):
         try:
             with open(os.path.join(folder, MANIFEST_NAME), encoding="utf-8") as handle:
                 manifest = json.load(handle)
         except (OSError, json.JSONDecodeError):
             continue
-        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT or manifest.get("complete"):
+        if not isinstance(manifest, dict) or manifest.get("format") not in _UNFINISHED or manifest.get("complete"):
             continue
+        command, rows, done = _UNFINISHED[manifest["format"]]
         shards = os.path.join(folder, "shards")
         names = sorted(n for n in os.listdir(shards) if n.endswith(".parquet")) if os.path.isdir(shards) else []
-        sampled = sum(pq.read_metadata(os.path.join(shards, n)).num_rows for n in names)
-        expected = manifest.get("num_questions", "?")
-        missing = expected - sampled if isinstance(expected, int) else "?"
-        what = (f"{folder} is an unfinished `elical-hf sample` run ({MANIFEST_NAME} says complete: false): {sampled} of "
-                f"{expected} questions sampled, {missing} missing")
+        written = sum(pq.read_metadata(os.path.join(shards, n)).num_rows for n in names)
+        expected = manifest.get(f"num_{rows}", "?")
+        missing = expected - written if isinstance(expected, int) else "?"
+        what = (f"{folder} is an unfinished `elical-hf {command}` run ({MANIFEST_NAME} says complete: false): "
+                f"{written} of {expected} {rows} {done}, {missing} missing")
         if not allow_incomplete:
             raise ValueError(
-                f"{what}. Rerun the same `elical-hf sample` command to finish it, or pass --allow_incomplete "
-                f"(`allow_incomplete=True`) to use the {sampled} records anyway."
+                f"{what}. Rerun the same `elical-hf {command}` command to finish it, or pass --allow_incomplete "
+                f"(`allow_incomplete=True`) to use the {written} records anyway."
             )
-        logger.warning("%s; using the %d sampled records (allow_incomplete), %s rows dropped.", what, sampled, missing)
+        logger.warning("%s; using the %d %s records (allow_incomplete), %s rows dropped.", what, written, done, missing)
