@@ -216,3 +216,22 @@ def test_first_token_logprobs_do_not_depend_on_the_batch(tiny_llama):
         assert list(a) == list(b) and list(a.values()) == pytest.approx(list(b.values()), abs=1e-4)
     greedy = backend.complete(prompts, max_new_tokens=1, progress=False, repetition_penalty=1.0)
     assert [max(t, key=t.get).strip() for t in alone] == [g.strip() for g in greedy]
+
+
+def test_the_judge_command_reads_logprob_verdicts_through_an_endpoint(stub, tmp_path):
+    from elical_hf.signals.records import read_records, save_records
+    from tests.test_cli_judge import make_records
+
+    save_records(make_records(), tmp_path / "records.jsonl")
+    assert cli_main(["judge", "--records", str(tmp_path / "records.jsonl"), "--output", str(tmp_path / "out.jsonl"),
+                     "--consistency", "llm", "--judge_endpoint", stub.url, "--judge_model", "tiny-served",
+                     "--judge_verdict", "logprob"]) == 0
+    judged = read_records(tmp_path / "out.jsonl")
+    assert all(r["max_tokens"] == 1 and r["logprobs"] for r in stub.requests)  # one token per verdict
+    for record in judged:
+        probabilities = record["consistency_probability"]
+        assert len(probabilities) == len(record["sampling_response"]) == len(record["consistency_judgement"])
+        for p, verdict in zip(probabilities, record["consistency_judgement"]):
+            assert p is None or (0 <= p <= 1 and bool(verdict) == (p >= 0.5))
+    manifest_free = not any(p.name.endswith(".judge-parts") for p in tmp_path.iterdir())
+    assert manifest_free  # the staging folder is gone once the file is written

@@ -77,6 +77,12 @@ class JudgeArguments:
         default=64, metadata={"help": "Longest LLM judge reply in tokens (the paper's reference code: 64; a reply cut "
                               "before its verdict is read without it)."}
     )
+    judge_verdict: str = field(
+        default="generate",
+        metadata={"help": "How LLM verdicts are read: `generate` (the paper's: the reply, up to --max_new_tokens) or "
+                  "`logprob` (P(\"certain\") from the first reply token's log-probabilities: one token per prompt; "
+                  "also stores that probability per judgement, a soft target).", "choices": ["generate", "logprob"]},
+    )
     judge_repetition_penalty: float = field(
         default=1.05, metadata={"help": "Repetition penalty of the LLM judge's greedy decoding (the reference code's "
                                 "1.05; 1.0: plain argmax)."}

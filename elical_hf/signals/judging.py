@@ -47,6 +47,52 @@ JUDGED_FIELDS = {"correctness": ("greedy_response", "answer"), "consistency": ("
 """The record fields each kind of judgement reads: the answers to judge and what they are judged against."""
 
 
+class LocalLLMJudge:
+    """The LLM judge loaded in this process ([`~elical_hf.signals.HFBackend`]), on its first call: a run that finds
+    everything judged already loads nothing.
+
+    Args:
+        model (`str`): Hub id or folder of the judge.
+    """
+
+    def __init__(self, model: str) -> None:
+        self.name, self._backend = model, None
+
+    def __repr__(self) -> str:
+        return f"LocalLLMJudge({self.name!r})"
+
+    @property
+    def backend(self) -> Any:
+        if self._backend is None:
+            from .backends import HFBackend
+
+            self._backend = HFBackend(self.name)
+        return self._backend
+
+    def complete(self, prompts: list[str], **options: Any) -> list[str]:
+        """[`~elical_hf.signals.HFBackend.complete`] of the judge."""
+        return self.backend.complete(prompts, **options)
+
+    def first_token_logprobs(self, prompts: list[str], **options: Any) -> list[dict[str, float]]:
+        """[`~elical_hf.signals.HFBackend.first_token_logprobs`] of the judge."""
+        return self.backend.first_token_logprobs(prompts, **options)
+
+
+def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = None) -> Any:
+    """The LLM judge [`apply_judges`] runs when it is given no completion function, made once for many calls (a
+    sharded `elical-hf judge` judges every shard with it): `judge_model` (default: the embedded SmolLM2) loaded here on
+    first use ([`LocalLLMJudge`]), or asked for by name at `judge_endpoint`
+    ([`~elical_hf.signals.endpoint.ChatEndpoint`], named `"<judge_model> via <endpoint>"`). Either has `name`,
+    `complete` and `first_token_logprobs`."""
+    from ..default_model import DEFAULT_MODEL
+
+    if judge_endpoint is not None:
+        from .endpoint import ChatEndpoint
+
+        return ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
+    return LocalLLMJudge(judge_model or DEFAULT_MODEL)
+
+
 def check_judgeable(
     records: list[dict], correctness: str | None, consistency: str | None, source: str = "The records"
 ) -> None:
@@ -86,6 +132,7 @@ def apply_judges(
     strip_thinking: bool = True,
     judge_verdict: str = "generate",
     first_token_logprobs: Any = None,
+    check: bool = True,
 ) -> dict[str, dict[str, int]]:
     """Judge the correctness and / or the consistency of `records` in place, with the judges named.
 
@@ -123,6 +170,9 @@ def apply_judges(
             per prompt; also stores P("certain") per judgement: [`~elical_hf.signals.llm_judge.judge_with_llm`]).
         first_token_logprobs (`Callable`, *optional*): With `judge_verdict="logprob"` and a custom `complete`: its
             first-token log-probabilities function (by default the judge model's or the endpoint's own).
+        check (`bool`, *optional*, defaults to `True`): Refuse records none of which carries what a requested judgement
+            reads ([`check_judgeable`]). `False` for a part of records checked as a whole (a shard): the judges then
+            skip the records they cannot judge, as they always do, and count them.
 
     Returns:
         `dict[str, dict]`: the summary of each judge applied, under `"correctness"` and `"consistency"`; with
@@ -133,7 +183,8 @@ def apply_judges(
     consistency = resolve_consistency_judge(consistency) if consistency is not None else None
     if consistency is not None and consistency not in CONSISTENCY_METHODS:
         raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
-    check_judgeable(records, correctness, consistency)
+    if check:
+        check_judgeable(records, correctness, consistency)
     stripped = without_thinking(records) if strip_thinking else None
     summaries = _judge(stripped[0] if stripped else records, correctness, consistency, complete=complete,
                        judge_model=judge_model, judge_endpoint=judge_endpoint, strict=strict, f1_threshold=f1_threshold,
@@ -160,18 +211,8 @@ def _judge(
 ) -> dict[str, dict[str, int]]:
     """[`apply_judges`] once its arguments are checked (on the records as the judges read them)."""
     if "llm" in (correctness, consistency) and complete is None:
-        from ..default_model import DEFAULT_MODEL
-
-        if judge_endpoint is not None:
-            from .endpoint import ChatEndpoint
-
-            judge: Any = ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
-            judge_model = judge.name
-        else:
-            from .backends import HFBackend
-
-            judge = HFBackend(judge_model or DEFAULT_MODEL)
-        complete = judge.complete
+        judge = make_llm_judge(judge_model, judge_endpoint)
+        complete, judge_model = judge.complete, judge.name
         first_token_logprobs = first_token_logprobs or judge.first_token_logprobs
     llm: dict[str, Any] = dict(
         batch_size=batch_size, strict=strict, max_new_tokens=max_new_tokens, judge_model=judge_model,

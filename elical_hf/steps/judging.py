@@ -188,84 +188,31 @@ def _judge_settings(options: dict[str, Any]) -> dict[str, Any]:
     from ..signals.judging import apply_judges
 
     parameters = inspect.signature(apply_judges).parameters.values()
-    given = {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY} | options
+    given = {p.name: p.default for p in parameters
+             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "check"} | options
     return {name: None if callable(value) else value for name, value in given.items()}
 
 
-class _JudgeModel:
-    """The local LLM judge, loaded on its first call: a rerun that finds every shard judged loads nothing."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self._backend = name, None
-
-    def backend(self) -> Any:
-        if self._backend is None:
-            from ..signals.backends import HFBackend
-
-            self._backend = HFBackend(self.name)
-        return self._backend
-
-    def complete(self, prompts: list[str], **kwargs: Any) -> list[str]:
-        return self.backend().complete(prompts, **kwargs)
-
-    def first_token_logprobs(self, prompts: list[str], **kwargs: Any) -> list[dict[str, float]]:
-        return self.backend().first_token_logprobs(prompts, **kwargs)
-
-
 def _llm_judge_once(correctness: str | None, consistency: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` with the LLM judge made once for every shard (given no `complete`, `apply_judges` makes one per
-    call): the `judge_endpoint` client, named as `apply_judges` names it, or `judge_model`, loaded when first used."""
+    """`options` with the LLM judge made once for every shard ([`~elical_hf.signals.judging.make_llm_judge`]; given
+    no `complete`, `apply_judges` would make one per call)."""
     if "llm" not in (correctness, consistency) or options.get("complete") is not None:
         return options
-    from ..signals.judging import apply_judges
+    from ..signals.judging import make_llm_judge
 
-    model = options.get("judge_model") or DEFAULT_MODEL
-    if options.get("judge_endpoint") is not None:
-        from ..signals.endpoint import ChatEndpoint
-
-        made: Any = ChatEndpoint(options["judge_endpoint"], model)
-        options = {**options, "judge_model": made.name}
-    else:
-        made = _JudgeModel(model)
-    bound = {**options, "complete": made.complete}
-    takes = inspect.signature(apply_judges).parameters
-    if "first_token_logprobs" in takes and not options.get("first_token_logprobs"):  # (`judge_verdict="logprob"`)
-        bound["first_token_logprobs"] = made.first_token_logprobs
-    return bound
-
-
-_SKIPPED = {"correctness": (("greedy_correctness", "sampling_correctness"), "without_answer"),
-            "consistency": (("consistency_judgement",), "without_samples")}
-"""What the judges do with a record they cannot judge: its verdict fields set to `None` (where absent), and the
-summary key that counts it."""
+    judge = make_llm_judge(options.get("judge_model"), options.get("judge_endpoint"))
+    return {**options, "judge_model": judge.name, "complete": judge.complete,
+            "first_token_logprobs": options.get("first_token_logprobs") or judge.first_token_logprobs}
 
 
 def _judge_shard(
     shard: list[dict[str, Any]], correctness: str | None, consistency: str | None, options: dict[str, Any]
 ) -> dict[str, Any]:
-    """[`~elical_hf.signals.judging.apply_judges`] on one shard. A judgement that none of the shard's records can
-    take (no answer, or no samples, anywhere in it: `apply_judges` refuses such a batch; the records as a whole were
-    checked) is left out for this shard, its records counted and their fields set to `None` as the judges skip such
-    records."""
-    from ..signals.judging import apply_judges, check_judgeable
+    """[`~elical_hf.signals.judging.apply_judges`] on one shard, without refusing a shard none of whose records can
+    take a judgement (the records as a whole were checked): the judges skip and count such records."""
+    from ..signals.judging import apply_judges
 
-    asked = {"correctness": correctness, "consistency": consistency}
-    skipped = []
-    for kind, method in asked.items():
-        try:
-            check_judgeable(shard, *(method if other == kind else None for other in asked))
-        except ValueError:
-            skipped.append(kind)
-    for kind in skipped:
-        asked[kind] = None
-    summaries = apply_judges(shard, **asked, **options) if any(asked.values()) else {}
-    for kind in skipped:
-        names, count = _SKIPPED[kind]
-        for record in shard:
-            for name in names:
-                record.setdefault(name, None)
-        summaries[kind] = {count: len(shard)}
-    return {kind: summaries[kind] for kind in asked if kind in summaries}
+    return apply_judges(shard, correctness, consistency, check=False, **options)
 
 
 def score_baselines(
