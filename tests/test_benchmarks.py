@@ -15,7 +15,8 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "sampling_cache_ab", "training_speed",
                                     "metrics_speed", "demo_wall", "data_scale", "gate_overhead", "precision_agreement",
-                                    "serve_load", "cli_startup", "gpu_check"])
+                                    "serve_load", "cli_startup", "gpu_check", "judge_verdict",
+                                    "endpoint_throughput", "vllm_in_process"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)
@@ -178,3 +179,20 @@ def test_interleaved_medians_stops_at_its_budget(monkeypatch):
     calls.clear()
     interleaved_medians({"a": lambda: calls.append("a")}, repeats=4, warmup=1)
     assert len(calls) == 5  # without a budget: the warm-up round and every repeat
+
+
+def test_judge_verdict_compares_the_two_verdicts_on_records(tiny_llama, tmp_path):
+    from elical_hf.signals.records import save_records
+    from tests.test_cli_judge import make_records
+
+    records = [{**r, "greedy_correctness": i % 2 == 0} for i, r in enumerate(make_records())]
+    save_records(records, tmp_path / "records.jsonl")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "judge_verdict.py"), "--records",
+                           str(tmp_path / "records.jsonl"), "--judge_model", tiny_llama, "--num_records", "4",
+                           "--output", str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert 0 <= result["equal_share"] <= 1 and result["verdicts"] > 0
+    assert set(result["auroc"]) == {"generate (verdicts)", "logprob (verdicts)", "logprob (P(certain), soft)"}
+    assert all(seconds > 0 for seconds in result["seconds_per_1000"].values())
