@@ -235,3 +235,43 @@ def test_the_judge_command_reads_logprob_verdicts_through_an_endpoint(stub, tmp_
             assert p is None or (0 <= p <= 1 and bool(verdict) == (p >= 0.5))
     manifest_free = not any(p.name.endswith(".judge-parts") for p in tmp_path.iterdir())
     assert manifest_free  # the staging folder is gone once the file is written
+
+
+def test_a_judge_endpoint_that_fails_midway_keeps_what_it_judged(stub, tmp_path, capsys):
+    from elical_hf.signals.records import read_records, save_records
+    from tests.test_cli_judge import make_records
+
+    records = make_records()
+    save_records(records, tmp_path / "records.jsonl")
+    argv = ["judge", "--records", str(tmp_path / "records.jsonl"), "--output", str(tmp_path / "judged"),
+            "--consistency", "llm", "--judge_endpoint", stub.url, "--judge_model", "tiny-served",
+            "--max_new_tokens", "4", "--shard_size", "1", "--batch_size", "1"]
+    first_shard = len(records[0]["sampling_response"])
+    stub.faults[:] = [None] * first_shard + [500] * 1000  # the first shard's prompts answer, then the server breaks
+    assert cli_main(argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "The judge endpoint http://127.0.0.1:" in error and "500" in error
+    assert sorted(p.name for p in (tmp_path / "judged" / "shards").glob("*.parquet")) == ["shard-00000.parquet"]
+    stub.faults.clear()
+    stub.requests.clear()
+    assert cli_main(argv) == 0
+    asked = {r["messages"][0]["content"] for r in stub.requests}
+    judged_before = {s for s in records[0]["sampling_response"]}
+    assert not any(f"Answer: {s}" in prompt and records[0]["question"] in prompt
+                   for prompt in asked for s in judged_before)  # shard 0 is not judged again
+    assert len(load_records(tmp_path / "judged").to_list()) == len(records)
+
+
+def test_records_of_a_served_model_are_refused_for_a_confidence_model_on_another_base(stub, tiny_llama, tmp_path):
+    """`evaluate` and `threshold` read the records' `model`: the served name, not the tokenizer's folder."""
+    from elical_hf.signals.records import check_records_match
+
+    questions = write_questions(tmp_path / "nq_test.jsonl")
+    out = tmp_path / "records"
+    assert cli_main(["sample", "--questions", questions, "--model", tiny_llama, "--backend", "openai",
+                     "--endpoint", stub.url, "--output_dir", str(out), "--num_samples", "2",
+                     "--max_new_tokens", "4"]) == 0
+    rows = load_records(out).to_list()
+    check_records_match(rows, "org/tiny-served", "records")  # the served model's own base: accepted
+    with pytest.raises(ValueError, match="holds the answers of tiny-served, but this confidence model is built on"):
+        check_records_match(rows, tiny_llama, "records")
