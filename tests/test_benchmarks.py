@@ -155,7 +155,7 @@ def test_gpu_check_passes_every_device_check_and_measures_every_speed_row_on_a_c
 
 def test_gpu_check_reports_a_failing_check_instead_of_stopping(monkeypatch):
     monkeypatch.syspath_prepend(BENCHMARKS)
-    from gpu_check import run_check
+    from gpu_device_checks import run_check
 
     def broken() -> str:
         assert 1 + 1 == 3, "arithmetic is off"

@@ -257,7 +257,13 @@ def load_records(
     hinted = hinted_record_files(root, path_parser)
     folder = _cache_folder(cache_dir, hinted, reading, path_parser)
     if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
-        _records_to_arrow(hinted, folder, reading, source, progress)
+        from ...atomic import cache_lock
+
+        # Processes reading the same records at once (the ranks of `accelerate launch`) build the cache once: the
+        # others wait, then read it (replacing a finished cache would pull it from under a process reading it).
+        with cache_lock(folder):
+            if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
+                _records_to_arrow(hinted, folder, reading, source, progress)
     names = _indexed(folder)
     if not names:
         return Dataset.from_list([])
