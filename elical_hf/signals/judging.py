@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -76,6 +77,16 @@ class LocalLLMJudge:
     def first_token_logprobs(self, prompts: list[str], **options: Any) -> list[dict[str, float]]:
         """[`~elical_hf.signals.HFBackend.first_token_logprobs`] of the judge."""
         return self.backend.first_token_logprobs(prompts, **options)
+
+
+@functools.lru_cache(maxsize=2)
+def embedding_judge(model: str | None, threshold: float) -> Any:
+    """The [`~elical_hf.signals.embedding_judge.EmbeddingJudge`] of `model` (default: the bundled one) at
+    `threshold`, made once per process: a sharded `elical-hf judge` calls [`apply_judges`] once per shard, and would
+    otherwise load the sentence-transformers model for every shard."""
+    from .embedding_judge import EmbeddingJudge
+
+    return EmbeddingJudge(model, threshold=threshold)
 
 
 def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = None) -> Any:
@@ -229,10 +240,10 @@ def _judge(
     if consistency == "llm":
         summaries["consistency"] = judge_with_llm(records, complete, "consistency", **llm)
     elif consistency == "embedding":
-        from .embedding_judge import DEFAULT_THRESHOLD, EmbeddingJudge
+        from .embedding_judge import DEFAULT_THRESHOLD
 
         threshold = DEFAULT_THRESHOLD if embedding_threshold is None else embedding_threshold
-        summaries["consistency"] = EmbeddingJudge(embedding_model, threshold=threshold).judge_records(records)
+        summaries["consistency"] = embedding_judge(embedding_model, threshold).judge_records(records)
     elif consistency == "lexical":
         summaries["consistency"] = lexical_judgement(records, lexical_threshold, lexical_scoring)
     return summaries

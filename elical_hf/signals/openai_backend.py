@@ -13,8 +13,8 @@ shards of [`~elical_hf.signals.sample_records`]):
   these records), the settings' `greedy_repetition_penalty`;
 - **k samples**: one request with `n=k`, the settings' temperature and top-p, a per-question `seed` (from the
   settings' seed and the question text, as the other backends), and vLLM's sampling fields `top_k` and
-  `repetition_penalty` in the request body (`extra_body`; sent only when they do something: vLLM and SGLang honour
-  both, TGI's OpenAI route and OpenAI's own API do not take them);
+  `repetition_penalty` in the request body (`extra_body`; sent only when they do something: vLLM honours both,
+  OpenAI's own API refuses unknown fields; docs/scaling.md says what was checked);
 - records name the **served model** (`model`), so `train` and `evaluate` refuse a confidence model built on another
   base.
 
