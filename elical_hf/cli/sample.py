@@ -1,7 +1,7 @@
 """`elical-hf sample`: greedy answer + k samples for each question, written as resumable record shards.
 
-`--backend openai --endpoint URL` samples through any OpenAI-compatible server (`vllm serve`, SGLang, TGI,
-llama.cpp) instead of loading the model: prompts are rendered here with `--model`'s chat template (the text the
+`--backend openai --endpoint URL` samples through an OpenAI-compatible server (`vllm serve`, SGLang, any whose
+`/v1/completions` takes `n`) instead of loading the model: prompts are rendered here with `--model`'s chat template (the text the
 Hugging Face sampler decodes from), greedy with log-probabilities and k seeded samples per question, many requests
 at once (`--max_concurrency`), with retries; the records name the served model.
 
@@ -37,11 +37,14 @@ class SampleCommandArguments:
         }
     )
     output_dir: str = field(metadata={"help": "Gets manifest.json and shards/shard-XXXXX.parquet."})
-    model: str = field(default=DEFAULT_MODEL, metadata={"help": "Model to sample from (Hub id or folder)."})
+    model: str | None = field(
+        default=None, metadata={"help": f"Model to sample from (Hub id or folder; default {DEFAULT_MODEL}). With "
+                                "--backend openai, the model whose chat template renders the prompts (default: what "
+                                "the server says it serves)."})
     backend: str = field(
         default="auto",
-        metadata={"help": "'hf', 'vllm', 'openai' (any OpenAI-compatible server at --endpoint: vllm serve, SGLang, "
-                  "TGI, llama.cpp), or 'auto' (vLLM on a CUDA GPU, else hf).",
+        metadata={"help": "'hf', 'vllm', 'openai' (an OpenAI-compatible server at --endpoint whose /v1/completions "
+                  "takes n: vllm serve, SGLang), or 'auto' (vLLM on a CUDA GPU, else hf).",
                   "choices": ["auto", "hf", "vllm", "openai"]},
     )
     endpoint: str | None = field(

@@ -90,11 +90,12 @@ class ChatEndpoint:
     def first_token_logprobs(self, prompts: list[str], batch_size: int = 16, progress: bool = True,
                              repetition_penalty: float = 1.0) -> list[dict[str, float]]:
         """For each prompt, the log-probabilities of the [`TOP_LOGPROBS`] likeliest first reply tokens (token text
-        -> log-probability): one generated token per prompt (`max_tokens=1`, `logprobs`, `top_logprobs`)."""
+        -> log-probability): one generated token per prompt (`max_tokens=1`, `logprobs`, `top_logprobs`). The model's
+        own distribution, as the local judge reads it: a `repetition_penalty` (of generated verdicts) is not sent."""
         self._concurrency(batch_size)
 
         async def ask(client: Any, prompt: str) -> dict[str, float]:
-            body = self._body(prompt, 1, repetition_penalty)
+            body = self._body(prompt, 1, 1.0)
             reply = await client.chat.completions.create(**body, logprobs=True, top_logprobs=TOP_LOGPROBS)
             content = getattr(getattr(reply.choices[0], "logprobs", None), "content", None)
             if not content:

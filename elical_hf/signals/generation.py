@@ -36,11 +36,12 @@ def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None 
     return None if autocast_dtype == model.dtype else autocast_dtype
 
 
-def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
-    """Token ids of each question's prompt, rendered by [`~elical_hf.prompts.render_prompt`]; a question no tokenizer
-    can read (an unpaired surrogate) is a `ValueError` naming its row ([`~elical_hf.prompts.check_prompt_texts`])."""
+def render_prompts(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[str]:
+    """Each question's prompt text, rendered by [`~elical_hf.prompts.render_prompt`] (special tokens included); a
+    question no tokenizer can read (an unpaired surrogate) is a `ValueError` naming its row
+    ([`~elical_hf.prompts.check_prompt_texts`])."""
     check_prompt_texts(questions, [f"question row {i}" for i in range(len(questions))])
-    texts = [
+    return [
         render_prompt(
             tokenizer,
             settings.prompt_template.format(question=q),
@@ -50,6 +51,11 @@ def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSet
         )
         for q in questions
     ]
+
+
+def build_prompt_ids(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[list[int]]:
+    """Token ids of each question's prompt ([`render_prompts`], tokenized without adding special tokens)."""
+    texts = render_prompts(tokenizer, questions, settings)
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 

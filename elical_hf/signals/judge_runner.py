@@ -9,7 +9,7 @@ judges read. A rerun with the same records and settings judges only the missing 
 rerun ends with the records (and totals) of an uninterrupted one; judged shards are never judged again.
 
 Worker i of N (`num_workers=N, worker_index=i`) judges the records whose id (its row number where it has none)
-hashes to i ([`~elical_hf.signals.shards.worker_of`]), into its own folder; [`merge_judged`] (`elical-hf merge`)
+hashes to i ([`record_key`]: dataset and id; [`~elical_hf.signals.shards.worker_of`]), into its own folder; [`merge_judged`] (`elical-hf merge`)
 combines the N folders into the layout one worker writes. The verdicts are those one worker gives, but for float
 rounding of the embedding judge's cosines (`consistency_embedding`), which batches other records together.
 
@@ -36,12 +36,12 @@ from .shards import (
 )
 
 
-__all__ = ["FINGERPRINT_FIELDS", "JUDGED", "check_output_folder", "judge_records", "merge_judged"]
+__all__ = ["FINGERPRINT_FIELDS", "JUDGED", "check_output_folder", "judge_records", "merge_judged", "record_key"]
 
 logger = logging.getLogger(__name__)
 
 JUDGED = ShardedKind(JUDGED_MANIFEST_FORMAT, "judge", "records", "judging", "judged",
-                     free_settings=("batch_size", "progress"))
+                     free_settings=("batch_size", "progress", "judge_endpoint"))
 """An `elical-hf judge` folder: `batch_size` and `progress` may change between runs (they change no verdict)."""
 
 FINGERPRINT_FIELDS = ("id", "question", "answer", "greedy_response", "sampling_response")
@@ -49,6 +49,13 @@ FINGERPRINT_FIELDS = ("id", "question", "answer", "greedy_response", "sampling_r
 
 SUMMARY_KEY = "elical_hf.judge_summary"
 """The parquet metadata key of a shard's judge summaries (JSON)."""
+
+
+def record_key(record: dict[str, Any], row: int) -> str:
+    """What names a record among others, for the worker split ([`~elical_hf.signals.shards.worker_of`] of it) and the
+    check that no two records share it: `"<dataset>/<id>"` (the row number without an id), since records are matched
+    by (dataset, id) everywhere and two datasets may both number their questions from 0."""
+    return f"{record.get('dataset') or ''}/{record['id'] if record.get('id') is not None else row}"
 
 
 def judge_records(
@@ -96,7 +103,7 @@ def judge_records(
     output_dir = os.fspath(output_dir)
     check_output_folder(output_dir)
     records = list(records)
-    keys = [str(r["id"]) if r.get("id") is not None else str(row) for row, r in enumerate(records)]
+    keys = [record_key(r, row) for row, r in enumerate(records)]
     fingerprint = questions_fingerprint([{name: r.get(name) for name in FINGERPRINT_FIELDS} for r in records])
     worker, positions = single_worker(JUDGED, len(records)), None
     if num_workers > 1:

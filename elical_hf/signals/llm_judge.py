@@ -317,8 +317,9 @@ def judge_with_llm(
             log-probabilities ([`logprob_verdict`]: certain when P("certain") >= 0.5), calling
             `first_token_logprobs` instead of `complete`, and also stores P("certain") of each judgement
             (`greedy_correctness_probability` and `sampling_correctness_probability`, or `consistency_probability`).
-            A first token that begins neither word gives no probability; its verdict is then that token read as a
-            reply (`strict`: `None`).
+            A judgement whose likeliest first tokens begin neither word (a reasoning judge's `<think>`, a chatty
+            "The") has no probability and no verdict (`None`, counted in `unparseable` and `never_certain`): use the
+            generated verdict for such judges.
         first_token_logprobs (`Callable`, *optional*):
             With `verdict="logprob"`: prompts in, the likeliest first reply tokens' log-probabilities out (e.g.
             `HFBackend.first_token_logprobs`, `ChatEndpoint.first_token_logprobs`).
@@ -356,7 +357,7 @@ def judge_with_llm(
     if verdict == "logprob":
         tops = call_completion(first_token_logprobs, prompts, **options)
         probabilities = [logprob_verdict(top) for top in tops]
-        replies = [max(top, key=top.get) if top else "" for top in tops]  # the likeliest first token, as a reply
+        replies = [max(top, key=top.get) if top else "" for top in tops]  # (the likeliest first token)
     else:
         replies = call_completion(complete, prompts, **options)
     if strip_thinking and probabilities is None:
@@ -366,7 +367,7 @@ def judge_with_llm(
         replies = [remove_thinking(reply) for reply in replies]
     verdicts = [parse_verdict(reply, strict=strict) for reply in replies]
     if probabilities is not None:
-        verdicts = [verdict_of if p is None else p >= 0.5 for verdict_of, p in zip(verdicts, probabilities)]
+        verdicts = [None if p is None else p >= 0.5 for p in probabilities]  # no verdict word: no verdict
         summary["never_certain"] += sum(p is None for p in probabilities)
     else:
         summary["never_certain"] += sum(not says_certain(reply) for reply in replies)

@@ -1,4 +1,4 @@
-"""Sampling through any OpenAI-compatible server (`vllm serve`, SGLang, TGI, llama.cpp, a hosted API).
+"""Sampling through an OpenAI-compatible server (`vllm serve`, SGLang, any server whose `/v1/completions` takes `n`).
 
 At HonestyBench scale (560k questions x 21 answers) people already run a serving engine that spreads one model over
 GPUs and machines; [`OpenAIBackend`] drives it instead of loading the model here. It is a generation backend like
@@ -27,13 +27,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..default_model import DEFAULT_MODEL, resolve_model_path
+import logging
+import os
+
+from ..default_model import resolve_model_path
 from .decoding import cut_at_stop, sample_seed
-from .generation import SamplingSettings, build_prompt_ids, completion_settings
+from .generation import SamplingSettings, completion_settings, render_prompts
 from .openai_client import BadReply, OpenAIClient
+from .records import same_model
 
 
 __all__ = ["OpenAIBackend", "served_model_of"]
+
+logger = logging.getLogger(__name__)
 
 
 def served_model_of(client: OpenAIClient, served_model: str | None) -> dict[str, Any]:
@@ -58,10 +64,11 @@ class OpenAIBackend:
 
     Args:
         endpoint (`str`): The server's base URL (`http://host:port/v1`).
-        model (`str`, *optional*, defaults to the embedded default): Hub id or folder whose tokenizer and chat
-            template render the prompts: the model the server serves (its tokenizer only is loaded).
+        model (`str`, *optional*): Hub id or folder whose tokenizer and chat template render the prompts: the model
+            the server serves (its tokenizer only is loaded). Default: what the server says it serves (vLLM's
+            `root` in `GET /models`, else the served name). Another model than the server's is warned about.
         served_model (`str`, *optional*): The model name the server knows (`vllm serve --served-model-name`);
-            default: the server's only model. Records and manifests name it.
+            default: the server's only model.
         revision (`str`, *optional*): Hub revision of `model`'s tokenizer.
         max_concurrency (`int`, *optional*, defaults to 32): Requests in flight at once.
         timeout (`float`, *optional*, defaults to 600): Seconds per request.
@@ -73,7 +80,7 @@ class OpenAIBackend:
 
     kind = "openai"
 
-    def __init__(self, endpoint: str, model: str = DEFAULT_MODEL, *, served_model: str | None = None,
+    def __init__(self, endpoint: str, model: str | None = None, *, served_model: str | None = None,
                  revision: str | None = None, max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4,
                  api_key: str | None = None, client: OpenAIClient | None = None) -> None:
         from transformers import AutoTokenizer
@@ -81,17 +88,25 @@ class OpenAIBackend:
         self.client = client or OpenAIClient(endpoint, api_key=api_key, max_concurrency=max_concurrency,
                                              timeout=timeout, max_retries=max_retries)
         entry = served_model_of(self.client, served_model)
-        self.name = str(entry["id"])
-        self.served_root = entry.get("root")
-        # Not the URL: the same served model behind another address (a restarted server) resumes the same run.
-        self.weights_source = f"served: {self.served_root}" if self.served_root else "served"
-        self._max_model_len = entry.get("max_model_len")
-        path, _ = resolve_model_path(model, revision)
+        self.served_model, self.served_root = str(entry["id"]), entry.get("root")
+        served = [str(name) for name in (self.served_model, self.served_root) if name]
+        if model is None:
+            model, self.tokenizer = _first_tokenizer(served, revision, self.client.url)
+        else:
+            if not any(same_model(model, name) for name in served):
+                logger.warning("The prompts are rendered with %s's chat template, but %s serves %s: check --model.",
+                               model, self.client.url, " / ".join(served))
+            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model, revision)[0],
+                                                           trust_remote_code=False)
         self.tokenizer_source = model
-        self.tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        # The records' `model`: the model named for the prompts (a Hub id), or the served name when that is a folder.
+        self.name = self.served_model if os.path.exists(model) else model
+        # Not the URL: the same served model behind another address (a restarted server) resumes the same run.
+        self.weights_source = f"served: {self.served_root or self.served_model}"
+        self._max_model_len = entry.get("max_model_len")
 
     def __repr__(self) -> str:
-        return f"OpenAIBackend(name={self.name!r}, endpoint={self.client.url!r})"
+        return f"OpenAIBackend(name={self.name!r}, served_model={self.served_model!r}, endpoint={self.client.url!r})"
 
     @property
     def context_length(self) -> int | None:
@@ -101,15 +116,11 @@ class OpenAIBackend:
     def _prompts(self, texts: list[str], settings: SamplingSettings) -> list[str | list[int]]:
         """What `/v1/completions` is sent: the rendered prompt text, or its token ids where the server's default
         tokenization (special tokens added) would not give the ids the Hugging Face sampler decodes from."""
-        from ..prompts import render_prompt
-
-        ids = build_prompt_ids(self.tokenizer, texts, settings)
-        rendered = [render_prompt(self.tokenizer, settings.prompt_template.format(question=t),
-                                  use_chat_template=settings.use_chat_template, system_prompt=settings.system_prompt,
-                                  chat_template_kwargs=settings.chat_template_kwargs) for t in texts]
+        rendered = render_prompts(self.tokenizer, texts, settings)
+        exact = self.tokenizer(rendered, add_special_tokens=False)["input_ids"]
         with_specials = self.tokenizer(rendered, add_special_tokens=True)["input_ids"]
-        return [text if list(again) == list(exact) else list(exact)
-                for text, exact, again in zip(rendered, ids, with_specials)]
+        return [text if list(again) == list(ids) else list(ids)
+                for text, ids, again in zip(rendered, exact, with_specials)]
 
     def generate(self, questions: list[str], settings: SamplingSettings, progress: bool = True) -> list[dict]:
         """Greedy answer (with token log-probabilities) and k samples per question, in the record schema of
@@ -125,29 +136,32 @@ class OpenAIBackend:
 
         async def ask(client: Any, job: tuple[int, bool]) -> Any:
             index, greedy = job
-            common = dict(model=self.name, prompt=prompts[index], max_tokens=settings.max_new_tokens, stop=stop)
+            common = dict(model=self.served_model, prompt=prompts[index], max_tokens=settings.max_new_tokens, stop=stop)
             if greedy:
                 reply = await client.completions.create(**common, n=1, temperature=0.0, logprobs=1,
                                                         extra_body=greedy_extra or None)
-                return _choices(reply, 1, logprobs=True)
+                return _choices(reply, 1, logprobs=True), None
             reply = await client.completions.create(
                 **common, n=k, temperature=settings.temperature, top_p=settings.top_p,
                 seed=sample_seed(settings.seed, questions[index], 0) % (2**31), extra_body=sample_extra or None)
-            return _choices(reply, k)
+            return _choices(reply, k), _completion_tokens(reply)
 
         jobs = [(i, greedy) for i in range(len(questions)) for greedy in (True, False)]
         replies = self.client.map(ask, jobs, what="completions", progress=progress)
         records = []
         for index in range(len(questions)):
-            (best,), samples = replies[2 * index], replies[2 * index + 1]
+            ((best,), _), (samples, sample_tokens) = replies[2 * index], replies[2 * index + 1]
             tokens, logprobs = _token_logprobs(best)
+            if sample_tokens is None:  # a server without `usage`: the samples' text, tokenized here
+                sample_tokens = sum(len(self.tokenizer(s.text or "", add_special_tokens=False)["input_ids"])
+                                    for s in samples)
             records.append({
                 "greedy_response": cut_at_stop(best.text or "", settings.stop_strings).strip(),
                 "greedy_tokens": tokens,
                 "greedy_logprobs": logprobs,
                 "greedy_cumulative_logprobs": float(sum(logprobs)),
                 "sampling_response": [cut_at_stop(s.text or "", settings.stop_strings).strip() for s in samples],
-                "num_generated_tokens": len(tokens) + sum(_completion_tokens(self.tokenizer, s) for s in samples),
+                "num_generated_tokens": len(tokens) + sample_tokens,
             })
         return records
 
@@ -165,13 +179,26 @@ class OpenAIBackend:
         extra = _extra(repetition_penalty=repetition_penalty)
 
         async def ask(client: Any, index: int) -> Any:
-            reply = await client.completions.create(model=self.name, prompt=sent[index], max_tokens=max_new_tokens,
+            reply = await client.completions.create(model=self.served_model, prompt=sent[index], max_tokens=max_new_tokens,
                                                     n=1, temperature=0.0, stop=settings.stop_strings or None,
                                                     extra_body=extra or None)
-            return _choices(reply, 1)[0]
+            return _choices(reply, 1)[0]  # noqa: RET504
 
         choices = self.client.map(ask, range(len(prompts)), what="completions", progress=progress, unit="prompt")
         return [cut_at_stop(c.text or "", settings.stop_strings).strip() for c in choices]
+
+
+def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[str, Any]:
+    """The first of the served model's names (its served name, then vLLM's `root`) whose tokenizer loads here."""
+    from transformers import AutoTokenizer
+
+    for name in names:
+        try:
+            return name, AutoTokenizer.from_pretrained(resolve_model_path(name, revision)[0], trust_remote_code=False)
+        except (OSError, ValueError):
+            continue
+    raise ValueError(f"No tokenizer here for what {url} serves ({' / '.join(names)}): pass --model with the served "
+                     "model's Hub id or folder (its chat template renders the prompts).")
 
 
 def _extra(top_k: int = 0, repetition_penalty: float = 1.0) -> dict[str, Any]:
@@ -186,11 +213,14 @@ def _extra(top_k: int = 0, repetition_penalty: float = 1.0) -> dict[str, Any]:
 
 
 def _choices(reply: Any, n: int, logprobs: bool = False) -> list[Any]:
-    """The reply's choices in index order, or [`BadReply`] when there are not `n` of them with text (and, when asked
-    for, token log-probabilities)."""
+    """The reply's choices in index order: [`BadReply`] (retried) for a reply without choices or text, and a
+    `ValueError` (not retried) for a server that gives another number of choices than `n`: it does not take `n`."""
     choices = sorted(getattr(reply, "choices", None) or [], key=lambda c: getattr(c, "index", 0) or 0)
-    if len(choices) != n or any(not isinstance(getattr(c, "text", None), str) for c in choices):
+    if not choices or any(not isinstance(getattr(c, "text", None), str) for c in choices):
         raise BadReply(f"expected {n} choice(s) with text, got {str(reply)[:200]}")
+    if len(choices) != n:
+        raise ValueError(f"The server answered a request for n={n} answers with {len(choices)}: it does not support "
+                         "`n` (several answers per request), which --backend openai needs for the k samples.")
     if logprobs:
         for choice in choices:
             found = getattr(choice, "logprobs", None)
@@ -200,11 +230,15 @@ def _choices(reply: Any, n: int, logprobs: bool = False) -> list[Any]:
 
 
 def _token_logprobs(choice: Any) -> tuple[list[str], list[float]]:
-    """The chosen tokens and their log-probabilities (a `None` one, some servers' first token, reads as 0)."""
+    """The chosen tokens and their log-probabilities; a `ValueError` for a token without one (Prob and N-Prob
+    would read a made-up value)."""
     found = choice.logprobs
-    return [str(t) for t in found.tokens], [float(v) if v is not None else 0.0 for v in found.token_logprobs]
+    if any(v is None for v in found.token_logprobs):
+        raise ValueError("The server returned a greedy answer token without its log-probability (`logprobs`).")
+    return [str(t) for t in found.tokens], [float(v) for v in found.token_logprobs]
 
 
-def _completion_tokens(tokenizer: Any, choice: Any) -> int:
-    """Tokens of one sampled answer (the server reports only the reply's total in `usage`)."""
-    return len(tokenizer(choice.text or "", add_special_tokens=False)["input_ids"])
+def _completion_tokens(reply: Any) -> int | None:
+    """Tokens the reply generated, all its choices together (`usage.completion_tokens`), when the server says."""
+    value = getattr(getattr(reply, "usage", None), "completion_tokens", None)
+    return value if isinstance(value, int) and value >= 0 else None

@@ -20,13 +20,14 @@ none.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 
-__all__ = ["API_KEY_ENV", "EndpointError", "OpenAIClient", "base_url"]
+__all__ = ["API_KEY_ENV", "BadReply", "EndpointError", "OpenAIClient", "base_url"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 """The environment variable whose value is sent as the bearer token."""
@@ -39,7 +40,8 @@ class EndpointError(OSError):
 
 
 class BadReply(Exception):
-    """A reply that does not hold what its request asked for (retried like a server error)."""
+    """A reply that does not hold what its request asked for (retried like a server error: a cut-off or garbled body
+    may come right the next time)."""
 
 
 def base_url(url: str, option: str = "--endpoint") -> str:
@@ -63,7 +65,12 @@ class _LoopThread:
         self.thread.start()
 
     def run(self, coroutine: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result()
+        except BaseException:  # a KeyboardInterrupt here too: no request goes on in the background
+            future.cancel()
+            raise
 
     def close(self) -> None:
         if self.loop.is_running():
@@ -94,7 +101,7 @@ class OpenAIClient:
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"--max_retries must be an integer >= 0, got {max_retries!r}.")
         if not timeout or timeout <= 0:
-            raise ValueError(f"--timeout must be > 0 seconds, got {timeout!r}.")
+            raise ValueError(f"The request timeout (--request_timeout) must be > 0 seconds, got {timeout!r}.")
         self.url, self.label = base_url(url, option), label
         self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
         self.max_concurrency, self.timeout, self.max_retries = max_concurrency, float(timeout), max_retries
@@ -127,11 +134,21 @@ class OpenAIClient:
         """Close the connections and stop the event loop (a later request starts them again)."""
         with self._lock:
             runner, client, self._runner, self._client = self._runner, self._client, None, None
-        if runner is not None:
-            try:
-                runner.run(client.close())
-            finally:
-                runner.close()
+        if runner is None:
+            return
+        if threading.current_thread() is runner.thread:  # (collected on its own loop): only stop the loop
+            runner.loop.call_soon(runner.loop.stop)
+            return
+        try:
+            runner.run(client.close())
+        finally:
+            runner.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
 
     def __enter__(self) -> OpenAIClient:
         return self
@@ -155,7 +172,7 @@ class OpenAIClient:
         """`request(client, item)` for every item, at most `max_concurrency` at once; the results in item order.
 
         `request` returns the parsed result of one reply and raises [`BadReply`] when the reply does not hold what
-        was asked for (retried). `what` names the requests in errors ("completions", ...). The first request that
+        was asked for (retried), or a `ValueError` when retrying cannot help (not retried). `what` names the requests in errors ("completions", ...). The first request that
         fails for good cancels the others and raises its error."""
         from tqdm.auto import tqdm
 
@@ -208,8 +225,7 @@ class OpenAIClient:
                     else "cannot be reached"
                 raise EndpointError(f"The {self.label} {self.url} {reason}: {tries} ({what}): "
                                     f"{_cause(error)}") from None
-            except (BadReply, openai.APIResponseValidationError, ValueError, KeyError, TypeError,
-                    AttributeError, IndexError) as error:
+            except (BadReply, openai.APIResponseValidationError, json.JSONDecodeError) as error:
                 failure = error
             if attempt < self.max_retries:
                 await asyncio.sleep(min(8.0, 0.25 * 2**attempt))

@@ -138,11 +138,14 @@ def _check_context(backend: Any, questions: list[dict[str, Any]], settings: Samp
 
 
 def _backend_info(backend: Any) -> dict[str, Any]:
-    return {
+    info = {
         "kind": getattr(backend, "kind", type(backend).__name__),
         "name": getattr(backend, "name", None),
         "weights_source": getattr(backend, "weights_source", None),
     }
+    if getattr(backend, "tokenizer_source", None) is not None:  # a served model: whose template rendered the prompts
+        info["tokenizer"] = backend.tokenizer_source
+    return info
 
 
 def sample_records(

@@ -67,7 +67,7 @@ def sample(
     questions: str | Sequence[dict[str, Any]],
     output_dir: str | None = None,
     *,
-    model: str = DEFAULT_MODEL,
+    model: str | None = None,
     backend: Any = "auto",
     settings: Any = None,
     shard_size: int = 64,
@@ -89,7 +89,9 @@ def sample(
         output_dir (`str`, *optional*): Write resumable record shards there
             ([`~elical_hf.signals.sample_records`], holding the folder's one-writer lock); without it the answers
             are generated in memory in one call of the backend.
-        model (`str`, *optional*): The model to sample from, when `backend` is a name.
+        model (`str`, *optional*): The model to sample from, when `backend` is a name (default: the embedded
+            default; for `"openai"`, the model whose chat template renders the prompts, default what the server
+            serves).
         backend (`str` or backend, *optional*, defaults to `"auto"`): `"hf"`, `"vllm"`, `"openai"`, `"auto"`, or a backend
             already made ([`~elical_hf.signals.make_backend`]).
         settings ([`~elical_hf.signals.SamplingSettings`], *optional*): Decoding settings (the paper's by default).
@@ -107,6 +109,7 @@ def sample(
 
     rows = load_questions(questions, dataset, limit) if isinstance(questions, str) else list(questions)
     if isinstance(backend, str):
+        model = model if model is not None or backend == "openai" else DEFAULT_MODEL
         backend = make_backend(backend, model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                                data_parallel_size=data_parallel_size, **endpoint_options)
     settings = settings if settings is not None else SamplingSettings()
