@@ -62,9 +62,12 @@ def main(argv: list[str] | None = None) -> int:
                          batch_size=args.batch_size, judge_verdict=mode)
             seconds[mode].append(time.perf_counter() - started)
             judged[mode] = records
-    hard = {mode: [[bool(v) for v in r["consistency_judgement"]] for r in records] for mode, records in judged.items()}
+    hard = {mode: [[None if v is None else bool(v) for v in r["consistency_judgement"]] for r in records]
+            for mode, records in judged.items()}
     pairs = [(a, b) for row_a, row_b in zip(hard["generate"], hard["logprob"]) for a, b in zip(row_a, row_b)]
-    equal = sum(a == b for a, b in pairs) / len(pairs)
+    without = sum(b is None for _, b in pairs) / len(pairs)  # logprob: no verdict word among the first tokens
+    decided = [(a, b) for a, b in pairs if b is not None]
+    equal = sum(a == b for a, b in decided) / max(len(decided), 1)
 
     def mean(values):
         values = [float(v) for v in values if v is not None]
@@ -80,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in targets.items():
         mode = name.split()[0]
         rows.append([name, f"{100 * auroc(values, labels):.1f}", f"{per_1000[mode]:.1f}"])
-    print(f"\n{len(base)} records, {verdicts} consistency verdicts per way; equal verdicts: {100 * equal:.1f}%; "
-          f"logprob is {per_1000['generate'] / per_1000['logprob']:.1f}x faster per verdict")
+    print(f"\n{len(base)} records, {verdicts} consistency verdicts per way; logprob: no verdict word among the first "
+          f"tokens for {100 * without:.1f}%; equal verdicts where it has one: {100 * equal:.1f}%; logprob is "
+          f"{per_1000['generate'] / per_1000['logprob']:.1f}x faster per verdict")
     print_table(["consistency target", "AUROC vs greedy correctness", "s / 1,000 verdicts"], rows)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
-            json.dump({"machine": machine, "records": len(base), "verdicts": verdicts, "equal_share": equal,
+            json.dump({"machine": machine, "records": len(base), "verdicts": verdicts, "equal_share": equal, "no_verdict_share": without,
                        "auroc": {name: 100 * auroc(v, labels) for name, v in targets.items()},
                        "seconds_per_1000": per_1000}, handle, indent=2)
     return 0
