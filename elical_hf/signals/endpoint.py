@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .openai_client import API_KEY_ENV, BadReply, OpenAIClient, base_url
+from .openai_client import API_KEY_ENV, BadReply, OpenAIClient, base_url, sampling_extras
 
 
 __all__ = ["API_KEY_ENV", "ChatEndpoint", "TOP_LOGPROBS", "chat_completions_url"]
@@ -67,11 +67,9 @@ class ChatEndpoint:
         self.client.max_concurrency = self.max_concurrency or max(1, int(batch_size))
 
     def _body(self, prompt: str, max_tokens: int, repetition_penalty: float) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                                "max_tokens": max_tokens, "temperature": 0.0, "n": 1}
-        if repetition_penalty != 1.0:  # vLLM and `elical-hf serve` take it; OpenAI's own API refuses the field
-            body["extra_body"] = {"repetition_penalty": float(repetition_penalty)}
-        return body
+        # (vLLM and `elical-hf serve` take a penalty; OpenAI's own API refuses the field)
+        return {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                "temperature": 0.0, "n": 1, "extra_body": sampling_extras(repetition_penalty=repetition_penalty)}
 
     def complete(self, prompts: list[str], max_new_tokens: int = 16, batch_size: int = 16, progress: bool = True,
                  repetition_penalty: float = 1.0) -> list[str]:

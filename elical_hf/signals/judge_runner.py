@@ -8,9 +8,9 @@ summary of the shard stored with it (parquet metadata). A manifest (`output_dir/
 judges read. A rerun with the same records and settings judges only the missing shards, so a killed run finished by a
 rerun ends with the records (and totals) of an uninterrupted one; judged shards are never judged again.
 
-Worker i of N (`num_workers=N, worker_index=i`) judges the records whose id (its row number where it has none)
-hashes to i ([`record_key`]: dataset and id; [`~elical_hf.signals.shards.worker_of`]), into its own folder; [`merge_judged`] (`elical-hf merge`)
-combines the N folders into the layout one worker writes. The verdicts are those one worker gives, but for float
+Worker i of N (`num_workers=N, worker_index=i`) judges the records whose dataset and id (its row number where it
+has none; [`record_key`]) hash to i ([`~elical_hf.signals.shards.worker_of`]), into its own folder; [`merge_judged`]
+(`elical-hf merge`) combines the N folders into the layout one worker writes. The verdicts are those one worker gives, but for float
 rounding of the embedding judge's cosines (`consistency_embedding`), which batches other records together.
 
 The layout is an `elical-hf sample` folder's ([`~elical_hf.signals.shards`]): `load_records(output_dir)` reads it,
@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 JUDGED = ShardedKind(JUDGED_MANIFEST_FORMAT, "judge", "records", "judging", "judged",
                      free_settings=("batch_size", "progress", "judge_endpoint"))
-"""An `elical-hf judge` folder: `batch_size` and `progress` may change between runs (they change no verdict)."""
+"""An `elical-hf judge` folder: `batch_size`, `progress` and `judge_endpoint` may change between runs (no verdict
+changes with them; a judge server restarted elsewhere is the same judge, `judge_model` names it)."""
 
 FINGERPRINT_FIELDS = ("id", "question", "answer", "greedy_response", "sampling_response")
 """The record fields the fingerprint of a judging run covers: the id and what the judges read."""

@@ -33,7 +33,7 @@ import os
 from ..default_model import resolve_model_path
 from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, completion_settings, render_prompts
-from .openai_client import BadReply, OpenAIClient
+from .openai_client import BadReply, OpenAIClient, sampling_extras
 from .records import same_model
 
 
@@ -83,8 +83,6 @@ class OpenAIBackend:
     def __init__(self, endpoint: str, model: str | None = None, *, served_model: str | None = None,
                  revision: str | None = None, max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4,
                  api_key: str | None = None, client: OpenAIClient | None = None) -> None:
-        from transformers import AutoTokenizer
-
         self.client = client or OpenAIClient(endpoint, api_key=api_key, max_concurrency=max_concurrency,
                                              timeout=timeout, max_retries=max_retries)
         entry = served_model_of(self.client, served_model)
@@ -96,8 +94,7 @@ class OpenAIBackend:
             if not any(same_model(model, name) for name in served):
                 logger.warning("The prompts are rendered with %s's chat template, but %s serves %s: check --model.",
                                model, self.client.url, " / ".join(served))
-            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(model, revision)[0],
-                                                           trust_remote_code=False)
+            self.tokenizer = _load_tokenizer(model, revision)
         self.tokenizer_source = model
         # The records' `model`: the model named for the prompts (a Hub id), or the served name when that is a folder.
         self.name = self.served_model if os.path.exists(model) else model
@@ -130,8 +127,8 @@ class OpenAIBackend:
             return []
         prompts = self._prompts(questions, settings)
         stop = list(settings.stop_strings) or None
-        greedy_extra = _extra(repetition_penalty=settings.greedy_repetition_penalty)
-        sample_extra = _extra(top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
+        greedy_extra = sampling_extras(repetition_penalty=settings.greedy_repetition_penalty)
+        sample_extra = sampling_extras(top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
         k = settings.num_samples
 
         async def ask(client: Any, job: tuple[int, bool]) -> Any:
@@ -139,11 +136,11 @@ class OpenAIBackend:
             common = dict(model=self.served_model, prompt=prompts[index], max_tokens=settings.max_new_tokens, stop=stop)
             if greedy:
                 reply = await client.completions.create(**common, n=1, temperature=0.0, logprobs=1,
-                                                        extra_body=greedy_extra or None)
+                                                        extra_body=greedy_extra)
                 return _choices(reply, 1, logprobs=True), None
             reply = await client.completions.create(
                 **common, n=k, temperature=settings.temperature, top_p=settings.top_p,
-                seed=sample_seed(settings.seed, questions[index], 0) % (2**31), extra_body=sample_extra or None)
+                seed=sample_seed(settings.seed, questions[index], 0) % (2**31), extra_body=sample_extra)
             return _choices(reply, k), _completion_tokens(reply)
 
         jobs = [(i, greedy) for i in range(len(questions)) for greedy in (True, False)]
@@ -176,40 +173,34 @@ class OpenAIBackend:
         settings = completion_settings(max_new_tokens, batch_size, use_chat_template, system_prompt, stop_strings,
                                        repetition_penalty)
         sent = self._prompts(prompts, settings)
-        extra = _extra(repetition_penalty=repetition_penalty)
+        extra = sampling_extras(repetition_penalty=repetition_penalty)
 
         async def ask(client: Any, index: int) -> Any:
-            reply = await client.completions.create(model=self.served_model, prompt=sent[index], max_tokens=max_new_tokens,
-                                                    n=1, temperature=0.0, stop=settings.stop_strings or None,
-                                                    extra_body=extra or None)
-            return _choices(reply, 1)[0]  # noqa: RET504
+            reply = await client.completions.create(model=self.served_model, prompt=sent[index],
+                                                    max_tokens=max_new_tokens, n=1, temperature=0.0,
+                                                    stop=settings.stop_strings or None, extra_body=extra)
+            return _choices(reply, 1)[0]
 
         choices = self.client.map(ask, range(len(prompts)), what="completions", progress=progress, unit="prompt")
         return [cut_at_stop(c.text or "", settings.stop_strings).strip() for c in choices]
 
 
-def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[str, Any]:
-    """The first of the served model's names (its served name, then vLLM's `root`) whose tokenizer loads here."""
+def _load_tokenizer(model: str, revision: str | None) -> Any:
+    """`model`'s tokenizer (resolved as every model is: the embedded default offline), no remote code."""
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(resolve_model_path(model, revision)[0], trust_remote_code=False)
+
+
+def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[str, Any]:
+    """The first of the served model's names (its served name, then vLLM's `root`) whose tokenizer loads here."""
     for name in names:
         try:
-            return name, AutoTokenizer.from_pretrained(resolve_model_path(name, revision)[0], trust_remote_code=False)
+            return name, _load_tokenizer(name, revision)
         except (OSError, ValueError):
             continue
     raise ValueError(f"No tokenizer here for what {url} serves ({' / '.join(names)}): pass --model with the served "
                      "model's Hub id or folder (its chat template renders the prompts).")
-
-
-def _extra(top_k: int = 0, repetition_penalty: float = 1.0) -> dict[str, Any]:
-    """vLLM's sampling fields beyond OpenAI's, only when they change decoding (a server that does not take them is
-    then asked for nothing it would refuse)."""
-    extra: dict[str, Any] = {}
-    if top_k > 0:
-        extra["top_k"] = int(top_k)
-    if repetition_penalty != 1.0:
-        extra["repetition_penalty"] = float(repetition_penalty)
-    return extra
 
 
 def _choices(reply: Any, n: int, logprobs: bool = False) -> list[Any]:

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 
-__all__ = ["API_KEY_ENV", "BadReply", "EndpointError", "OpenAIClient", "base_url"]
+__all__ = ["API_KEY_ENV", "BadReply", "EndpointError", "OpenAIClient", "base_url", "sampling_extras"]
 
 API_KEY_ENV = "OPENAI_API_KEY"
 """The environment variable whose value is sent as the bearer token."""
@@ -54,6 +54,17 @@ def base_url(url: str, option: str = "--endpoint") -> str:
         if url.endswith(route):
             return url[: -len(route)]
     return url
+
+
+def sampling_extras(top_k: int = 0, repetition_penalty: float = 1.0) -> dict[str, Any] | None:
+    """vLLM's sampling fields beyond OpenAI's, as a request's `extra_body`, only when they change decoding (`None`
+    otherwise: a server that does not take them is then asked for nothing it would refuse)."""
+    extra: dict[str, Any] = {}
+    if top_k > 0:
+        extra["top_k"] = int(top_k)
+    if repetition_penalty != 1.0:
+        extra["repetition_penalty"] = float(repetition_penalty)
+    return extra or None
 
 
 class _LoopThread:
@@ -172,8 +183,9 @@ class OpenAIClient:
         """`request(client, item)` for every item, at most `max_concurrency` at once; the results in item order.
 
         `request` returns the parsed result of one reply and raises [`BadReply`] when the reply does not hold what
-        was asked for (retried), or a `ValueError` when retrying cannot help (not retried). `what` names the requests in errors ("completions", ...). The first request that
-        fails for good cancels the others and raises its error."""
+        was asked for (retried), or a `ValueError` when retrying cannot help (not retried). `what` names the requests
+        in errors ("completions", ...). The first request that fails for good cancels the others and raises its
+        error."""
         from tqdm.auto import tqdm
 
         items = list(items)

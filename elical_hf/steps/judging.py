@@ -8,6 +8,7 @@ teacher tracks correctness.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -156,10 +157,10 @@ def judge(
     from ..signals.records import save_records
 
     settings = {"correctness": correctness, "consistency": consistency, **_judge_settings(options)}
-    bound = _llm_judge_once(correctness, consistency, options)
-
-    def judge_shard(shard: list[dict[str, Any]]) -> dict[str, Any]:
-        return _judge_shard(shard, correctness, consistency, bound)
+    # One shard at a time; a shard none of whose records can take a judgement is not refused (the records as a whole
+    # were checked): the judges skip and count such records.
+    judge_shard = functools.partial(apply_judges, correctness=correctness, consistency=consistency, check=False,
+                                    **_llm_judge_once(correctness, consistency, options))
 
     with one_writer(output):  # a second `judge` on this output would clean up this one's shards
         parts = output if folder else os.path.join(os.path.dirname(os.path.abspath(output)),
@@ -203,16 +204,6 @@ def _llm_judge_once(correctness: str | None, consistency: str | None, options: d
     judge = make_llm_judge(options.get("judge_model"), options.get("judge_endpoint"))
     return {**options, "judge_model": judge.name, "complete": judge.complete,
             "first_token_logprobs": options.get("first_token_logprobs") or judge.first_token_logprobs}
-
-
-def _judge_shard(
-    shard: list[dict[str, Any]], correctness: str | None, consistency: str | None, options: dict[str, Any]
-) -> dict[str, Any]:
-    """[`~elical_hf.signals.judging.apply_judges`] on one shard, without refusing a shard none of whose records can
-    take a judgement (the records as a whole were checked): the judges skip and count such records."""
-    from ..signals.judging import apply_judges
-
-    return apply_judges(shard, correctness, consistency, check=False, **options)
 
 
 def score_baselines(
