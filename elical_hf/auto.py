@@ -30,6 +30,7 @@ from .data import load_tokenizer
 from .files import looks_local
 from .default_model import hub_offline, resolve_model_path
 from .hub_ids import hub_id_of_local_copy, is_hub_id
+from .loading import load_pretrained
 from .model_card import ConfidenceModelCardData, write_model_card
 from .precision import resolve_dtype
 from .prompts import chat_template_kwargs_for
@@ -235,7 +236,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...). `dtype`
                 defaults to `"auto"`, which here means the library's precision policy
                 ([`~elical_hf.precision.resolve_dtype`]: bf16 on GPUs that support it and on CPUs where bf16 is native
-                and faster, float32 on other CPUs), not the checkpoint's dtype.
+                and faster, float32 on other CPUs), not the checkpoint's dtype. No code from the folder or repo is ever
+                run and only safetensors weights are read ([`~elical_hf.loading.load_pretrained`]), so
+                `trust_remote_code=True` and `use_safetensors=False` are refused.
         """
         name = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
@@ -295,7 +298,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         if source == "local":  # a Hub cache snapshot or the dequantized embedded default: record its Hub id
             recorded, source = hub_id_of_local_copy(path) or (os.path.abspath(path), source)
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
-        config = AutoConfig.from_pretrained(path, **hub_kwargs)
+        config = load_pretrained(AutoConfig.from_pretrained, path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
         four_bit = kwargs.pop("load_in_4bit", False)
@@ -306,7 +309,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), "cuda" if four_bit else device)
         if four_bit:
             kwargs["quantization_config"] = four_bit_config(kwargs["dtype"])
-        model = super().from_pretrained(path, config=config, **kwargs)
+        model = load_pretrained(super().from_pretrained, path, weights=True, config=config, **kwargs)
         if four_bit:
             from peft import prepare_model_for_kbit_training
 
@@ -323,6 +326,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             confidence_config.max_length = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         if confidence_config.chat_template_kwargs is None:  # a new model: what its template needs (Qwen3: no thinking)
             confidence_config.chat_template_kwargs = chat_template_kwargs_for(model.tokenizer) or None
+        if fresh_head:  # a saved model is checked with its own tokenizer ([`_from_saved`])
+            confidence_config.check_renders_question(model.tokenizer, name)
         model.confidence_config = confidence_config
         return model
 
@@ -381,6 +386,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 f"chat_template.jinja it was trained with back into {folder} (from its base model {base!r} if it was "
                 "trained with that one's)."
             )
+        saved_config.check_renders_question(model.tokenizer, folder)
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         try:
             loaded = PeftModelForConfidence.from_pretrained(model, folder, is_trainable=is_trainable)

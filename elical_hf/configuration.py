@@ -1,18 +1,22 @@
 """`ConfidenceConfig`: everything besides weights that a confidence model needs to score a question.
 
 It is saved as `confidence_config.json` next to the adapter. That file is written last and atomically, so it is also
-the marker of a complete save: a folder without it is never loaded as a confidence model.
+the marker of a complete save: a folder without it is never loaded as a confidence model. It is read strictly
+([`ConfidenceConfig.from_json_file`]): a hand-edited file with a missing or unknown field, or a value of the wrong type
+or out of range, is refused with every problem on its own line, never filled in with a default.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from .atomic import atomic_write_text
-from .prompts import QA_PROMPT, check_chat_template_kwargs, render_prompt
+from .prompts import QA_PROMPT, check_chat_template_kwargs, prompt_template_problem, render_prompt
 
 
 CONFIDENCE_CONFIG_NAME = "confidence_config.json"
@@ -20,6 +24,20 @@ POOLING_MODES = ("last_token",)
 HEAD_ACTIVATIONS = ("sigmoid",)
 HEAD_TYPES = ("linear", "mlp")
 HEAD_INITS = ("normal", "torch_default")
+REQUIRED_FIELDS = (
+    "prompt_template", "use_chat_template", "system_prompt", "add_generation_prompt", "pooling", "head_activation",
+    "max_length", "base_model_name_or_path", "base_model_signature", "base_weights_source", "decision_threshold",
+    "training_history",
+)
+"""The fields of `confidence_config.json` that every version's `save_pretrained` wrote: a file without one is refused.
+The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `retrieve_threshold`,
+`risk_control`, `use_lora`) may be missing; their defaults are what older saves meant."""
+VERSION_KEY = "elical_hf_version"
+"""The one key of `confidence_config.json` that is not a field: the elical-hf version that wrote it."""
+PROBE_QUESTIONS = ("Who wrote Hamlet?", "What is the capital of France, the country?")
+"""Two questions that differ at the start and at the end: a prompt that renders them alike drops the question."""
+_TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "an object",
+               list: "a list"}
 
 
 def backbone_signature(config: Any) -> dict[str, Any]:
@@ -121,34 +139,53 @@ class ConfidenceConfig:
     training_history: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if "{question}" not in self.prompt_template:
-            raise ValueError(f"`prompt_template` must contain a '{{question}}' field, got {self.prompt_template!r}.")
-        try:
-            self.prompt_template.format(question="")
-        except (KeyError, IndexError, ValueError) as error:  # another field, or a stray brace
-            raise ValueError(f"`prompt_template` may use only the '{{question}}' field (write other braces as '{{{{' "
-                             f"and '}}}}'), got {self.prompt_template!r}: {type(error).__name__}: {error}.") from None
         self.chat_template_kwargs = check_chat_template_kwargs(self.chat_template_kwargs)
-        if not isinstance(self.prompt_tail, str):
-            raise ValueError(f"`prompt_tail` must be a string, got {self.prompt_tail!r}.")
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"`pooling` must be one of {POOLING_MODES}, got {self.pooling!r}.")
-        if self.head_activation not in HEAD_ACTIVATIONS:
-            raise ValueError(f"`head_activation` must be one of {HEAD_ACTIVATIONS}, got {self.head_activation!r}.")
-        if self.head_type not in HEAD_TYPES:
-            raise ValueError(f"`head_type` must be one of {HEAD_TYPES}, got {self.head_type!r}.")
-        if self.head_init not in HEAD_INITS:
-            raise ValueError(f"`head_init` must be one of {HEAD_INITS}, got {self.head_init!r}.")
-        if self.max_length is not None and self.max_length < 8:
-            raise ValueError(f"`max_length` must be at least 8 tokens, got {self.max_length}.")
-        if self.decision_threshold is not None and not 0.0 <= self.decision_threshold <= 1.0:
-            raise ValueError(f"`decision_threshold` must lie in [0, 1], got {self.decision_threshold}.")
-        if self.retrieve_threshold is not None:
-            if not 0.0 <= self.retrieve_threshold <= 1.0:
-                raise ValueError(f"`retrieve_threshold` must lie in [0, 1], got {self.retrieve_threshold}.")
-            if self.decision_threshold is not None and self.retrieve_threshold > self.decision_threshold:
-                raise ValueError(f"`retrieve_threshold` ({self.retrieve_threshold}) must not exceed "
-                                 f"`decision_threshold` ({self.decision_threshold}).")
+        problems = self.problems(vars(self))
+        if problems:
+            raise ValueError("\n".join(problems))
+
+    @classmethod
+    def problems(cls, values: dict[str, Any]) -> list[str]:
+        """Everything wrong with the settings `values` (field name -> value; a missing field counts as its default),
+        one line per problem: the type of each field (booleans must be booleans, numbers numbers, never strings),
+        then its value (ranges, choices, the template: [`~elical_hf.prompts.prompt_template_problem`])."""
+        hints = typing.get_type_hints(cls)
+        problems, typed = [], {}  # typed: each field of the right type, with its value (or its default)
+        for f in fields(cls):
+            value = values[f.name] if f.name in values else (
+                f.default if f.default is not MISSING else f.default_factory())
+            problem = _type_problem(f.name, value, hints[f.name])
+            if problem:
+                problems.append(problem)
+            else:
+                typed[f.name] = value
+        checks = [prompt_template_problem(typed["prompt_template"]) if "prompt_template" in typed else None]
+        checks += [f"`{name}` must be one of {choices}, got {typed[name]!r}." for name, choices in (
+            ("pooling", POOLING_MODES), ("head_activation", HEAD_ACTIVATIONS), ("head_type", HEAD_TYPES),
+            ("head_init", HEAD_INITS)) if name in typed and typed[name] not in choices]
+        if typed.get("max_length") is not None and typed["max_length"] < 8:
+            checks.append(f"`max_length` must be at least 8 tokens, got {typed['max_length']}.")
+        for name in ("decision_threshold", "retrieve_threshold"):
+            if typed.get(name) is not None and not 0.0 <= typed[name] <= 1.0:
+                checks.append(f"`{name}` must lie in [0, 1], got {typed[name]}.")
+        retrieve, decide = typed.get("retrieve_threshold"), typed.get("decision_threshold")
+        if retrieve is not None and decide is not None and retrieve > decide:
+            checks.append(f"`retrieve_threshold` ({retrieve}) must not exceed `decision_threshold` ({decide}).")
+        for i, entry in enumerate(typed.get("training_history") or []):
+            if not isinstance(entry, dict) or not isinstance(entry.get("stage"), str):
+                checks.append(f"`training_history[{i}]` must be an object with a string `stage`, got {entry!r}.")
+        return problems + [check for check in checks if check]
+
+    def check_renders_question(self, tokenizer: Any, where: str) -> None:
+        """Refuse (one `ValueError` naming `where`) a prompt that is the same for two different questions: a chat
+        template that drops the user's message would give every question the same confidence."""
+        first, second = (self.format_prompt(question, tokenizer) for question in PROBE_QUESTIONS)
+        if first == second:
+            raise ValueError(
+                f"{where}: the prompt is the same for every question ({first[:80]!r}): its chat template drops the "
+                "user's message, so every question would get the same confidence. Fix the chat template "
+                "(chat_template.jinja), or set `use_chat_template` to false."
+            )
 
     @property
     def trained_stages(self) -> list[str]:
@@ -186,14 +223,49 @@ class ConfidenceConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> ConfidenceConfig:
-        """Read a saved config; one `ValueError` naming the file for broken JSON or a bad setting."""
+        """Read a saved config strictly: one `ValueError` naming the file for broken JSON, or listing every problem,
+        one per line: a field of [`REQUIRED_FIELDS`] missing, an unknown field, a value of the wrong type or out of
+        range ([`problems`])."""
         with open(path, encoding="utf-8") as handle:
             try:
                 data = json.load(handle)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column "
                                  f"{error.colno}): an interrupted or hand-edited save.") from None
-        try:
-            return cls.from_dict(data)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{path}: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object of settings, got {json.dumps(data):.80}.")
+        known = {f.name for f in fields(cls)}
+        missing = [name for name in REQUIRED_FIELDS if name not in data]
+        unknown = sorted(key for key in data if key not in known | {VERSION_KEY})
+        problems = [f"missing field(s) {', '.join(missing)} (every saved model has them: an old or hand-written "
+                    "file? save the model again)"] if missing else []
+        if unknown:
+            problems.append(f"unknown field(s) {', '.join(unknown)} (a typo, or written by a newer elical-hf?)")
+        if not isinstance(data.get(VERSION_KEY, ""), str):
+            problems.append(f"`{VERSION_KEY}` must be a string, got {data[VERSION_KEY]!r}.")
+        problems += cls.problems(data)
+        if len(problems) == 1:
+            raise ValueError(f"{path}: {problems[0]}")
+        if problems:
+            raise ValueError(f"{path} has {len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems))
+        return cls.from_dict(data)
+
+
+def _type_problem(name: str, value: Any, hint: Any) -> str | None:
+    """One line when `value` is not of the field type `hint` (e.g. `float | None`) as JSON writes it: `true` is no
+    number and `"false"` no boolean; an integer is a number."""
+    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    nullable = type(None) in allowed
+    expected = next(typing.get_origin(kind) or kind for kind in allowed if kind is not type(None))
+    if value is None and nullable:
+        return None
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected in (int, float):
+        ok = isinstance(value, int if expected is int else (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, expected)
+    if ok:
+        return None
+    shown = json.dumps(value, default=repr)  # as the file spells it: `true`, `"false"`, `512.0`
+    return f"`{name}` must be {_TYPE_NAMES[expected]}{' or null' if nullable else ''}, got {shown:.80}."

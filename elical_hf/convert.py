@@ -238,6 +238,7 @@ def convert_official(
     from .default_model import hub_offline, resolve_model_path
     from .files import looks_local
     from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
+    from .loading import load_pretrained
     from .modeling import confidence_class_for, confidence_class_name
 
     src, dst = os.fspath(src), Path(dst)
@@ -265,7 +266,7 @@ def convert_official(
             "authors' machines?); pass `base_model_name_or_path=` (e.g. \"Qwen/Qwen2.5-7B-Instruct\")."
         )
     base_path, _ = resolve_model_path(base, revision=None)
-    config = AutoConfig.from_pretrained(base_path)
+    config = load_pretrained(AutoConfig.from_pretrained, base_path)
     hidden_size = config.get_text_config().hidden_size
     head = load_head(head_file, hidden_size)
 

@@ -44,7 +44,8 @@ def load_tokenizer(name_or_path: str | os.PathLike, fallback: Any = None, **kwar
 
     With `fallback`, `name_or_path` is a saved folder that may hold no tokenizer (no `tokenizer_config.json`: an
     adapter saved without one); the tokenizer then comes from `fallback`, a Hub id or folder (the base model), or a
-    tokenizer already loaded. `kwargs` go to `AutoTokenizer.from_pretrained`.
+    tokenizer already loaded. `kwargs` go to `AutoTokenizer.from_pretrained`, through
+    [`~elical_hf.loading.load_pretrained`] (no code from the folder or repo is run).
     """
     if fallback is not None and not os.path.isfile(os.path.join(name_or_path, TOKENIZER_CONFIG_NAME)):
         if not isinstance(fallback, (str, os.PathLike)):
@@ -52,7 +53,9 @@ def load_tokenizer(name_or_path: str | os.PathLike, fallback: Any = None, **kwar
         name_or_path = fallback
     from transformers import AutoTokenizer
 
-    return ensure_pad_token(AutoTokenizer.from_pretrained(name_or_path, **kwargs))
+    from .loading import load_pretrained
+
+    return ensure_pad_token(load_pretrained(AutoTokenizer.from_pretrained, name_or_path, **kwargs))
 
 
 def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:

@@ -139,12 +139,13 @@ def convert_embedded(name: str) -> Path:
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+        from .loading import load_pretrained
+
         folder = embedded.gguf_folder()
         logger.warning("Converting %s from %s once into %s.", name, embedded.gguf_file, target)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=embedded.gguf_file, quantization_config=GgufConfig(dequantize=True)
-        )
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=embedded.gguf_file)
+        model = load_pretrained(AutoModelForCausalLM.from_pretrained, folder, gguf_file=embedded.gguf_file,
+                                quantization_config=GgufConfig(dequantize=True))
+        tokenizer = load_pretrained(AutoTokenizer.from_pretrained, folder, gguf_file=embedded.gguf_file)
         with atomic_folder(target) as staging:  # replaces an earlier, interrupted conversion
             model.config.name_or_path = name
             model.save_pretrained(staging)

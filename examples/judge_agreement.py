@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from elical_hf.default_model import resolve_model_path
+    from elical_hf.loading import load_pretrained
     from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, lexical_consistency
     from elical_hf.signals.embedding_judge import EmbeddingJudge
     from elical_hf.signals.llm_judge import consistency_prompt, llm_consistency, parse_verdict
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
     def model_and_tokenizer():
         if not loaded:
             path, source = resolve_model_path(args.model)
-            loaded.update(model=AutoModelForCausalLM.from_pretrained(path), tokenizer=AutoTokenizer.from_pretrained(path))
+            loaded.update(model=load_pretrained(AutoModelForCausalLM.from_pretrained, path, weights=True),
+                          tokenizer=load_pretrained(AutoTokenizer.from_pretrained, path))
             loaded["source"] = source
         return loaded["model"], loaded["tokenizer"]
 

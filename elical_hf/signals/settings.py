@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..prompts import QA_PROMPT, check_chat_template_kwargs
+from ..prompts import QA_PROMPT, check_chat_template_kwargs, prompt_template_problem
 
 
 __all__ = ["SamplingSettings"]
@@ -105,8 +105,9 @@ class SamplingSettings:
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"`{name}` {rule}, got {getattr(self, name)!r}.")
-        if "{question}" not in self.prompt_template:
-            raise ValueError("`prompt_template` must contain a `{question}` field.")
+        problem = prompt_template_problem(self.prompt_template)
+        if problem:
+            raise ValueError(problem)
         self.chat_template_kwargs = check_chat_template_kwargs(self.chat_template_kwargs, "--chat_template_kwargs")
         if isinstance(self.stop_strings, str):
             self.stop_strings = [self.stop_strings]
