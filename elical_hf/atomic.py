@@ -2,24 +2,34 @@
 
 Everything is written under a temporary name next to its target and moved into place with `os.replace`, which is
 atomic on one file system. New files get the permissions of a plain `open` (0666 less the umask), not the 0600 of a
-temporary file. [`atomic_write_text`] writes a text file, [`atomic_file`] lends a temporary path to any
-writer (parquet, safetensors), and [`atomic_folder`] builds a whole folder before it appears.
+temporary file. [`atomic_write_text`] writes a text file, [`atomic_write_json`] a strict JSON file ([`json_text`]:
+the one JSON writer), [`atomic_file`] lends a temporary path to any writer (parquet, safetensors), and
+[`atomic_folder`] builds a whole folder before it appears. [`one_writer`] and [`cache_lock`] keep concurrent
+processes from writing one output at once.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 __all__ = [
-    "atomic_file", "atomic_folder", "atomic_write_text", "cache_lock", "current_umask", "one_writer",
-    "umask_permissions",
+    "atomic_file", "atomic_folder", "atomic_write_json", "atomic_write_text", "cache_lock", "current_umask",
+    "json_text", "one_writer", "umask_permissions",
 ]
+
+_LOCK_POLL = 0.05
+"""Seconds between two tries of a held lock."""
 
 
 @contextmanager
@@ -78,6 +88,41 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             handle.write(text)
 
 
+def json_text(value: Any, *, indent: int | None = 2, sort_keys: bool = False,
+              default: Callable[[Any], Any] | None = None) -> str:
+    """`value` as strict JSON (RFC 8259), the one JSON writer of elical-hf (files and the JSON the commands print):
+    NaN and infinities, which `json.dumps` writes as the bare words `NaN` / `Infinity` that strict parsers (JavaScript's
+    `JSON.parse`, `jq`, Go) refuse, become `null`; NumPy (and torch) numbers and arrays become plain numbers and lists.
+    `default` turns any other object into something JSON can hold (as in `json.dumps`).
+
+    Example:
+
+    ```python
+    >>> json_text({"auroc": float("nan"), "n": 3}, indent=None)
+    '{"auroc": null, "n": 3}'
+
+    ```
+    """
+    return json.dumps(_strict_json(value), indent=indent, sort_keys=sort_keys, allow_nan=False, default=default)
+
+
+def _strict_json(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(item) for item in value]
+    if not isinstance(value, (str, bytes, int)) and callable(getattr(value, "tolist", None)):  # NumPy, torch
+        return _strict_json(value.tolist())
+    return value
+
+
+def atomic_write_json(path: str | os.PathLike, value: Any, *, sort_keys: bool = False) -> None:
+    """Write `value` as strict JSON ([`json_text`], indented, ending in a newline) to `path` atomically."""
+    atomic_write_text(path, json_text(value, sort_keys=sort_keys) + "\n")
+
+
 @contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """Lend an empty staging folder named like `path` (inside a hidden temporary folder next to it); when the block
@@ -117,8 +162,9 @@ def one_writer(folder: str | os.PathLike) -> Iterator[None]:
     """Hold the one-writer lock of an output `folder` for the block; a second process asking for it gets one
     `ValueError` at once, so two runs never write into (or clean up) the same folder.
 
-    The lock is a file beside the folder (`.<name>.lock`, `filelock`), not in it, so it never makes an output folder
-    look non-empty. Under `torch.distributed` only rank 0 takes it (the other ranks write nothing).
+    The lock is a file beside the folder (`.<name>.lock`), not in it, so it never makes an output folder look
+    non-empty; it is removed when the block ends ([`_folder_lock`]). Under `torch.distributed` only rank 0 takes it
+    (the other ranks write nothing).
     """
     if os.environ.get("RANK", "0") != "0":
         yield
@@ -133,27 +179,63 @@ def cache_lock(folder: str | os.PathLike, timeout: float = 1800.0) -> Iterator[N
     """Hold the lock of a cache `folder` that is written once and then read by every process (a converted model):
     a second process waits for the first (up to `timeout` seconds, then one `ValueError`), and should then find the
     folder complete and reuse it. Every process takes it, whatever its rank; the lock file sits beside the folder
-    (`.<name>.lock`), as for [`one_writer`]."""
+    (`.<name>.lock`) while it is held, as for [`one_writer`]."""
     with _folder_lock(folder, timeout, lambda path: f"Another process has been writing {folder} for more than "
-                      f"{timeout:.0f} s (it holds {path}); if none is running, delete {path} and retry."):
+                      f"{timeout:.0f} s (it holds {path}): wait for it to finish, or stop it and retry."):
         yield
 
 
 @contextmanager
 def _folder_lock(folder: str | os.PathLike, timeout: float, message: Callable[[Path], str]) -> Iterator[None]:
-    """Hold `filelock`'s lock `.<name>.lock` beside `folder`, waiting up to `timeout` seconds (0: not at all) for
-    another holder; a `ValueError` with `message(lock path)` when it does not come free."""
-    from filelock import FileLock, Timeout
+    """Hold the lock `.<name>.lock` beside `folder`, waiting up to `timeout` seconds (0: not at all) for another
+    holder; a `ValueError` with `message(lock path)` when it does not come free.
 
+    The lock is an exclusive `flock` on the file, which the holder deletes before it lets go, so no lock file is left
+    behind. A waiter that wins the lock of a file its holder has just deleted sees that the path no longer names that
+    file and tries again on the path's new file: two processes never hold the lock of one path at once. (Without
+    `fcntl`, on Windows, `filelock`'s lock, which removes its file on release there.)"""
     target = Path(folder).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     path = target.parent / f".{target.name}.lock"
-    lock = FileLock(str(path), timeout=timeout)
     try:
-        lock.acquire()
-    except Timeout:
-        raise ValueError(message(path)) from None
+        import fcntl
+    except ImportError:  # Windows
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(path), timeout=timeout)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise ValueError(message(path)) from None
+        try:
+            yield
+        finally:
+            lock.release()
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno not in (errno.EAGAIN, errno.EACCES):  # some file systems say EACCES when it is held
+                raise
+            if time.monotonic() >= deadline:
+                raise ValueError(message(path)) from None
+            time.sleep(_LOCK_POLL)
+            continue
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(current, os.fstat(fd)):
+            break
+        os.close(fd)  # the file of a holder that has let go since we opened it: try the path's new file
     try:
         yield
     finally:
-        lock.release()
+        try:
+            os.unlink(path)  # while still holding it (see above)
+        finally:
+            os.close(fd)  # lets go of the lock

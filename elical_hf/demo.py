@@ -18,7 +18,6 @@ label draws.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -26,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_json
 from .default_model import DEFAULT_MODEL
 from .memory import release_memory
 
@@ -319,7 +318,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
         "timings": timings,
         "report": written["report"],
     }
-    atomic_write_text(os.path.join(settings.output_dir, "run.json"), json.dumps(summary, indent=2) + "\n")
+    atomic_write_json(os.path.join(settings.output_dir, "run.json"), summary)
     return {**summary, "table": table}
 
 

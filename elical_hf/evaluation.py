@@ -6,7 +6,6 @@ and out-of-domain averages weighted by test-set size, exactly as the paper avera
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -14,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, atomic_write_text
+from .atomic import atomic_write_json, atomic_write_text
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .metrics import (
     METRIC_NAMES, alignment, auroc, bootstrap_indices, ece, percentile_interval, select_threshold,
 )
@@ -338,7 +338,7 @@ def write_report(
 
     os.makedirs(output_dir, exist_ok=True)
     paths = {"results": os.path.join(output_dir, "results.json"), "report": os.path.join(output_dir, "report.md")}
-    atomic_write_text(paths["results"], json.dumps(table, indent=2, default=_json_default) + "\n")
+    atomic_write_json(paths["results"], table)  # undefined metrics (NaN) as null
     sections = [f"# {title}\n", notes] if notes else [f"# {title}\n"]
     if set(SPLIT_AVERAGES.values()) & set(next(iter(table.values()))):
         sections.append(f"## In-domain and OOD averages (x100)\n\n{averages_to_markdown(table)}\n")
@@ -359,12 +359,6 @@ def write_report(
         sections.append("## AUROC vs number of correctness labels\n\n![labels](auroc_vs_labels.png)\n")
     atomic_write_text(paths["report"], "\n".join(sections))
     return paths
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    raise TypeError(f"Cannot serialise {type(value).__name__}")
 
 
 def decision_table(

@@ -5,7 +5,8 @@ read outside the folder it belongs to.
 [`check_text_file`] checks a whole file the same way (and, for JSON lines, each line's JSON) before a loader that would
 report neither reads it; [`looks_local`] tells a mistyped path from a Hub id. [`path_component`] refuses a name taken
 from data (a record's `model` or `dataset`) that would leave its folder once it is part of a path, and
-[`links_leaving`] lists the symbolic links in a folder that point outside it.
+[`links_leaving`] lists the symbolic links in a folder that point outside it. [`refuse_output_over_inputs`] and
+[`check_output_extension`] are what every command that writes checks about its output before it does any work.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import codecs
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 
-__all__ = ["DATA_EXTENSIONS", "check_text_file", "links_leaving", "looks_local", "path_component", "text_lines"]
+__all__ = [
+    "DATA_EXTENSIONS", "check_output_extension", "check_text_file", "links_leaving", "looks_local", "path_component",
+    "refuse_output_over_inputs", "text_lines",
+]
 
 _UNSAFE_CHARACTERS = re.compile(r"[/\\:*?\"<>|\x00-\x1f\x7f]")
 _BLOCK = 1 << 22
@@ -68,14 +73,17 @@ def check_text_file(path: str | os.PathLike, json_lines: bool = False) -> None:
 
 def looks_local(source: str) -> bool:
     """Whether `source` reads as a local path rather than a Hub id: it starts with `.`, `~` or `/`, ends in a data
-    file's extension ([`DATA_EXTENSIONS`]), or has more than one folder part (a Hub id is `<namespace>/<name>` at
-    most). A missing path that looks local is reported as missing, not looked up on the Hub."""
+    file's extension ([`DATA_EXTENSIONS`]), has more than one folder part (a Hub id is `<namespace>/<name>` at
+    most), or its first part is a local file or folder (`data/nope` when `data/` is here). A missing path that looks
+    local is reported as missing, not looked up on the Hub."""
     name = os.fspath(source)
+    first = name.replace(os.sep, "/").split("/", 1)[0]
     return (
         name.startswith((".", "~", os.sep))
         or os.path.splitext(name)[1].lower() in DATA_EXTENSIONS
         or name.count("/") > 1
         or (os.sep != "/" and os.sep in name)
+        or (name != first and os.path.exists(first))
     )
 
 
@@ -120,3 +128,50 @@ def links_leaving(folder: str | os.PathLike, recursive: bool = True) -> list[str
         if not recursive:
             break
     return sorted(leaving)
+
+
+def refuse_output_over_inputs(output: str | os.PathLike, inputs: Mapping[str, Any], option: str = "--output") -> None:
+    """Refuse, before any work, an `output` that would destroy or pollute an input: one `ValueError` when the output is
+    an input itself, lies inside an input folder, or holds an input (a folder output). Paths are compared once
+    symbolic links are resolved (and as the same file, for hard links).
+
+    Args:
+        output (`str`): The file or folder a command writes.
+        inputs (`dict`): Option -> what it was given (a path, a list of paths, or anything else: in-memory records, a
+            Hub id, `None`, which are skipped), e.g. `{"--records": "runs/judged.parquet"}`. Only paths that exist
+            are compared.
+        option (`str`, *optional*, defaults to `"--output"`): The output's option, for the message.
+    """
+    target = os.path.realpath(output)
+    for name, given in inputs.items():
+        for source in given if isinstance(given, (list, tuple)) else [given]:
+            if not isinstance(source, (str, os.PathLike)) or not os.path.exists(source):
+                continue
+            path = os.path.realpath(source)
+            if path == target or (os.path.exists(output) and os.path.samefile(source, output)):
+                raise ValueError(f"{option} {os.fspath(output)} is the {name} input itself: writing there would "
+                                 "destroy it. Write the output somewhere else.")
+            if os.path.commonpath([path, target]) == path:
+                raise ValueError(f"{option} {os.fspath(output)} is inside the {name} folder {os.fspath(source)}: "
+                                 "reading that folder again would take the output for one of its files (records would "
+                                 "count every record twice). Write the output outside it.")
+            if os.path.commonpath([path, target]) == target:
+                raise ValueError(f"{name} {os.fspath(source)} is inside the {option} folder {os.fspath(output)}: "
+                                 "writing the output could replace or mix with it. Write the output elsewhere.")
+
+
+def check_output_extension(output: str | os.PathLike, extensions: Sequence[str] | None,
+                           option: str = "--output") -> None:
+    """Refuse, before any work, an output of the wrong kind: with `extensions` (e.g. `(".json",)`), a file name that
+    ends in none of them (case-insensitive) or an existing folder; without, a folder output that is an existing
+    file."""
+    name = os.fspath(output)
+    if extensions is None:
+        if os.path.exists(name) and not os.path.isdir(name):
+            raise ValueError(f"{option} {name} is a file; it must be a folder (new, or one this command wrote).")
+        return
+    if os.path.splitext(name)[1].lower() not in extensions:
+        raise ValueError(f"{option} {name} must be a {' or '.join(extensions)} file (got "
+                         f"{os.path.splitext(name)[1] or 'no extension'!r}).")
+    if os.path.isdir(name):
+        raise ValueError(f"{option} {name} is a folder; it must be a {' or '.join(extensions)} file.")

@@ -14,20 +14,31 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .atomic import umask_permissions
-from .configuration import CONFIDENCE_CONFIG_NAME, backbone_signature
+from .atomic import json_text, umask_permissions
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
 from .files import links_leaving
 from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
-from .model_card import GENERATED_MARKER, write_folder_card
+from .model_card import GENERATED_MARKER, RELIABILITY_IMAGE, write_folder_card
 
 
 logger = logging.getLogger(__name__)
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json", CONFIDENCE_CONFIG_NAME)
+MODEL_FILES = frozenset({
+    *ADAPTER_FILES, "README.md", RELIABILITY_IMAGE,
+    # the tokenizer, as `save_pretrained` of any tokenizer class writes it, and its chat template
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
+    "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "chat_template.jinja",
+    "chat_template.json",
+    # the training history the trainer writes beside the model
+    "training_args.json", "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
+})
+"""The top-level files of a confidence model folder that [`push_folder`] publishes; any other file is refused unless
+named in `extra_files` (pickles and hidden files are never published)."""
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 METRIC_SPACES = ("honesty_auroc", "honesty_ece", "honesty_alignment")
 METRIC_SPACE_FILES = ("README.md", "app.py", "requirements.txt")
@@ -84,9 +95,11 @@ def _check_named_base(folder: str, config: Mapping[str, Any], recorded: str | No
     from transformers import AutoConfig
 
     from .default_model import resolve_model_path
+    from .loading import load_pretrained
 
     try:
-        found = backbone_signature(AutoConfig.from_pretrained(resolve_model_path(base)[0], token=token))
+        found = backbone_signature(load_pretrained(AutoConfig.from_pretrained, resolve_model_path(base)[0],
+                                                   token=token))
     except (OSError, ValueError) as error:
         raise ValueError(
             f"Cannot check that {base!r} is the base model of {folder}: its config could not be read "
@@ -105,12 +118,39 @@ def _check_named_base(folder: str, config: Mapping[str, Any], recorded: str | No
 def _rewrite_json(path: Path, **values: Any) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     data.update(values)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_text(json_text(data, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _stage_model_folder(folder: str, staging: Path) -> None:
-    """Copy a saved model's top-level files (no pickles, no sub-folders, no hidden files) into `staging`; refuse an
-    incomplete folder or one that changed while it was copied."""
+def _publishable(folder: Path, allowed: Callable[[str], bool], extra_files: Sequence[str], what: str) -> list[Path]:
+    """The top-level files of `folder` to publish: those `allowed` says a `what` needs and the `extra_files` named on
+    purpose; hidden files, `.pyc` and pickles (with a warning) are left out. Any other file is refused in one
+    `ValueError` that lists them all, before anything is copied: a key or a notes file beside the model is never
+    published by accident."""
+    extra = set(extra_files)
+    missing = sorted(name for name in extra if not (folder / name).is_file() or name.startswith("."))
+    if missing:
+        raise ValueError(f"--include {', '.join(missing)}: not a file at the top of {folder} (only top-level, "
+                         "non-hidden files can be included).")
+    chosen, unknown = [], []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.is_file() or path.suffix == ".pyc":
+            continue
+        if path.suffix in PICKLE_SUFFIXES:
+            logger.warning("Not uploading %s: pickled files are never published.", path.name)
+        elif allowed(path.name) or path.name in extra:
+            chosen.append(path)
+        else:
+            unknown.append(path.name)
+    if unknown:
+        raise ValueError(f"{folder} holds files a {what} does not need: {', '.join(unknown)}. Refusing to publish "
+                         "them (a key or private notes would become public); move them out of the folder, or name "
+                         "the ones to publish with --include (`extra_files=`).")
+    return chosen
+
+
+def _stage_model_folder(folder: str, staging: Path, extra_files: Sequence[str] = ()) -> None:
+    """Copy a saved model's top-level files ([`MODEL_FILES`] and `extra_files`; no pickles, no sub-folders, no hidden
+    files) into `staging`; refuse any other file, an incomplete folder, or one that changed while it was copied."""
     root = Path(folder)
     if not root.is_dir():
         raise FileNotFoundError(f"No model folder at {folder}.")
@@ -125,12 +165,7 @@ def _stage_model_folder(folder: str, staging: Path) -> None:
         raise ValueError(f"{folder} is missing {missing}; save the model with `save_pretrained` first.")
     _refuse_links_leaving(folder, recursive=False)
     before = marker.stat()
-    for path in sorted(root.iterdir()):
-        if path.name.startswith(".") or not path.is_file():
-            continue
-        if path.suffix in PICKLE_SUFFIXES:
-            logger.warning("Not uploading %s: pickled files are never published.", path.name)
-            continue
+    for path in _publishable(root, MODEL_FILES.__contains__, extra_files, "confidence model"):
         shutil.copy2(path, staging / path.name)
     after = marker.stat() if marker.is_file() else None
     if after is None or (after.st_mtime_ns, after.st_size, after.st_ino) != (
@@ -204,14 +239,16 @@ def push_folder(
     commit_message: str | None = None,
     revision: str | None = None,
     base_model_name_or_path: str | None = None,
+    extra_files: Sequence[str] = (),
 ) -> Any:
     r"""
     Publish a saved confidence model folder to the Hub in one commit.
 
     Uploaded: `adapter_model.safetensors` (LoRA + head), `adapter_config.json` and `confidence_config.json` (both
-    naming the base model's Hub id), the tokenizer files, `README.md` (the card, re-rendered for `repo_id` unless you
-    removed its "generated" marker line), `reliability.png` and any other top-level files. Pickles, hidden files and
-    sub-folders (checkpoints) are left out.
+    naming the base model's Hub id), the tokenizer files and chat template, `README.md` (the card, re-rendered for
+    `repo_id` unless you removed its "generated" marker line), `reliability.png` and the trainer's JSON history
+    ([`MODEL_FILES`]), and the `extra_files` you name. Any other top-level file (a key, notes) is refused before
+    anything is published; pickles, hidden files and sub-folders (checkpoints) are left out.
 
     Args:
         folder (`str`): A folder written by `save_pretrained` (it must hold `confidence_config.json`).
@@ -224,6 +261,7 @@ def push_folder(
             (not needed for a Hub cache snapshot or the embedded default's offline copy: their Hub id is known).
             Checked before anything is published: its config (from the Hub or its cache) must match the backbone
             signature the adapter recorded.
+        extra_files (`list[str]`, *optional*): Names of other top-level files of the folder to publish too.
 
     Returns:
         `huggingface_hub.CommitInfo`: the commit (`oid`, `commit_url`, `repo_url`), returned only once it succeeded.
@@ -239,8 +277,9 @@ def push_folder(
     folder = os.fspath(folder)
     with tempfile.TemporaryDirectory(prefix="elical-hf-push-") as tmp:
         staging = Path(tmp)
-        _stage_model_folder(folder, staging)
+        _stage_model_folder(folder, staging, extra_files)
         umask_permissions(staging)
+        ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))  # a broken one is not published
         config = json.loads((staging / CONFIDENCE_CONFIG_NAME).read_text(encoding="utf-8"))
         adapter = json.loads((staging / "adapter_config.json").read_text(encoding="utf-8"))
         named = config.get("base_model_name_or_path") or adapter.get("base_model_name_or_path")
@@ -320,6 +359,7 @@ def push_metric_space(
     private: bool | None = None,
     token: str | None = None,
     commit_message: str | None = None,
+    extra_files: Sequence[str] = (),
 ) -> Any:
     r"""
     Publish an evaluate metric module as a Gradio Space, so that `evaluate.load("<repo_id>")` finds it.
@@ -329,10 +369,12 @@ def push_metric_space(
         repo_id (`str`): The Space, `<namespace>/<name>`; the module is uploaded as `<name of the repo>.py`, the
             file name evaluate looks for.
         folder (`str`, *optional*): A metric folder of your own (`<name>.py`, `README.md`, `app.py`,
-            `requirements.txt`, and the module's local imports), uploaded as it is. Without it, the library metric
+            `requirements.txt`, and the module's local imports: other `.py` files), uploaded as it is; any other
+            file is refused unless named in `extra_files`. Without it, the library metric
             `name` is assembled from its single sources (`metrics.metric_cards.write_metric_space`: the module, the
             `functional.py` and `evaluate_mixin.py` it imports, its card, the widget and the requirements).
-        private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*): As for models.
+        private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*),
+            extra_files (`list[str]`, *optional*): As for models.
 
     Returns:
         `huggingface_hub.CommitInfo`, once the commit succeeded.
@@ -348,6 +390,11 @@ def push_metric_space(
         if missing:
             raise FileNotFoundError(f"The metric folder {folder} lacks {missing}.")
         _refuse_links_leaving(folder, recursive=False)
+        files = _publishable(folder, lambda name: name in METRIC_SPACE_FILES or name.endswith(".py"), extra_files,
+                             "metric Space")
+    elif extra_files:
+        raise ValueError(f"extra_files (--include) {list(extra_files)}: the library metric {name!r} is assembled from "
+                         "its sources; pass folder= (a metric folder) to publish files of your own.")
     module = repo_id.split("/")[1]
     with tempfile.TemporaryDirectory(prefix="elical-hf-space-") as tmp:
         staging = Path(tmp)
@@ -356,10 +403,9 @@ def push_metric_space(
 
             folder = write_metric_space(name, staging, module_name=module)
         else:
-            for path in sorted(folder.iterdir()):
-                if path.is_file() and not path.name.startswith(".") and path.suffix != ".pyc":
-                    target = f"{module}.py" if path.name == f"{name}.py" else path.name
-                    shutil.copy2(path, staging / target)
+            for path in files:
+                target = f"{module}.py" if path.name == f"{name}.py" else path.name
+                shutil.copy2(path, staging / target)
             if module != name:  # the widget loads the module file next to it by name
                 app = staging / "app.py"
                 app.write_text(app.read_text(encoding="utf-8").replace(f"{name}.py", f"{module}.py"), encoding="utf-8")
@@ -442,7 +488,7 @@ def push_gate_space(
     with tempfile.TemporaryDirectory(prefix="elical-hf-gate-space-") as tmp:
         staging = Path(tmp)
         shutil.copy2(GATE_SPACE_APP, staging / "app.py")
-        (staging / "gate.json").write_text(json.dumps({"model": model}, indent=2) + "\n", encoding="utf-8")
+        (staging / "gate.json").write_text(json_text({"model": model}) + "\n", encoding="utf-8")
         (staging / "requirements.txt").write_text(f"elical-hf>={__version__}\n", encoding="utf-8")
         (staging / "README.md").write_text(_GATE_CARD.format(model=model, gradio=GATE_SPACE_GRADIO), encoding="utf-8")
         return _commit_folder(

@@ -16,7 +16,7 @@ from datasets import Dataset
 from transformers import set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_json, json_text
 from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
 from .columns import EVAL_LABEL_COLUMN
 from .data import as_dataset, split_dev
@@ -187,7 +187,8 @@ def data_fingerprint(data: Any, name: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+    """`value` as its run manifest reads it back ([`~elical_hf.atomic.json_text`]: NaN as `None`, objects as text)."""
+    return json.loads(json_text(value, sort_keys=True, default=str))
 
 
 def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool, main: bool = True) -> list[str]:
@@ -236,7 +237,7 @@ def _claim_output_dir(output_dir: str, run: dict[str, Any], overwrite: bool, mai
 def _write_run_manifest(output_dir: str, run: dict[str, Any], done: list[str]) -> None:
     os.makedirs(output_dir, exist_ok=True)
     manifest = {"format": RUN_MANIFEST_FORMAT, "run": run, "done": done}
-    atomic_write_text(os.path.join(output_dir, RUN_MANIFEST_NAME), json.dumps(manifest, indent=2) + "\n")
+    atomic_write_json(os.path.join(output_dir, RUN_MANIFEST_NAME), manifest)
 
 
 def train_elical(

@@ -9,6 +9,7 @@ import pytest
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
 from elical_hf.label_selection import SELECTION_STRATEGIES, UNIFORM_BINS, select_for_labelling
+from tests.tiny import mark_trained
 
 
 def skewed_pool(size: int = 2000, seed: int = 0) -> np.ndarray:
@@ -55,6 +56,7 @@ def test_select_labels_command(tiny_llama, tmp_path, raise_user_errors):
     from elical_hf.signals.records import load_records, save_records
 
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    mark_trained(tmp_path / "stage1")  # select-labels refuses untrained heads
     pool = [{"question": f"who wrote play {i}", "answer": ["x"], "dataset": "nq", "split": "train"} for i in range(30)]
     save_records(pool + [{"question": "a test question", "answer": ["y"], "dataset": "nq", "split": "test"}],
                  tmp_path / "pool.jsonl")

@@ -321,9 +321,9 @@ def test_judging_into_the_records_folder_is_refused(tmp_path, capsys):
     outside = tmp_path / "judged" / "nq_test.parquet"
     assert cli_main([*argv, str(outside)]) == 0
     again = ["judge", "--records", str(outside), "--correctness", "has_answer", "--output", str(outside)]
-    assert cli_main(again) == 0
+    assert cli_main(again) == 2  # in place: refused (an output is never one of its inputs), the file kept
     capsys.readouterr()
-    assert len(read_records(outside)) == 10  # judged twice (the second time in place): still 10 records
+    assert len(read_records(outside)) == 10
     assert cli_main(["evaluate", "--records", str(outside.parent), "--output_dir", str(tmp_path / "o"),
                      "--baselines", "prob", "--field_sources", "Mine=my_score"]) == 0
     assert json.loads((tmp_path / "o" / "results.json").read_text())["Mine"]["nq"]["n"] == 10

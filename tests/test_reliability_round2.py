@@ -62,13 +62,13 @@ def test_a_duplicated_record_is_refused(tmp_path, raise_user_errors):
 
 
 @case("data", "`elical-hf select-labels --output` pointing at its own `--records` pool, or at an existing file",
-      "refused before any model loads: `… is the --records pool itself …` / `… exists; pass --overwrite …`")
+      "refused before any model loads: `… is the --records input itself …` / `… exists; pass --overwrite …`")
 def test_select_labels_never_destroys_its_input(trained_model, tmp_path, raise_user_errors):  # noqa: F811
     from elical_hf.cli.select_labels import main
 
     pool = save_records(records_of("m"), tmp_path / "pool.jsonl")
     before = (tmp_path / "pool.jsonl").read_text()
-    with pytest.raises(ValueError, match="is the --records pool itself"):
+    with pytest.raises(ValueError, match="is the --records input itself"):
         main([trained_model, "--records", pool, "--output", pool, "--num_labels", "3", "--allow_other_model", "true"])
     assert (tmp_path / "pool.jsonl").read_text() == before
     existing = tmp_path / "chosen.jsonl"
@@ -261,5 +261,5 @@ def test_a_second_writer_is_refused(tmp_path, raise_user_errors):
         holder.wait()
     with one_writer(out):  # free again once the holder is gone
         pass
-    assert not out.exists() and (tmp_path / ".out.lock").exists()
+    assert not out.exists() and not (tmp_path / ".out.lock").exists()  # removed once let go
 

@@ -94,7 +94,7 @@ def test_push_refuses_links_leaving_the_model_folder(hub, tiny_llama, tmp_path, 
     (folder / "notes.txt").unlink()
     (folder / "shared.txt").write_text("our notes")
     (folder / "notes.txt").symlink_to(folder / "shared.txt")  # stays inside: fine
-    assert cli_main(argv) == 0
+    assert cli_main([*argv, "--include", "notes.txt", "shared.txt"]) == 0  # files a model does not need: on purpose
     files = hub.files("alice/linked")
     assert files["notes.txt"] == files["shared.txt"] == b"our notes"
     assert b"private key" not in b"".join(files.values())

@@ -61,8 +61,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None, complete=None) -> int:
-    import json
-
+    from elical_hf.atomic import json_text
     from elical_hf.steps import score_baselines
 
     (options,) = make_parser().parse_with_config(argv)
@@ -71,5 +70,5 @@ def main(argv: list[str] | None = None, complete=None) -> int:
         train_records=options.train_records, parser=options.parser, seed=options.seed, batch_size=options.batch_size,
         lexical_scoring=options.lexical_scoring, allow_incomplete=options.allow_incomplete,
     )
-    print(json.dumps({"records": len(scored.records), "output": options.output, **scored.report}, indent=2))
+    print(json_text({"records": len(scored.records), "output": options.output, **scored.report}))
     return 0

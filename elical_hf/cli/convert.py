@@ -48,10 +48,13 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.configuration import ConfidenceConfig
     from elical_hf.convert import convert_official
+    from elical_hf.files import check_output_extension, refuse_output_over_inputs
     from elical_hf.prompts import REFERENCE_PROMPT_TAIL
 
     (options,) = make_parser().parse_with_config(argv)
     warn_token_on_command_line(argv)
+    refuse_output_over_inputs(options.dst, {"SRC": options.src, "--base_model": options.base_model}, "DST")
+    check_output_extension(options.dst, None, "DST")
     settings = {"use_chat_template": not options.no_chat_template, "system_prompt": options.system_prompt}
     if options.prompt_template is not None:
         settings["prompt_template"] = options.prompt_template

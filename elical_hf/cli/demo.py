@@ -14,8 +14,13 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.demo import run_demo
     from elical_hf.evaluation import averages_to_markdown
+    from elical_hf.files import check_output_extension, refuse_output_over_inputs
 
     (settings,) = make_parser().parse_with_config(argv)
+    inputs = {"--records": settings.records, "--stage1_model": settings.stage1_model,
+              "--model_name_or_path": settings.model_name_or_path}
+    refuse_output_over_inputs(settings.output_dir, inputs, "--output_dir")
+    check_output_extension(settings.output_dir, None, "--output_dir")
     summary = run_demo(settings)
     print()
     print(averages_to_markdown(summary["table"]))

@@ -58,11 +58,15 @@ class EvaluateArguments:
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
-    pairs = {}
+    """`NAME=VALUE` items as a dict; a `ValueError` for a malformed item or a name given twice (one would be lost)."""
+    pairs: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise ValueError(f"{what} must look like NAME=VALUE, got {item!r}.")
+        if name in pairs:
+            raise ValueError(f"{what} names {name} twice ({name}={pairs[name]} and {item}): each needs a name of its "
+                             "own, or one would be silently dropped.")
         pairs[name] = value
     return pairs
 

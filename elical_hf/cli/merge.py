@@ -36,12 +36,15 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elical_hf.files import check_output_extension, refuse_output_over_inputs
     from elical_hf.signals.judge_runner import merge_judged
     from elical_hf.signals.records import JUDGED_MANIFEST_FORMAT
     from elical_hf.signals.runner import merge_samples
     from elical_hf.signals.shards import manifest_format
 
     (options,) = make_parser().parse_with_config(argv)
+    refuse_output_over_inputs(options.output_dir, {"--inputs": options.inputs}, "--output_dir")
+    check_output_extension(options.output_dir, None, "--output_dir")
     judged = bool(options.inputs) and manifest_format(options.inputs[0]) == JUDGED_MANIFEST_FORMAT
     records = (merge_judged if judged else merge_samples)(options.inputs, options.output_dir)
     out = options.output_dir

@@ -3,7 +3,6 @@ published model's answer/abstain demo) in one commit."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +27,15 @@ class PushArguments:
     token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
     revision: str | None = field(default=None, metadata={"help": "Branch to commit to (models and datasets)."})
     commit_message: str | None = field(default=None, metadata={"help": "Commit message."})
+    include: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Other top-level files of the model (or metric) folder to publish too, by name. Without it "
+                  "a folder that holds files a model does not need (a key, notes) is refused."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.include and self.kind not in ("model", "metric"):
+            raise ValueError(f"--include names files of a model or metric folder, not of --kind {self.kind}.")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -37,6 +45,7 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import os
 
+    from elical_hf.atomic import json_text
     from elical_hf.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
 
     (options,) = make_parser().parse_with_config(argv)
@@ -45,15 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     common = {"private": options.private or None, "token": options.token, "commit_message": options.commit_message}
     if options.kind == "model":
         info = push_folder(options.source, options.repo_id, revision=options.revision,
-                           base_model_name_or_path=options.base_model, **common)
+                           base_model_name_or_path=options.base_model, extra_files=options.include, **common)
     elif options.kind == "honestybench":
         info = push_honestybench(options.source, options.repo_id, revision=options.revision, **common)
     elif options.kind == "gate-space":
         info = push_gate_space(options.source, options.repo_id, **common)
     elif os.path.isdir(options.source):
         name = os.path.basename(os.path.normpath(options.source))
-        info = push_metric_space(name, options.repo_id, folder=options.source, **common)
+        info = push_metric_space(name, options.repo_id, folder=options.source, extra_files=options.include, **common)
     else:
-        info = push_metric_space(options.source, options.repo_id, **common)
-    print(json.dumps({"repo_id": options.repo_id, "commit": info.oid, "commit_url": info.commit_url}, indent=2))
+        info = push_metric_space(options.source, options.repo_id, extra_files=options.include, **common)
+    print(json_text({"repo_id": options.repo_id, "commit": info.oid, "commit_url": info.commit_url}))
     return 0

@@ -9,7 +9,6 @@ seeded uniform sample; `quantile` stratifies across confidence quantiles and `un
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from elical_hf.label_selection import DEFAULT_STRATEGY
@@ -42,8 +41,9 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import dataclasses
 
+    from elical_hf.atomic import json_text
     from elical_hf.steps import select_labels
 
     (options,) = make_parser().parse_with_config(argv)
-    print(json.dumps(select_labels(**dataclasses.asdict(options)), indent=2))
+    print(json_text(select_labels(**dataclasses.asdict(options))))
     return 0

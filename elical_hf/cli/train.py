@@ -13,7 +13,6 @@ last complete checkpoint. A non-empty `--output_dir` that holds another run (or 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass, field
 
@@ -58,6 +57,9 @@ class TrainCommandArguments:
         metadata={"help": "Load the frozen backbone in 4 bits (QLoRA: NF4, bitsandbytes, one CUDA GPU), computing in "
                   "--dtype; for 7B-class backbones on one GPU."},
     )
+    allow_other_model: bool = field(
+        default=False, metadata={"help": "Train on records of another model than --model_name_or_path (e.g. of the "
+                                 "model it was fine-tuned from). Without it such records are refused."})
     head_type: str = field(
         default="linear",
         metadata={"help": "Head of the fresh models: 'linear' (the paper's) or 'mlp' (H -> H/2 -> H/4 -> 1 with ReLU, "
@@ -122,6 +124,7 @@ def make_help_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from elical_hf.atomic import json_text
     from elical_hf.precision import resolve_dtype
     from elical_hf.steps import train
     from elical_hf.training_args import ConfidenceTrainingArguments
@@ -141,12 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         num_elicitation=options.num_elicitation, num_samples_used=options.num_samples_used, cal_only=options.cal_only,
         dev_fraction=options.dev_fraction, calibration_trainable=training_args.calibration_trainable.value,
         seed=training_args.seed, overwrite_output_dir=options.overwrite_output_dir,
+        allow_other_model=options.allow_other_model,
         # each run derives the rest of its training arguments
         training_args={name: value for name, value in given.items() if name in passed},
         model_init_kwargs={"dtype": resolve_dtype(options.dtype), "load_in_4bit": options.load_in_4bit,
                            **head_options(options)},
     )
-    print(json.dumps(trained["models"], indent=2))
+    print(json_text(trained["models"]))
     for name, cell in (trained["diagnosis"] or {"datasets": {}})["datasets"].items():
         print(f"diagnosis, {name}: {cell['verdict']}.")
     return 0

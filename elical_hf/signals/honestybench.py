@@ -19,7 +19,7 @@ from typing import Any
 from datasets import DatasetDict, Features, Value
 
 from ..files import path_component
-from .records import load_records, normalize_record, read_records, record_features
+from .records import check_unique_records, load_records, normalize_record, read_records, record_features
 from .records.layout import (
     DATASET_ALIASES, HONESTYBENCH_REPO, PAPER_SPLITS, SPLIT_WORDS, canonical_dataset, hinted_record_files,
     paper_split, parse_record_path, source_split,
@@ -92,13 +92,18 @@ def load_honestybench(
 
     Raises:
         `ValueError`: for an unknown records format, a file whose records lack `dataset` and whose path names none,
-        an unknown `datasets` / `split` filter, or when no record is left.
+        an unknown `datasets` / `split` filter, one record held twice (the same `id` of one dataset), or when no
+        record is left.
     """
     bench = load_records(
         path_or_repo, splits=True, models=models, datasets=datasets, split=split, num_samples=num_samples,
         path_parser=path_parser, revision=revision, allow_incomplete=allow_incomplete, cache_dir=cache_dir,
         progress=progress,
     )
+    columns = [name for name in ("model", "dataset", "id") if name in bench.column_names]
+    if "id" in columns:  # read by column: no record is built
+        check_unique_records((dict(zip(columns, values)) for values in zip(*(bench[name] for name in columns))),
+                             str(path_or_repo))
     parts = bench["paper_split"]
     indices = {name: [i for i, part in enumerate(parts) if part == name] for name in PAPER_SPLITS}
     return DatasetDict({name: bench.select(rows) for name, rows in indices.items() if rows})

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..atomic import atomic_folder, atomic_write_text
+from ..atomic import atomic_folder, atomic_write_json
 from .records import MANIFEST_NAME, read_records, save_records
 
 
@@ -182,7 +182,7 @@ def open_folder(output_dir: str, manifest: Mapping[str, Any], kind: ShardedKind)
         raise ValueError(f"{output_dir}/shards holds shards but no {MANIFEST_NAME}; use a fresh output folder.")
     if found is None:
         os.makedirs(output_dir, exist_ok=True)
-        atomic_write_text(manifest_path, json.dumps({**manifest, "complete": False}, indent=2) + "\n")
+        atomic_write_json(manifest_path, {**manifest, "complete": False})
     os.makedirs(os.path.join(output_dir, "shards"), exist_ok=True)
     for folder in (output_dir, os.path.join(output_dir, "shards")):
         for stale in glob.glob(os.path.join(folder, ".tmp-*")):  # left by a killed writer
@@ -192,8 +192,7 @@ def open_folder(output_dir: str, manifest: Mapping[str, Any], kind: ShardedKind)
 
 def finish_folder(output_dir: str, manifest: Mapping[str, Any], totals: Mapping[str, Any]) -> None:
     """Rewrite the manifest of `output_dir` as complete, with the run's `totals`."""
-    text = json.dumps({**manifest, "complete": True, "totals": totals}, indent=2) + "\n"
-    atomic_write_text(os.path.join(output_dir, MANIFEST_NAME), text)
+    atomic_write_json(os.path.join(output_dir, MANIFEST_NAME), {**manifest, "complete": True, "totals": totals})
 
 
 def load_shard(path: str, expected_ids: list[Any], kind: ShardedKind) -> list[dict[str, Any]] | None:
@@ -326,7 +325,7 @@ def merge_folders(
     with atomic_folder(output_dir) as staging:
         for index in range(manifest["num_shards"]):
             save_records(records[index * shard_size : (index + 1) * shard_size], shard_path(staging, index))
-        atomic_write_text(os.path.join(staging, MANIFEST_NAME), json.dumps(manifest, indent=2) + "\n")
+        atomic_write_json(os.path.join(staging, MANIFEST_NAME), manifest)
     return records
 
 

@@ -17,13 +17,13 @@ records in memory.
 """
 
 from .evaluating import TEST_SPLITS, Evaluation, check_trained_model, evaluate, test_records, write_evaluation
-from .judging import Filled, check_output_outside, diagnose, judge, score_baselines
+from .judging import Filled, diagnose, judge, score_baselines
 from .sampling import Sampled, load_questions, sample
 from .training import select_labels, threshold, train, training_table
 
 
 __all__ = [
-    "TEST_SPLITS", "Evaluation", "Filled", "Sampled", "check_output_outside", "check_trained_model", "diagnose",
-    "evaluate", "judge", "load_questions", "sample", "score_baselines", "select_labels", "test_records", "threshold",
-    "train", "training_table", "write_evaluation",
+    "TEST_SPLITS", "Evaluation", "Filled", "Sampled", "check_trained_model", "diagnose", "evaluate", "judge",
+    "load_questions", "sample", "score_baselines", "select_labels", "test_records", "threshold", "train",
+    "training_table", "write_evaluation",
 ]

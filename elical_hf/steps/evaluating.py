@@ -10,7 +10,6 @@ evaluate`, the demo and the replication script all compose these two, so there i
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..atomic import one_writer
+from ..files import check_output_extension, refuse_output_over_inputs
 
 
 __all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "test_records", "write_evaluation"]
@@ -231,7 +231,8 @@ def evaluate(
         allow_other_model (`bool`, *optional*): Score records of another model than each model's base.
         allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
         output_dir (`str`, *optional*): Also write the report there ([`write_evaluation`]), holding the folder's
-            one-writer lock; refused when it already holds files, unless `overwrite_output_dir`.
+            one-writer lock; refused when it already holds files, unless `overwrite_output_dir`, and when it is, holds
+            or lies inside an input (the records, a model folder). Every source needs a name of its own.
         update_model_cards (`bool`, *optional*): Also record each model folder's results and reliability diagram in
             its model card.
         say (`Callable[[str], None]`, *optional*): Where progress lines and warnings go (default: the log).
@@ -243,8 +244,12 @@ def evaluate(
                    field_sources=field_sources or {}, pairs=pairs, draw_pairs=draw_pairs, bootstrap=bootstrap,
                    seed=seed, batch_size=batch_size, allow_other_model=allow_other_model, allow_incomplete=allow_incomplete,
                    say=say or logger.info)
+    _check_source_names(options["models"], confidences, options["field_sources"], baselines)
     if output_dir is None:
         return _evaluate(records, **options)
+    refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(options["models"].values())},
+                              "--output_dir")
+    check_output_extension(output_dir, None, "--output_dir")
     with one_writer(output_dir):  # a second evaluate into this folder would mix two reports
         _check_output_dir(output_dir, overwrite_output_dir)
         evaluation = _evaluate(records, **options)
@@ -328,7 +333,7 @@ def write_evaluation(
     Returns:
         `dict[str, str]`: the paths written (`report`, `results`, ...).
     """
-    from ..atomic import atomic_write_text
+    from ..atomic import atomic_write_json
     from ..evaluation import averages_to_markdown, decision_table_to_markdown, write_report
 
     if evaluation.decisions:  # the saved answer/abstain rules, applied to these test records
@@ -343,8 +348,22 @@ def write_evaluation(
     for name, content in (("decisions", evaluation.decisions), ("differences", evaluation.differences)):
         if content:
             paths[name] = os.path.join(output_dir, f"{name}.json")
-            atomic_write_text(paths[name], json.dumps(content, indent=2) + "\n")
+            atomic_write_json(paths[name], content)
     return paths
+
+
+def _check_source_names(models: Mapping[str, str], confidences: Mapping[str, Any] | None,
+                        field_sources: Mapping[str, str], baselines: Sequence[str]) -> None:
+    """Refuse two confidence sources of one name (a model, a confidence list, a record column, a baseline's paper
+    name): the second would silently replace the first in every table."""
+    from ..signals.baselines import BASELINES
+
+    names = [*models, *(confidences or {}), *field_sources,
+             *(BASELINES[name].paper_name for name in baselines if name in BASELINES)]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"Two confidence sources are named {twice[0]!r} (models, --field_sources and the baselines' "
+                         "names must all differ): one would replace the other in the results. Rename one.")
 
 
 def _check_output_dir(output_dir: str, overwrite: bool) -> None:

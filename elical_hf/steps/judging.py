@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -19,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..default_model import DEFAULT_MODEL
+from ..files import check_output_extension, refuse_output_over_inputs
 
 
-__all__ = ["Filled", "check_output_outside", "diagnose", "judge", "judge_output_is_folder", "score_baselines"]
+__all__ = ["Filled", "diagnose", "judge", "judge_output_is_folder", "score_baselines"]
 
 
 @dataclass
@@ -39,27 +39,11 @@ class Filled:
     scores: dict[str, list[float]] = field(default_factory=dict)
 
 
-def check_output_outside(records: Any, output: str) -> None:
-    """Refuse an `output` file inside the `records` folder: the next read of the folder (by this command again, or by
-    `elical-hf evaluate`) would take every record twice, once from the input files and once from the output. A
-    records file may be rewritten in place (`--output` the same file)."""
-    if not isinstance(records, (str, os.PathLike)):
-        return
-    folder, target = os.path.realpath(records), os.path.realpath(output)
-    if os.path.isdir(folder) and os.path.commonpath([folder, target]) == folder:
-        raise ValueError(
-            f"--output {output} is inside the --records folder {records}: reading that folder again would count every "
-            "record twice (the input files and this output). Write the output outside it."
-        )
-
-
-def _records_in(records: Any, output: str | None, allow_incomplete: bool) -> list[dict[str, Any]]:
+def _records_in(records: Any, allow_incomplete: bool) -> list[dict[str, Any]]:
     """The records a filling step reads, as they are stored (no training columns: it is about to change what they
-    are derived from), refusing an output inside the input folder and an input without records."""
+    are derived from), refusing an input without records."""
     from ..signals.records import load_records
 
-    if output is not None:
-        check_output_outside(records, output)
     rows = load_records(records, derive=False, allow_incomplete=allow_incomplete).to_list()
     if not rows:
         raise ValueError(f"No records in {records!r}." if isinstance(records, (str, os.PathLike)) else "No records.")
@@ -146,8 +130,10 @@ def judge(
         from ..signals.judge_runner import check_output_folder
 
         check_output_folder(output)
-        _check_records_outside(records, output)
-    rows = _records_in(records, output, allow_incomplete)
+    if output is not None:
+        refuse_output_over_inputs(output, {"--records": records, "--judge_model": options.get("judge_model"),
+                                           "--embedding_model": options.get("embedding_model")})
+    rows = _records_in(records, allow_incomplete)
     check_judgeable(rows, correctness, consistency,
                     source=records if isinstance(records, (str, os.PathLike)) else "The records")
     if output is None:
@@ -173,16 +159,6 @@ def judge(
     return Filled(judged, report)
 
 
-def _check_records_outside(records: Any, output: str | os.PathLike) -> None:
-    """Refuse a folder `output` that holds the `records`: its shards would be read with them."""
-    if not isinstance(records, (str, os.PathLike)):
-        return
-    folder, source = os.path.realpath(output), os.path.realpath(records)
-    if os.path.commonpath([folder, source]) == folder:
-        raise ValueError(f"--records {records} is inside the --output folder {output}: reading the records again "
-                         "would take the judged shards with them. Write the output outside it.")
-
-
 def _judge_settings(options: dict[str, Any]) -> dict[str, Any]:
     """Every option of [`~elical_hf.signals.judging.apply_judges`] (its default where not given), as a judging
     manifest records them: a function (`complete`) as `None`, the manifest cannot name it (`judge_model` does)."""
@@ -201,7 +177,7 @@ def _llm_judge_once(correctness: str | None, consistency: str | None, options: d
         return options
     from ..signals.judging import make_llm_judge
 
-    judge = make_llm_judge(options.get("judge_model"), options.get("judge_endpoint"))
+    judge = make_llm_judge(options.get("judge_model"), options.get("judge_endpoint"), options.get("judge_api_key_env"))
     return {**options, "judge_model": judge.name, "complete": judge.complete,
             "first_token_logprobs": options.get("first_token_logprobs") or judge.first_token_logprobs}
 
@@ -238,9 +214,12 @@ def score_baselines(
     """
     from ..metrics.functional import auroc
     from ..signals.baselines import BASELINES, compute_baselines
-    from ..signals.records import load_records
+    from ..signals.records import RECORD_EXTENSIONS, load_records
 
-    rows = _records_in(records, output, allow_incomplete)
+    if output is not None:
+        refuse_output_over_inputs(output, {"--records": records, "--train_records": train_records, "--model": model})
+        check_output_extension(output, RECORD_EXTENSIONS)
+    rows = _records_in(records, allow_incomplete)
     train = None
     if train_records is not None:
         train = load_records(train_records, derive=False, allow_incomplete=allow_incomplete).to_list()
@@ -279,12 +258,15 @@ def diagnose(
     Will elicitation help? The teacher's AUROC (consistency vs greedy correctness) per dataset and overall, with a
     verdict each ([`~elical_hf.diagnosis.diagnose`]), from any records input; also written as JSON to `output`.
     """
-    from ..atomic import atomic_write_text
+    from ..atomic import atomic_write_json
     from ..diagnosis import diagnose as diagnose_records
     from ..signals.records import load_records
 
+    if output:
+        refuse_output_over_inputs(output, {"--records": records})
+        check_output_extension(output, (".json",))
     report = diagnose_records(load_records(records, allow_incomplete=allow_incomplete), bootstrap=bootstrap, seed=seed,
                               split=split)
     if output:
-        atomic_write_text(output, json.dumps(report, indent=2) + "\n")
+        atomic_write_json(output, report)
     return report

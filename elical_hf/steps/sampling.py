@@ -87,8 +87,9 @@ def sample(
         questions: Question rows (`question`; `id`, `answer`, `dataset` optional; every other field is copied into
             the records), or a source [`load_questions`] reads.
         output_dir (`str`, *optional*): Write resumable record shards there
-            ([`~elical_hf.signals.sample_records`], holding the folder's one-writer lock); without it the answers
-            are generated in memory in one call of the backend.
+            ([`~elical_hf.signals.sample_records`], holding the folder's one-writer lock; not the questions file or
+            the model folder, nor inside or around them); without it the answers are generated in memory in one call
+            of the backend.
         model (`str`, *optional*): The model to sample from, when `backend` is a name (default: the embedded
             default; for `"openai"`, the model whose chat template renders the prompts, default what the server
             serves).
@@ -99,7 +100,8 @@ def sample(
         dataset, limit: As in [`load_questions`].
         dtype, tensor_parallel_size, data_parallel_size: Of a backend made here.
         endpoint_options: Of an `"openai"` backend made here ([`~elical_hf.signals.openai_backend.OpenAIBackend`]:
-            `endpoint`, `served_model`, `max_concurrency`, `timeout`, `max_retries`; `None` values mean the defaults).
+            `endpoint`, `served_model`, `max_concurrency`, `timeout`, `max_retries`, `api_key_env`; `None` values
+            mean the defaults).
 
     Returns:
         [`Sampled`]: the records (normalized; raw: no judgements yet).
@@ -107,6 +109,12 @@ def sample(
     from ..signals.backends import make_backend
     from ..signals.settings import SamplingSettings
 
+    if output_dir is not None:
+        from ..files import check_output_extension, refuse_output_over_inputs
+
+        questions_path = questions if isinstance(questions, str) and not questions.startswith("bundled:") else None
+        refuse_output_over_inputs(output_dir, {"--questions": questions_path, "--model": model}, "--output_dir")
+        check_output_extension(output_dir, None, "--output_dir")
     rows = load_questions(questions, dataset, limit) if isinstance(questions, str) else list(questions)
     if isinstance(backend, str):
         model = model if model is not None or backend == "openai" else DEFAULT_MODEL

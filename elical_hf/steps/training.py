@@ -47,6 +47,7 @@ def train(
     training_args: dict[str, Any] | None = None,
     model_init_kwargs: dict[str, Any] | None = None,
     overwrite_output_dir: bool = False,
+    allow_other_model: bool = False,
 ) -> dict[str, Any]:
     """
     Train EliCal from records: stage 1 on the consistency targets, stage 2 on `num_labels` correctness labels, and
@@ -56,8 +57,13 @@ def train(
     Args:
         elicitation_data, calibration_data: Any records input (`elical-hf judge` output, a judged `sample` folder, a
             HonestyBench folder or Hub dataset) or training table (`question` and the stage's target). Both are read
-            and checked before stage 1 trains, so a bad target fails in seconds.
+            and checked before stage 1 trains, so a bad target fails in seconds: records must be the answers of
+            `model_name_or_path` (unless `allow_other_model`), and records of a test split are trained on with a
+            warning that counts them.
+        output_dir (`str`): Not an input, nor inside or around an input folder.
         num_samples_used (`int`, *optional*): Derive the targets of judged records from their first N samples only.
+        allow_other_model (`bool`, *optional*): Train on records of another model than `model_name_or_path` (e.g. of
+            the model it was fine-tuned from).
 
     Returns:
         `dict`: `models` (the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`) and
@@ -66,13 +72,19 @@ def train(
     """
     from .. import recipe
     from ..atomic import one_writer
+    from ..files import check_output_extension, refuse_output_over_inputs
     from ..training_options import DEFAULT_LABEL_COLUMNS, Stage
 
+    refuse_output_over_inputs(output_dir, {"--elicitation_data": elicitation_data,
+                                           "--calibration_data": calibration_data,
+                                           "--model_name_or_path": model_name_or_path}, "--output_dir")
+    check_output_extension(output_dir, None, "--output_dir")
     tables = {}
     for stage, source, option in ((Stage.ELICITATION, elicitation_data, "elicitation_data"),
                                   (Stage.CALIBRATION, calibration_data, "calibration_data")):
         name = f"--{option} ({source})" if isinstance(source, (str, os.PathLike)) else f"the {option}"
         tables[stage] = training_table(source, DEFAULT_LABEL_COLUMNS[stage], name, num_samples_used)
+        _check_training_records(tables[stage], name, model_name_or_path, allow_other_model)
     with one_writer(output_dir):
         models = recipe.train_elical(
             model_name_or_path, tables[Stage.ELICITATION], tables[Stage.CALIBRATION], output_dir,
@@ -81,6 +93,30 @@ def train(
             model_init_kwargs=model_init_kwargs, overwrite_output_dir=overwrite_output_dir,
         )
     return {"models": models, "diagnosis": _label_diagnosis(tables[Stage.CALIBRATION])}
+
+
+def _check_training_records(table: Any, name: str, model_name_or_path: str, allow_other_model: bool) -> None:
+    """Refuse records of another model than `model_name_or_path` (or of several models) unless `allow_other_model`
+    ([`~elical_hf.signals.records.check_records_model`]), and warn about records of a test split (their own `split`
+    word: `test`, `dev`, `validation`, ...): results reported on those questions later would be on training data."""
+    from ..hub_ids import hub_id_of_local_copy
+    from ..signals.records import SPLIT_WORDS, check_records_model
+    from .evaluating import TEST_SPLITS
+
+    columns = table.column_names
+    if "model" in columns:
+        known = hub_id_of_local_copy(model_name_or_path) if os.path.isdir(model_name_or_path) else None
+        check_records_model(table["model"], known[0] if known else model_name_or_path, name, allow_other_model,
+                            use="the base model you train on is")
+    words = [table[column] for column in ("split", "source_split") if column in columns]
+    if words:
+        splits = [next((word for word in row if word is not None), None) for row in zip(*words)]
+        test = sum(str(split).lower() in TEST_SPLITS or SPLIT_WORDS.get(str(split).lower()) == "test"
+                   for split in splits if split is not None)
+        if test:
+            logger.warning("%d of %d %s records come from a test split (their `split` is a test, dev or validation "
+                           "word): do not report results on these questions, the models are trained on them.", test,
+                           len(table), name)
 
 
 def _label_diagnosis(labels: Any) -> dict[str, Any] | None:
@@ -115,7 +151,8 @@ def threshold(
     whose error rate among answered questions is at most `alpha` with probability `1 - delta`.
 
     Args:
-        model (`str`): A saved confidence model folder.
+        model (`str`): A saved, trained confidence model folder (a base model, or one never trained, is refused
+            before anything is scored).
         records: Any records input; its records of the paper's split `split` with a judged greedy answer are used
             (at least 5). Choose it on a split that is not the test set you report.
 
@@ -128,6 +165,7 @@ def threshold(
     from ..evaluation import set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
+    from .evaluating import check_trained_model
 
     say = say or logger.info
     if alpha is not None and not 0.0 < alpha < 1.0:  # before any file or model is read
@@ -143,6 +181,7 @@ def threshold(
     if len(rows) < 5:
         raise ValueError(f"Need at least 5 judged {split!r} records to choose a threshold, found {len(rows)} (judge "
                          f"them: `{JUDGE_OPTIONS['greedy_correctness']}`).")
+    check_trained_model(model, model)  # before it is loaded and scores anything
     if split.endswith("test"):
         say(f"warning: choosing the threshold on {split!r}: do not report results on these records")
     confidence_model = AutoModelForConfidence.from_pretrained(model)
@@ -183,11 +222,11 @@ def select_labels(
     and draw them ([`~elical_hf.label_selection.select_for_labelling`]), then write the chosen records to `output`.
 
     Args:
-        model (`str`): The stage-1 (elicitation) confidence model folder.
+        model (`str`): The stage-1 (elicitation) confidence model folder (trained: a base model is refused).
         records: The pool, any records input (records without labels are fine: only `question` is needed); only
             those whose `split` is `split`, when given.
         output (`str`): Where the chosen records go (`.parquet` or `.jsonl`); not the pool itself, nor inside its
-            folder, and an existing file only with `overwrite`.
+            folder, and an existing file only with `overwrite`. Checked, as `model` is, before anything is read.
         strategy (`str`, *optional*): `"random"` (the default), `"quantile"` or `"uniform"`.
 
     Returns:
@@ -195,20 +234,19 @@ def select_labels(
         `chosen_min`, `chosen_max`.
     """
     from ..auto import AutoModelForConfidence
+    from ..files import check_output_extension, refuse_output_over_inputs
     from ..label_selection import DEFAULT_STRATEGY, SELECTION_STRATEGIES, select_for_labelling
-    from ..signals.records import check_records_match, load_records, save_records
-    from .judging import check_output_outside
+    from ..signals.records import RECORD_EXTENSIONS, check_records_match, load_records, save_records
+    from .evaluating import check_trained_model
 
     strategy = strategy or DEFAULT_STRATEGY
     if strategy not in SELECTION_STRATEGIES:  # before any model is loaded
         raise ValueError(f"--strategy must be one of {SELECTION_STRATEGIES}, got {strategy!r}.")
-    check_output_outside(records, output)
-    if os.path.exists(output) and isinstance(records, (str, os.PathLike)) \
-            and os.path.realpath(output) == os.path.realpath(records):
-        raise ValueError(f"--output {output} is the --records pool itself: writing the chosen records there "
-                         "would destroy the pool. Write them to another file.")
+    refuse_output_over_inputs(output, {"--records": records, "MODEL": model})
+    check_output_extension(output, RECORD_EXTENSIONS)
     if os.path.exists(output) and not overwrite:
         raise ValueError(f"--output {output} exists; pass --overwrite to replace it.")
+    check_trained_model(model, model)
     pool = load_records(records, derive=False).to_list()
     if split is not None:
         pool = [r for r in pool if r.get("split") == split]

@@ -32,8 +32,8 @@ from .storage import check_complete_samples, iter_record_batches, normalize_at
 
 
 __all__ = [
-    "ARROW_INDEX", "JUDGE_OPTIONS", "RECORD_BATCH_SIZE", "TABLE_EXTENSIONS", "check_records_match", "load_records",
-    "require_judgement", "same_model",
+    "ARROW_INDEX", "JUDGE_OPTIONS", "RECORD_BATCH_SIZE", "TABLE_EXTENSIONS", "check_records_match",
+    "check_records_model", "check_unique_records", "load_records", "require_judgement", "same_model",
 ]
 
 logger = logging.getLogger(__name__)
@@ -402,10 +402,55 @@ def same_model(a: str, b: str) -> bool:
     return a == b or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
 
 
+def check_unique_records(records: Iterable[Mapping[str, Any]], where: str) -> None:
+    """Refuse records that hold one record (one model's answer to one `id` of one `dataset`) twice: each copy would
+    count in every metric, and in training.
+
+    Args:
+        records: The records (their `model`, `dataset` and `id` fields; records without an `id` are not compared).
+        where (`str`): The records' source, for the message.
+    """
+    seen: dict[tuple[str, str, str], int] = {}
+    for row, record in enumerate(records):
+        if record.get("id") is None:
+            continue
+        key = (str(record.get("model")), str(record.get("dataset")), str(record["id"]))
+        if key in seen:
+            raise ValueError(f"{where} holds record {record['id']!r} ({key[1]}) twice (rows {seen[key]} and {row}): "
+                             "each copy would count in every metric. Remove the duplicate.")
+        seen[key] = row
+
+
+def check_records_model(models: Iterable[str | None], base_model: str | None, where: str,
+                        allow_other_model: bool = False, *, use: str = "this confidence model is built on") -> None:
+    """Refuse records that are not the answers of `base_model`, or that pool several models: a confidence model is
+    trained and scored against its own base model's answers.
+
+    Args:
+        models: Each record's `model` (`None` where it names none).
+        base_model (`str`, *optional*): The base model (nothing is compared without it, but pooled models are still
+            refused).
+        where (`str`): The records' source, for the message.
+        allow_other_model (`bool`): Accept another model's records (e.g. of the model this one was fine-tuned from).
+        use (`str`, *optional*): What the base model is to the caller, for the message.
+    """
+    if allow_other_model:
+        return
+    names = sorted({str(model) for model in models if model})
+    if len(names) > 1:
+        raise ValueError(f"{where} pools the answers of several models ({', '.join(names)}): a confidence model is "
+                         "trained and scored on its own base model's answers. Keep one model's records (or pass "
+                         "--allow_other_model).")
+    if names and base_model and not same_model(names[0], base_model):
+        raise ValueError(f"{where} holds the answers of {names[0]}, but {use} {base_model}: its confidences would "
+                         "be learnt or scored against another model's answers. Use that model's records, or pass "
+                         "--allow_other_model if it was fine-tuned from this one.")
+
+
 def check_records_match(records: list[Mapping[str, Any]], base_model: str | None, where: str,
                         allow_other_model: bool = False) -> None:
     """Refuse scoring a confidence model against records that are not its base model's answers, or that pool several
-    models, or that hold one record twice (each would count twice in every metric).
+    models ([`check_records_model`]), or that hold one record twice ([`check_unique_records`]).
 
     Args:
         records: The records (their `model`, `dataset` and `id` fields).
@@ -413,23 +458,5 @@ def check_records_match(records: list[Mapping[str, Any]], base_model: str | None
         where (`str`): The records' source, for the message.
         allow_other_model (`bool`): Accept another model's records (e.g. of the model this one was fine-tuned from).
     """
-    seen: dict[tuple[str, str], int] = {}
-    for row, record in enumerate(records):
-        if record.get("id") is None:
-            continue
-        key = (str(record.get("dataset")), str(record["id"]))
-        if key in seen:
-            raise ValueError(f"{where} holds record {record['id']!r} ({key[0]}) twice (rows {seen[key]} and {row}): "
-                             "each copy would count in every metric. Remove the duplicate.")
-        seen[key] = row
-    models = sorted({str(r["model"]) for r in records if r.get("model")})
-    if allow_other_model:
-        return
-    if len(models) > 1:
-        raise ValueError(f"{where} pools the answers of several models ({', '.join(models)}): a confidence model is "
-                         "scored against its own base model's answers. Keep one model's records (or pass "
-                         "--allow_other_model).")
-    if models and base_model and not same_model(models[0], base_model):
-        raise ValueError(f"{where} holds the answers of {models[0]}, but this confidence model is built on "
-                         f"{base_model}: its confidences would be scored against another model's answers. Use that "
-                         "model's records, or pass --allow_other_model if it was fine-tuned from this one.")
+    check_unique_records(records, where)
+    check_records_model((r.get("model") for r in records), base_model, where, allow_other_model)
