@@ -53,7 +53,12 @@ class JudgeArguments:
     judge_endpoint: str | None = field(
         default=None, metadata={"help": "Run the `llm` judge on an OpenAI-compatible endpoint (http://host:port/v1; "
                                 "a hosted API, vLLM, `elical-hf serve --mode completion`) instead of loading "
-                                "--judge_model; the bearer token is read from OPENAI_API_KEY."})
+                                "--judge_model. It gets a bearer token only with --judge_api_key_env (OPENAI_API_KEY "
+                                "is not sent unless named)."})
+    judge_api_key_env: str | None = field(
+        default=None, metadata={"help": "The NAME of the environment variable holding the --judge_endpoint's bearer "
+                                "token (e.g. OPENAI_API_KEY; the token itself never goes on the command line, where "
+                                "`ps` shows it). Default: no token."})
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
     strip_thinking: bool = field(
         default=True, metadata={"help": "Judge answers (and read LLM judge replies) without their <think>...</think> "
@@ -118,8 +123,12 @@ class JudgeArguments:
             if "llm" not in (self.correctness, self.consistency):
                 raise ValueError("--judge_endpoint runs the `llm` judge: pass --correctness llm and/or --consistency llm.")
             from elical_hf.signals.endpoint import chat_completions_url
+            from elical_hf.signals.openai_client import api_key_from
 
             chat_completions_url(self.judge_endpoint)
+            api_key_from(api_key_env=self.judge_api_key_env, option="--judge_api_key_env")  # set, before any work
+        elif self.judge_api_key_env is not None:
+            raise ValueError("--judge_api_key_env names the --judge_endpoint's token: pass --judge_endpoint too.")
         from elical_hf.steps.judging import judge_output_is_folder
 
         if self.shard_size < 1:
@@ -156,9 +165,9 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None, complete=None) -> int:
     import dataclasses
-    import json
     import sys
 
+    from elical_hf.atomic import json_text
     from elical_hf.steps import judge
 
     (options,) = make_parser().parse_with_config(argv)
@@ -167,7 +176,7 @@ def main(argv: list[str] | None = None, complete=None) -> int:
               f"({' and '.join(options.from_slurm)} from SLURM_ARRAY_TASK_*; --num_shards 1 judges every record).",
               file=sys.stderr)
     judged = judge(**dataclasses.asdict(options), complete=complete)
-    print(json.dumps({"records": len(judged.records), "output": options.output, **judged.report}, indent=2))
+    print(json_text({"records": len(judged.records), "output": options.output, **judged.report}))
     if options.num_workers > 1:
         print(f"Worker {options.worker_index} of {options.num_workers}: when every worker is done, elical-hf merge "
               "--inputs <their folders> --output_dir <merged>", file=sys.stderr)

@@ -49,8 +49,12 @@ class SampleCommandArguments:
     )
     endpoint: str | None = field(
         default=None, metadata={"help": "'openai' backend: the server's base URL (http://host:port/v1); prompts are "
-                                "rendered here with --model's chat template and sent to /v1/completions. The bearer "
-                                "token is read from OPENAI_API_KEY."})
+                                "rendered here with --model's chat template and sent to /v1/completions. It gets a "
+                                "bearer token only with --api_key_env (OPENAI_API_KEY is not sent unless named)."})
+    api_key_env: str | None = field(
+        default=None, metadata={"help": "'openai' backend: the NAME of the environment variable holding the "
+                                "--endpoint's bearer token (e.g. OPENAI_API_KEY; the token itself never goes on the "
+                                "command line, where `ps` shows it). Default: no token."})
     served_model: str | None = field(
         default=None, metadata={"help": "'openai' backend: the model name the server serves (default: its only one); "
                                 "the records name it."})
@@ -98,13 +102,15 @@ class SampleCommandArguments:
         if self.shard_size < 1:
             raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
         if self.backend == "openai":
-            from elical_hf.signals.openai_client import base_url
+            from elical_hf.signals.openai_client import api_key_from, base_url
 
             if self.endpoint is None:
                 raise ValueError("--backend openai samples through a server: pass --endpoint http://host:port/v1.")
             base_url(self.endpoint)
-        elif self.endpoint is not None:
-            raise ValueError(f"--endpoint is the 'openai' backend's server; pass --backend openai (not "
+            api_key_from(api_key_env=self.api_key_env)  # set, before any work
+        elif self.endpoint is not None or self.api_key_env is not None:
+            option = "--endpoint" if self.endpoint is not None else "--api_key_env"
+            raise ValueError(f"{option} is for the 'openai' backend's server; pass --backend openai (not "
                              f"{self.backend!r}).")
 
 
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         num_workers=options.num_workers, worker_index=options.worker_index,
         tensor_parallel_size=options.tensor_parallel_size, data_parallel_size=options.data_parallel_size,
         endpoint=options.endpoint, served_model=options.served_model, max_concurrency=options.max_concurrency,
-        timeout=options.request_timeout, max_retries=options.max_retries,
+        timeout=options.request_timeout, max_retries=options.max_retries, api_key_env=options.api_key_env,
     )
     out, records, backend = options.output_dir, sampled.records, sampled.backend
     if options.num_workers > 1:

@@ -14,15 +14,19 @@ does), then
 - **answer**: the unadapted base model's greedy answer;
 - **retrieve** (the retrieve band): `retriever` (any LangChain retriever, or a Runnable from the question to documents)
   is called with the question; the documents' `page_content`, joined by blank lines, is the context the question is
-  answered with (no documents: no answer, so it is treated as an abstention);
+  answered with (no documents: no answer, so it is treated as an abstention). It may also return one document or a
+  string (the context itself); anything else fails that question ([`context_of`]);
 - **abstain**: the question goes to `abstain` when one is given (a larger chat model, a hand-off to a human, any
   Runnable taking the question), else the reply is `abstain_message`.
 
 The output is an `AIMessage` whose `response_metadata` holds `finish_reason` (`"stop"`, `"length"` or `"abstain"`) and
 `elical`: the `confidence`, `decision`, `threshold`, `retrieve_threshold`, `context`, `answered` (by the base model)
-and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call. Inputs: a
-question string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prompt value / message list
-holding a single human message.
+and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call, and fails
+per item: an input that is not a question, a retriever or `abstain` that fails on a question, is that item's error
+(`batch(..., return_exceptions=True)` returns it in its place; without, the first one is raised); when the batched call
+itself fails, each question is answered on its own, so that only the questions at fault fail. Inputs: a question
+string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prompt value / message list holding a
+single human message.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from langchain_core.prompt_values import PromptValue  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
 
-__all__ = ["ConfidenceGate"]
+__all__ = ["ConfidenceGate", "context_of", "question_of"]
 
 ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
 
@@ -73,13 +77,38 @@ def question_of(value: Any) -> str:
     return value.strip()
 
 
+def context_of(documents: Any, question: str) -> str | None:
+    """The context a retriever's output gives `question`: a string as it is, the `page_content` of one document, or
+    those of a list of documents (or strings) joined by blank lines; `None` for nothing (no documents, blank text). A
+    `ValueError` for anything else (not iterated: a string would be read one character at a time)."""
+    if documents is None:
+        return None
+    if isinstance(documents, str) or _is_document(documents):
+        documents = [documents]
+    if isinstance(documents, (list, tuple)):
+        others = sorted({type(d).__name__ for d in documents if not isinstance(d, str) and not _is_document(d)})
+        found = f"a {type(documents).__name__} holding {', '.join(others)}" if others else None
+    else:
+        found = f"a value of type {type(documents).__name__}"
+    if found is not None:
+        raise ValueError(f"The retriever must return documents, one document or a string; for {question!r} it "
+                         f"returned {found}.")
+    texts = [d if isinstance(d, str) else d.page_content for d in documents]
+    return "\n\n".join(text for text in texts if text.strip()) or None
+
+
+def _is_document(value: Any) -> bool:
+    return isinstance(getattr(value, "page_content", None), str)
+
+
 class ConfidenceGate(Runnable):
     """
     Route each question by its confidence: answer with the base model, retrieve context first, or abstain.
 
     Args:
         model ([`PeftModelForConfidence`] or `str`): A confidence model, or the folder / Hub repo of a saved one.
-        retriever (`Runnable`, *optional*): A LangChain retriever (`str -> list[Document]`) for the retrieve band.
+        retriever (`Runnable`, *optional*): A LangChain retriever (`str -> list[Document]`; one document or a string
+            is taken too) for the retrieve band.
         abstain (`Runnable`, *optional*): Where abstained questions go (called with the question); its output (a
             message or a string) is the reply. Without it the reply is `abstain_message`.
         threshold (`float`, *optional*), retrieve_threshold (`float`, *optional*): The gate's thresholds (defaults:
@@ -115,52 +144,87 @@ class ConfidenceGate(Runnable):
                                        run_type="chain")
 
     def _gate(self, inputs: list[Any], run_manager: list[Any]) -> list[AIMessage | Exception]:
-        from ..serve.engine import finish_reason
-
         run_managers = run_manager  # one per input (LangChain passes them under this name)
-        questions = [question_of(value) for value in inputs]
-        managers = dict(zip(questions, run_managers))
-        results = self.model.answer(questions, threshold=self.threshold, retrieve_threshold=self.retrieve_threshold,
-                                    retrieve=self._retrieve(managers) if self.retriever is not None else None,
-                                    max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
-        config = self.inner.confidence_config
-        threshold = config.decision_threshold if self.threshold is None else self.threshold
-        retrieve_threshold = config.retrieve_threshold if self.retrieve_threshold is None else self.retrieve_threshold
-        specials = set(self.inner.tokenizer.all_special_tokens)
-        replies: list[AIMessage | None] = [None] * len(questions)
-        unanswered = []
-        for i, result in enumerate(results):
-            gate = {"confidence": result["confidence"], "decision": result["decision"], "threshold": threshold,
-                    "retrieve_threshold": retrieve_threshold, "context": result["context"],
-                    "answered": result["answer"] is not None, "routed": False}
-            if result["answer"] is None:
-                unanswered.append(i)
-                replies[i] = AIMessage(self.abstain_message, response_metadata={"finish_reason": "abstain",
-                                                                                 "elical": gate})
-            else:
-                reason = finish_reason(result["answer_tokens"], self.max_new_tokens, specials)
-                replies[i] = AIMessage(result["answer"], response_metadata={"finish_reason": reason, "elical": gate})
+        replies: list[AIMessage | Exception | None] = [None] * len(inputs)
+        questions: dict[int, str] = {}
+        for i, value in enumerate(inputs):
+            try:
+                questions[i] = question_of(value)
+            except ValueError as error:  # that input's error only
+                replies[i] = error
+        rows = list(questions)
+        try:
+            self._answer(rows, questions, run_managers, replies)
+        except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
+            if len(rows) == 1:
+                replies[rows[0]] = error
+            else:  # one question at a time, to find them
+                for i in rows:
+                    try:
+                        self._answer([i], questions, run_managers, replies)
+                    except Exception as failure:  # noqa: BLE001 - that question's error, in its place
+                        replies[i] = failure
+        unanswered = [i for i in rows if isinstance(replies[i], AIMessage)
+                      and replies[i].response_metadata["finish_reason"] == "abstain"]
         if self.abstain is not None and unanswered:
             routed = self.abstain.batch([questions[i] for i in unanswered],
-                                        [{"callbacks": run_managers[i].get_child()} for i in unanswered])
+                                        [{"callbacks": run_managers[i].get_child()} for i in unanswered],
+                                        return_exceptions=True)
             for i, output in zip(unanswered, routed):
                 gate = {**replies[i].response_metadata["elical"], "routed": True}
-                if isinstance(output, BaseMessage):
+                if isinstance(output, Exception):
+                    replies[i] = output
+                elif isinstance(output, BaseMessage):
                     replies[i] = AIMessage(output.content, response_metadata={
                         **output.response_metadata, "elical": gate})
                 else:
                     replies[i] = AIMessage(str(output), response_metadata={"finish_reason": "stop", "elical": gate})
         return replies
 
-    def _retrieve(self, managers: dict[str, Any]) -> Callable[[str], str | None]:
+    def _answer(self, rows: list[int], questions: dict[int, str], run_managers: list[Any],
+                replies: list[AIMessage | Exception | None]) -> None:
+        """One `model.answer` call for the questions of `rows`: their replies (an abstention where not answered), or
+        the retriever's error for a question it failed on, into `replies`."""
+        from ..serve.engine import finish_reason
+
+        if not rows:
+            return
+        failures: dict[str, Exception] = {}
+        retrieve = None
+        if self.retriever is not None:
+            retrieve = self._retrieve({questions[i]: run_managers[i] for i in rows}, failures)
+        results = self.model.answer([questions[i] for i in rows], threshold=self.threshold,
+                                    retrieve_threshold=self.retrieve_threshold, retrieve=retrieve,
+                                    max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
+        config = self.inner.confidence_config
+        threshold = config.decision_threshold if self.threshold is None else self.threshold
+        retrieve_threshold = config.retrieve_threshold if self.retrieve_threshold is None else self.retrieve_threshold
+        specials = set(self.inner.tokenizer.all_special_tokens)
+        for i, result in zip(rows, results):
+            if questions[i] in failures:
+                replies[i] = failures[questions[i]]
+                continue
+            gate = {"confidence": result["confidence"], "decision": result["decision"], "threshold": threshold,
+                    "retrieve_threshold": retrieve_threshold, "context": result["context"],
+                    "answered": result["answer"] is not None, "routed": False}
+            if result["answer"] is None:
+                replies[i] = AIMessage(self.abstain_message, response_metadata={"finish_reason": "abstain",
+                                                                                 "elical": gate})
+            else:
+                reason = finish_reason(result["answer_tokens"], self.max_new_tokens, specials)
+                replies[i] = AIMessage(result["answer"], response_metadata={"finish_reason": reason, "elical": gate})
+
+    def _retrieve(self, managers: dict[str, Any], failures: dict[str, Exception]) -> Callable[[str], str | None]:
+        """The `retrieve` callback of `model.answer`: the retriever's context for a question, its failure kept in
+        `failures` for that question alone (no context, then)."""
+
         def retrieve(question: str) -> str | None:
             manager = managers.get(question)
             config = {"callbacks": manager.get_child()} if manager is not None else None
-            documents = self.retriever.invoke(question, config=config)
-            texts = [getattr(document, "page_content", document) for document in documents or []]
-            if any(not isinstance(text, str) for text in texts):
-                raise ValueError(f"The retriever must return documents (or strings); for {question!r} it returned "
-                                 f"{[type(d).__name__ for d in documents]}.")
-            return "\n\n".join(text for text in texts if text.strip()) or None
+            try:
+                return context_of(self.retriever.invoke(question, config=config), question)
+            except Exception as error:  # noqa: BLE001 - the user's retriever: that question's error
+                failures[question] = error
+                return None
 
         return retrieve

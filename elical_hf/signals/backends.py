@@ -81,12 +81,16 @@ class HFBackend:
         autocast_dtype: Any = "auto",
     ):
         if isinstance(model, str):
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+            from ..loading import load_pretrained
 
             path, self.weights_source = resolve_model_path(model, revision)
             self.name = model
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
-            tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
+            model = load_pretrained(AutoModelForCausalLM.from_pretrained, path, weights=True,
+                                    config=load_pretrained(AutoConfig.from_pretrained, path),
+                                    dtype=resolve_dtype(dtype, device))
+            tokenizer = tokenizer if tokenizer is not None else load_pretrained(AutoTokenizer.from_pretrained, path)
         else:
             if tokenizer is None:
                 raise ValueError("HFBackend needs a `tokenizer` when `model` is a loaded model.")
@@ -328,7 +332,7 @@ BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend, "openai": _openai_backend}
 VLLM_PARALLEL_OPTIONS = ("tensor_parallel_size", "data_parallel_size")
 """Options that only the vLLM backend takes."""
 
-ENDPOINT_OPTIONS = ("endpoint", "served_model", "max_concurrency", "timeout", "max_retries")
+ENDPOINT_OPTIONS = ("endpoint", "served_model", "max_concurrency", "timeout", "max_retries", "api_key_env")
 """Options that only the OpenAI-compatible backend takes."""
 
 _LOCAL_OPTIONS = ("dtype", "device", "autocast_dtype")

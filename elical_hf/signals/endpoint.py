@@ -13,17 +13,18 @@ Requests go through [`~elical_hf.signals.openai_client.OpenAIClient`] (the `open
 `max_concurrency` in flight at once; a rate limit (429), a server error (5xx), a timeout, a dropped connection or a
 reply without a message is retried with exponential backoff, `max_retries` times, and then ends in one
 [`~elical_hf.signals.openai_client.EndpointError`] (an `OSError`) naming the endpoint; a refused request (another
-4xx) raises a `ValueError` with the endpoint's own message.
+4xx) raises a `ValueError` with the endpoint's own message. The endpoint gets a bearer token only when one is named for
+it (`api_key`, or `api_key_env`: `--judge_api_key_env NAME`), never the ambient `OPENAI_API_KEY`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .openai_client import API_KEY_ENV, BadReply, OpenAIClient, base_url, sampling_extras
+from .openai_client import BadReply, OpenAIClient, base_url, parsed, sampling_extras
 
 
-__all__ = ["API_KEY_ENV", "ChatEndpoint", "TOP_LOGPROBS", "chat_completions_url"]
+__all__ = ["ChatEndpoint", "TOP_LOGPROBS", "chat_completions_url"]
 
 TOP_LOGPROBS = 20
 """Alternatives read at the first reply token by `first_token_logprobs` (OpenAI's largest `top_logprobs`)."""
@@ -41,8 +42,9 @@ class ChatEndpoint:
     Args:
         url (`str`): The endpoint's base URL (`http://host:port/v1`, as an OpenAI client's `base_url`).
         model (`str`): The model name sent with each request.
-        api_key (`str`, *optional*): Bearer token; defaults to the `OPENAI_API_KEY` environment variable (none for
-            a local server).
+        api_key (`str`, *optional*): Bearer token (none by default: a local server needs none; the ambient
+            `OPENAI_API_KEY` is never sent).
+        api_key_env (`str`, *optional*): Or the name of the environment variable holding it (`--judge_api_key_env`).
         timeout (`float`, *optional*, defaults to 300): Seconds per request.
         max_retries (`int`, *optional*, defaults to 4): Retries of a rate-limited, failed, dropped or unreadable
             request.
@@ -51,11 +53,12 @@ class ChatEndpoint:
 
     kind = "endpoint"
 
-    def __init__(self, url: str, model: str, *, api_key: str | None = None, timeout: float = 300,
-                 max_retries: int = 4, max_concurrency: int | None = None) -> None:
-        self.client = OpenAIClient(url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                                   max_concurrency=max_concurrency or 16, option="--judge_endpoint",
-                                   label="judge endpoint")
+    def __init__(self, url: str, model: str, *, api_key: str | None = None, api_key_env: str | None = None,
+                 timeout: float = 300, max_retries: int = 4, max_concurrency: int | None = None) -> None:
+        self.client = OpenAIClient(url, api_key=api_key, api_key_env=api_key_env, timeout=timeout,
+                                   max_retries=max_retries, max_concurrency=max_concurrency or 16,
+                                   option="--judge_endpoint", label="judge endpoint",
+                                   key_option="--judge_api_key_env")
         self.max_concurrency = max_concurrency
         self.url, self.model = self.client.url + "/chat/completions", model
         self.name = f"{model} via {self.client.url}"
@@ -95,6 +98,7 @@ class ChatEndpoint:
         async def ask(client: Any, prompt: str) -> dict[str, float]:
             body = self._body(prompt, 1, 1.0)
             reply = await client.chat.completions.create(**body, logprobs=True, top_logprobs=TOP_LOGPROBS)
+            _message(reply)  # (BadReply for a body that is not JSON, or without choices)
             content = getattr(getattr(reply.choices[0], "logprobs", None), "content", None)
             if not content:
                 raise BadReply(f"a reply without token log-probabilities: {str(reply)[:200]}")
@@ -108,7 +112,7 @@ class ChatEndpoint:
 
 def _message(reply: Any) -> Any:
     """`choices[0].message` of a chat reply, or [`BadReply`]."""
-    choices = getattr(reply, "choices", None)
+    choices = getattr(parsed(reply), "choices", None)
     message = getattr(choices[0], "message", None) if choices else None
     if message is None:
         raise BadReply(f"a reply without choices[0].message: {str(reply)[:200]}")

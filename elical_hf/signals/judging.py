@@ -89,18 +89,20 @@ def embedding_judge(model: str | None, threshold: float) -> Any:
     return EmbeddingJudge(model, threshold=threshold)
 
 
-def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = None) -> Any:
+def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = None,
+                   judge_api_key_env: str | None = None) -> Any:
     """The LLM judge [`apply_judges`] runs when it is given no completion function, made once for many calls (a
     sharded `elical-hf judge` judges every shard with it): `judge_model` (default: the embedded SmolLM2) loaded here on
     first use ([`LocalLLMJudge`]), or asked for by name at `judge_endpoint`
-    ([`~elical_hf.signals.endpoint.ChatEndpoint`], named `"<judge_model> via <endpoint>"`). Either has `name`,
+    ([`~elical_hf.signals.endpoint.ChatEndpoint`], named `"<judge_model> via <endpoint>"`, with the bearer token in
+    the environment variable `judge_api_key_env`, if any). Either has `name`,
     `complete` and `first_token_logprobs`."""
     from ..default_model import DEFAULT_MODEL
 
     if judge_endpoint is not None:
         from .endpoint import ChatEndpoint
 
-        return ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL)
+        return ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL, api_key_env=judge_api_key_env)
     return LocalLLMJudge(judge_model or DEFAULT_MODEL)
 
 
@@ -130,6 +132,7 @@ def apply_judges(
     complete: CompletionFn | None = None,
     judge_model: str | None = None,
     judge_endpoint: str | None = None,
+    judge_api_key_env: str | None = None,
     strict: bool = False,
     f1_threshold: float = 0.5,
     lexical_threshold: float = 0.5,
@@ -158,6 +161,8 @@ def apply_judges(
         judge_endpoint (`str`, *optional*): An OpenAI-compatible endpoint (`http://host:port/v1`) that runs the LLM
             judge instead, asked for `judge_model` by name ([`~elical_hf.signals.endpoint.ChatEndpoint`]); records
             name `"<judge_model> via <endpoint>"` as their judge.
+        judge_api_key_env (`str`, *optional*): The name of the environment variable holding `judge_endpoint`'s
+            bearer token (none by default: the ambient `OPENAI_API_KEY` is never sent).
         strict (`bool`, *optional*, defaults to `False`): LLM verdicts are `None` unless the reply says (un)certain.
         f1_threshold (`float`, *optional*, defaults to 0.5): `f1` correctness: correct when token F1 >= this.
         lexical_threshold (`float`, *optional*, defaults to 0.5): `lexical`: equivalent when ROUGE-L F >= this.
@@ -198,7 +203,8 @@ def apply_judges(
         check_judgeable(records, correctness, consistency)
     stripped = without_thinking(records) if strip_thinking else None
     summaries = _judge(stripped[0] if stripped else records, correctness, consistency, complete=complete,
-                       judge_model=judge_model, judge_endpoint=judge_endpoint, strict=strict, f1_threshold=f1_threshold,
+                       judge_model=judge_model, judge_endpoint=judge_endpoint, judge_api_key_env=judge_api_key_env,
+                       strict=strict, f1_threshold=f1_threshold,
                        lexical_threshold=lexical_threshold, lexical_scoring=lexical_scoring,
                        embedding_model=embedding_model, embedding_threshold=embedding_threshold,
                        lexical_scores=lexical_scores, batch_size=batch_size, max_new_tokens=max_new_tokens,
@@ -215,14 +221,15 @@ def apply_judges(
 
 def _judge(
     records: list[dict], correctness: str | None, consistency: str | None, *, complete: CompletionFn | None,
-    judge_model: str | None, judge_endpoint: str | None, strict: bool, f1_threshold: float, lexical_threshold: float,
+    judge_model: str | None, judge_endpoint: str | None, judge_api_key_env: str | None, strict: bool,
+    f1_threshold: float, lexical_threshold: float,
     lexical_scoring: str, embedding_model: str | None, embedding_threshold: float | None, lexical_scores: bool,
     batch_size: int, max_new_tokens: int, judge_repetition_penalty: float, strip_thinking: bool,
     judge_verdict: str, first_token_logprobs: Any,
 ) -> dict[str, dict[str, int]]:
     """[`apply_judges`] once its arguments are checked (on the records as the judges read them)."""
     if "llm" in (correctness, consistency) and complete is None:
-        judge = make_llm_judge(judge_model, judge_endpoint)
+        judge = make_llm_judge(judge_model, judge_endpoint, judge_api_key_env)
         complete, judge_model = judge.complete, judge.name
         first_token_logprobs = first_token_logprobs or judge.first_token_logprobs
     llm: dict[str, Any] = dict(

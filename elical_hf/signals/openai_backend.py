@@ -33,7 +33,7 @@ import os
 from ..default_model import resolve_model_path
 from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, completion_settings, render_prompts
-from .openai_client import BadReply, OpenAIClient, sampling_extras
+from .openai_client import BadReply, OpenAIClient, parsed, sampling_extras
 from .records import same_model
 
 
@@ -73,7 +73,8 @@ class OpenAIBackend:
         max_concurrency (`int`, *optional*, defaults to 32): Requests in flight at once.
         timeout (`float`, *optional*, defaults to 600): Seconds per request.
         max_retries (`int`, *optional*, defaults to 4): Retries of a failed request (429, 5xx, timeouts, bad replies).
-        api_key (`str`, *optional*): Bearer token; default `OPENAI_API_KEY`.
+        api_key (`str`, *optional*): Bearer token (none by default; the ambient `OPENAI_API_KEY` is never sent).
+        api_key_env (`str`, *optional*): Or the name of the environment variable holding it (`--api_key_env`).
         client ([`~elical_hf.signals.openai_client.OpenAIClient`], *optional*): A client already made (then the
             connection options above are its own).
     """
@@ -82,9 +83,10 @@ class OpenAIBackend:
 
     def __init__(self, endpoint: str, model: str | None = None, *, served_model: str | None = None,
                  revision: str | None = None, max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4,
-                 api_key: str | None = None, client: OpenAIClient | None = None) -> None:
-        self.client = client or OpenAIClient(endpoint, api_key=api_key, max_concurrency=max_concurrency,
-                                             timeout=timeout, max_retries=max_retries)
+                 api_key: str | None = None, api_key_env: str | None = None,
+                 client: OpenAIClient | None = None) -> None:
+        self.client = client or OpenAIClient(endpoint, api_key=api_key, api_key_env=api_key_env,
+                                             max_concurrency=max_concurrency, timeout=timeout, max_retries=max_retries)
         entry = served_model_of(self.client, served_model)
         self.served_model, self.served_root = str(entry["id"]), entry.get("root")
         served = [str(name) for name in (self.served_model, self.served_root) if name]
@@ -189,7 +191,9 @@ def _load_tokenizer(model: str, revision: str | None) -> Any:
     """`model`'s tokenizer (resolved as every model is: the embedded default offline), no remote code."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(resolve_model_path(model, revision)[0], trust_remote_code=False)
+    from ..loading import load_pretrained
+
+    return load_pretrained(AutoTokenizer.from_pretrained, resolve_model_path(model, revision)[0])
 
 
 def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[str, Any]:
@@ -206,7 +210,7 @@ def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[
 def _choices(reply: Any, n: int, logprobs: bool = False) -> list[Any]:
     """The reply's choices in index order: [`BadReply`] (retried) for a reply without choices or text, and a
     `ValueError` (not retried) for a server that gives another number of choices than `n`: it does not take `n`."""
-    choices = sorted(getattr(reply, "choices", None) or [], key=lambda c: getattr(c, "index", 0) or 0)
+    choices = sorted(getattr(parsed(reply), "choices", None) or [], key=lambda c: getattr(c, "index", 0) or 0)
     if not choices or any(not isinstance(getattr(c, "text", None), str) for c in choices):
         raise BadReply(f"expected {n} choice(s) with text, got {str(reply)[:200]}")
     if len(choices) != n:

@@ -13,26 +13,35 @@ format. [`OpenAIClient`] sends many requests to one of them at once and gives th
   the endpoint, what was asked and the last failure; a request the server refuses (another 4xx: an unknown model, a
   field it does not take) is a `ValueError` with the server's own message, at once, not retried.
 
-The bearer token comes from `OPENAI_API_KEY` (never a command-line option: `ps` shows those); a local server needs
-none.
+**Bearer token.** A server gets a token only when one is named for it: `api_key` (the token), or `api_key_env`, the
+*name* of an environment variable holding it (`--judge_api_key_env` / `--api_key_env`: the name, never the token,
+goes on a command line, which `ps` shows). The ambient `OPENAI_API_KEY`, `OPENAI_ORG_ID` and `OPENAI_PROJECT_ID` are
+never sent (the `openai` package would send them to any URL); without a token the placeholder `Bearer EMPTY` is sent,
+as local servers expect. A token sent over plain `http://` to a host other than this machine is warned about, once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 
-__all__ = ["API_KEY_ENV", "BadReply", "EndpointError", "OpenAIClient", "base_url", "sampling_extras"]
+__all__ = ["BadReply", "EndpointError", "OpenAIClient", "api_key_from", "base_url", "not_json", "parsed",
+           "sampling_extras"]
 
-API_KEY_ENV = "OPENAI_API_KEY"
-"""The environment variable whose value is sent as the bearer token."""
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+NO_API_KEY = "EMPTY"
+"""The bearer token sent when none is named (what local OpenAI-compatible servers expect, and ignore)."""
+
+_WARNED_PLAIN_HTTP: set[str] = set()
 
 
 class EndpointError(OSError):
@@ -54,6 +63,56 @@ def base_url(url: str, option: str = "--endpoint") -> str:
         if url.endswith(route):
             return url[: -len(route)]
     return url
+
+
+def api_key_from(api_key: str | None = None, api_key_env: str | None = None,
+                 option: str = "--api_key_env") -> str | None:
+    """The bearer token named for an endpoint: `api_key` itself, or the value of the environment variable whose name
+    is `api_key_env` (a `ValueError` naming `option` when that variable is unset or empty); `None` when neither is
+    given: no ambient `OPENAI_API_KEY`."""
+    if api_key is not None and api_key_env is not None:
+        raise ValueError(f"Give the endpoint's token once: `api_key` or {option}, not both.")
+    if api_key_env is None:
+        return api_key or None
+    value = os.environ.get(str(api_key_env), "").strip()
+    if not value:
+        raise ValueError(f"{option} {api_key_env} names an environment variable that is not set (or is empty); "
+                         f"export {api_key_env}=<token> first.")
+    return value
+
+
+def warn_plain_http(url: str, label: str) -> None:
+    """Warn, once per URL, that a bearer token goes over plain `http://` to a host that is not this machine."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost" or host.endswith(".localhost")
+    if parts.scheme != "http" or loopback or url in _WARNED_PLAIN_HTTP:
+        return
+    _WARNED_PLAIN_HTTP.add(url)
+    logger.warning("The %s %s gets a bearer token over plain http: anyone on the network path can read it; use "
+                   "https:// (or a tunnel to 127.0.0.1).", label, url)
+
+
+def not_json(text: str | bytes | None) -> str:
+    """What a reply that is not JSON is called in errors: the start of its text (an HTML page, a proxy's message)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    start = " ".join(str(text or "").split())[:100]
+    return f"a reply that is not JSON (is the URL an OpenAI-compatible API's /v1?): {start!r}"
+
+
+def parsed(reply: Any) -> Any:
+    """`reply` as the `openai` client parsed it, or [`BadReply`] for a body that was not JSON (served as HTML or text,
+    the client gives back the body's text instead of the reply)."""
+    if isinstance(reply, (str, bytes)):
+        raise BadReply(not_json(reply))
+    return reply
 
 
 def sampling_extras(top_k: int = 0, repetition_penalty: float = 1.0) -> dict[str, Any] | None:
@@ -97,16 +156,21 @@ class OpenAIClient:
 
     Args:
         url (`str`): The server's base URL (`http://host:port/v1`, an OpenAI client's `base_url`), or a full route.
-        api_key (`str`, *optional*): Bearer token; defaults to `OPENAI_API_KEY` (none for a local server).
+        api_key (`str`, *optional*): Bearer token (none by default: a local server needs none).
+        api_key_env (`str`, *optional*): Or the name of the environment variable holding it (a `ValueError` when it
+            is unset). The ambient `OPENAI_API_KEY` is never sent.
         max_concurrency (`int`, *optional*, defaults to 32): Requests in flight at once.
         timeout (`float`, *optional*, defaults to 600): Seconds one request may take.
         max_retries (`int`, *optional*, defaults to 4): Retries of a failed, rate-limited, timed-out or bad reply.
         option (`str`, *optional*): The command-line option the URL came from, for messages.
         label (`str`, *optional*, defaults to `"endpoint"`): What errors call the server ("judge endpoint", ...).
+        key_option (`str`, *optional*, defaults to `"--api_key_env"`): The command-line option `api_key_env` came
+            from, for messages.
     """
 
-    def __init__(self, url: str, *, api_key: str | None = None, max_concurrency: int = 32, timeout: float = 600,
-                 max_retries: int = 4, option: str = "--endpoint", label: str = "endpoint") -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, api_key_env: str | None = None,
+                 max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4, option: str = "--endpoint",
+                 label: str = "endpoint", key_option: str = "--api_key_env") -> None:
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"--max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
         if not isinstance(max_retries, int) or max_retries < 0:
@@ -114,7 +178,9 @@ class OpenAIClient:
         if not timeout or timeout <= 0:
             raise ValueError(f"The request timeout (--request_timeout) must be > 0 seconds, got {timeout!r}.")
         self.url, self.label = base_url(url, option), label
-        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        self.api_key = api_key_from(api_key, api_key_env, key_option)
+        if self.api_key is not None:
+            warn_plain_http(self.url, label)
         self.max_concurrency, self.timeout, self.max_retries = max_concurrency, float(timeout), max_retries
         self._runner: _LoopThread | None = None
         self._client: Any = None
@@ -134,8 +200,15 @@ class OpenAIClient:
                 runner = _LoopThread()
 
                 async def make() -> Any:  # the client's connection pool belongs to the loop it is made on
-                    return AsyncOpenAI(base_url=self.url, api_key=self.api_key or "EMPTY", timeout=self.timeout,
-                                       max_retries=self.max_retries)
+                    from openai import Omit
+
+                    # Only the token named here: not the `openai` package's ambient ones (OPENAI_API_KEY,
+                    # OPENAI_ORG_ID, OPENAI_PROJECT_ID, an Authorization in OPENAI_CUSTOM_HEADERS).
+                    token = self.api_key or NO_API_KEY
+                    headers = {"Authorization": f"Bearer {token}", "OpenAI-Organization": Omit(),
+                               "OpenAI-Project": Omit()}
+                    return AsyncOpenAI(base_url=self.url, api_key=token, timeout=self.timeout,
+                                       max_retries=self.max_retries, default_headers=headers)
 
                 self._client = runner.run(make())
                 self._runner = runner
@@ -173,8 +246,11 @@ class OpenAIClient:
         runner, client = self._start()
 
         async def listing() -> list[dict[str, Any]]:
-            page = await client.models.list()
-            return [entry.model_dump() for entry in page.data]
+            page = parsed(await client.get("/models", cast_to=object))  # (the client's page type fails on text)
+            entries = page.get("data") if isinstance(page, dict) else None
+            if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+                raise BadReply(f"a GET /models reply without a `data` list of models: {str(page)[:200]}")
+            return entries
 
         return runner.run(self._guard(listing, "GET /models"))
 
@@ -237,7 +313,9 @@ class OpenAIClient:
                     else "cannot be reached"
                 raise EndpointError(f"The {self.label} {self.url} {reason}: {tries} ({what}): "
                                     f"{_cause(error)}") from None
-            except (BadReply, openai.APIResponseValidationError, json.JSONDecodeError) as error:
+            except json.JSONDecodeError as error:  # a body served as JSON that is not
+                failure = BadReply(not_json(error.doc))
+            except (BadReply, openai.APIResponseValidationError) as error:
                 failure = error
             if attempt < self.max_retries:
                 await asyncio.sleep(min(8.0, 0.25 * 2**attempt))
