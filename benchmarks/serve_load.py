@@ -1,5 +1,6 @@
 """Load on `elical-hf serve`: requests/s and p50 / p95 latency at 1, 4 and 16 concurrent clients, micro-batched vs
-one request at a time, measured in the same run.
+one request at a time, measured in the same run; and (`--scenario long`) the latency of short requests beside a
+client that asks for long answers, with the server's `--max_tokens_limit` and without it.
 
 Two server processes serve the same gate model side by side:
 
@@ -13,8 +14,16 @@ request; requests/s is requests over the wall time of the round. Rounds alternat
 of the machine's speed weighs on both. `--threshold 0` (the default) answers every question, so each request costs a
 prefill and a full decode (a real threshold abstains on some, which then cost only their prefill).
 
+Long beside short (`--scenario long`): two servers, one with the default `--max_tokens_limit` (256; a client may ask
+for no more) and one whose limit lets the long client have its `--long_tokens`. On each, one client asks again and
+again for a long answer (a question that makes the model count, `max_tokens` = `--long_tokens`, or the limit), and
+after `--long_head_start` seconds `--short_clients` clients each ask `--short_requests` questions with
+`max_tokens` = `--short_tokens`, one after another; the short requests' median and p95 latency are reported per
+server (medians over `--rounds`, the servers taking turns).
+
     python benchmarks/serve_load.py                          # the shipped stage-1 adapter on the embedded SmolLM2
     python benchmarks/serve_load.py --requests 64 --max_tokens 32 --concurrency 1 4 16
+    python benchmarks/serve_load.py --scenario long --long_tokens 1000 --rounds 3
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ STAGE1 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "stage1-smollm2-135m-instruct")
 SERVERS = {"batched": ["--max_batch_size", "16", "--batch_wait_ms", "5"],
            "one at a time": ["--max_batch_size", "1", "--batch_wait_ms", "0"]}
+LONG_QUESTION = "Count from 1 to 2000, writing out every number, separated by commas."
+"""What the long client asks: an answer that goes on until its max_tokens."""
 
 
 def lscpu_model() -> str:
@@ -85,6 +96,85 @@ def load_round(server, questions: list[str], concurrency: int, requests: int, ma
     return {"rps": requests / wall, "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)}
 
 
+def long_beside_short(server, questions: list[str], long_tokens: int, args: argparse.Namespace) -> dict[str, float]:
+    """One client asks [`LONG_QUESTION`] with `max_tokens=long_tokens` until the short clients are done; the short
+    requests' p50 and p95 latency (seconds) and how many long requests were answered."""
+    done = threading.Event()
+    shorts: list[float] = []
+    longs: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def timed(question: str, max_tokens: int, into: list[float]) -> None:
+        body = {"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens}
+        start = time.perf_counter()
+        status, reply, _ = server.post("/chat/completions", body)
+        with lock:
+            into.append(time.perf_counter() - start)
+            if status != 200:
+                failures.append(f"{status}: {reply}")
+
+    def long_client() -> None:
+        while not done.is_set():
+            timed(LONG_QUESTION, long_tokens, longs)
+
+    def short_client(offset: int) -> None:
+        for k in range(args.short_requests):
+            timed(questions[(offset * args.short_requests + k) % len(questions)], args.short_tokens, shorts)
+
+    long_thread = threading.Thread(target=long_client)
+    long_thread.start()
+    time.sleep(args.long_head_start)
+    threads = [threading.Thread(target=short_client, args=(i,)) for i in range(args.short_clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    long_thread.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
+    return {"p50": percentile(shorts, 0.5), "p95": percentile(shorts, 0.95), "longs": len(longs)}
+
+
+def run_long_scenario(args: argparse.Namespace, questions: list[str]) -> None:
+    """The long-beside-short table: the short requests' latency with the server's token limit and without it."""
+    from elical_hf.serve.engine import MAX_TOKENS_LIMIT
+    from elical_hf.serve.process import ServerProcess
+
+    limit = args.max_tokens_limit or MAX_TOKENS_LIMIT
+    if args.long_tokens <= limit:
+        raise SystemExit(f"--long_tokens ({args.long_tokens}) must exceed the limit ({limit}) to compare the two.")
+    common = ["--threshold", str(args.threshold), "--log_level", "warning", "--max_tokens",
+              str(min(args.max_tokens, limit))]
+    settings = {f"limit {limit}": (limit, ["--max_tokens_limit", str(limit)]),
+                "no limit": (args.long_tokens, ["--max_tokens_limit", str(args.long_tokens)])}
+    print(f"Long beside short: one client asks for up to {args.long_tokens} tokens again and again; after "
+          f"{args.long_head_start:g} s, {args.short_clients} client(s) each ask {args.short_requests} questions of "
+          f"max_tokens={args.short_tokens}; {args.rounds} round(s).\n")
+    servers = {name: ServerProcess(args.model, *common, *extra) for name, (_, extra) in settings.items()}
+    try:
+        for server in servers.values():
+            if args.warmup:
+                load_round(server, questions, 1, args.warmup, args.short_tokens)
+        cells: dict[str, list[dict[str, float]]] = {}
+        for _ in range(args.rounds):
+            for name, server in servers.items():
+                cells.setdefault(name, []).append(long_beside_short(server, questions, settings[name][0], args))
+    finally:
+        for server in servers.values():
+            server.stop()
+    medians = {name: {key: statistics.median(cell[key] for cell in runs) for key in ("p50", "p95", "longs")}
+               for name, runs in cells.items()}
+    print_table(["server", "long max_tokens", "short p50 s", "short p95 s", "long answers"],
+                [[name, settings[name][0], round(m["p50"], 3), round(m["p95"], 3), m["longs"]]
+                 for name, m in medians.items()])
+    print()
+    capped, free = medians[f"limit {limit}"]["p50"], medians["no limit"]["p50"]
+    print(f"short requests beside a long one, median latency: {capped:.3f} s with limit {limit}, {free:.3f} s "
+          f"without ({free / capped:.2f}x)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=STAGE1, help="A saved confidence model (default: the shipped stage-1 "
@@ -95,6 +185,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=4, help="Untimed requests per server first.")
     parser.add_argument("--rounds", type=int, default=1, help="Rounds per (server, concurrency); medians reported.")
     parser.add_argument("--max_tokens", type=int, default=32)
+    parser.add_argument("--scenario", choices=["load", "long", "both"], default="load",
+                        help="load: the concurrency table; long: short requests beside a long one; both.")
+    parser.add_argument("--long_tokens", type=int, default=1000, help="What the long client asks for (long).")
+    parser.add_argument("--max_tokens_limit", type=int, default=None,
+                        help="The limited server's --max_tokens_limit (default: the server's default, 256).")
+    parser.add_argument("--short_tokens", type=int, default=4, help="What each short request asks for (long).")
+    parser.add_argument("--short_clients", type=int, default=2, help="Clients sending short requests (long).")
+    parser.add_argument("--short_requests", type=int, default=8, help="Short requests per client (long).")
+    parser.add_argument("--long_head_start", type=float, default=2.0,
+                        help="Seconds the long client runs before the short ones start (long).")
     args = parser.parse_args(argv)
 
     from elical_hf.bundled import load_bundled_questions
@@ -103,6 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     print_machine()
     print(f"CPU (lscpu): {lscpu_model()}")
     questions = [row["question"].strip() for row in load_bundled_questions("nq", max(args.requests, 16))]
+    if args.scenario in ("long", "both"):
+        print(f"{args.model}; threshold {args.threshold:g}.")
+        run_long_scenario(args, questions)
+        if args.scenario == "long":
+            return
+        print()
     print(f"{args.model}; threshold {args.threshold:g}; {args.requests} requests per round, {args.max_tokens} tokens "
           f"at most; {args.rounds} round(s) per cell.\n")
     common = ["--threshold", str(args.threshold), "--log_level", "warning", "--max_tokens", str(args.max_tokens)]

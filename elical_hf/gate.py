@@ -198,6 +198,7 @@ def answer_questions(
     max_new_tokens: int = 64,
     batch_size: int = 16,
     progress: bool = False,
+    cancelled: Callable[[int], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """
     Decide for each question whether to answer, retrieve or abstain, and answer it with the base model when the
@@ -218,6 +219,8 @@ def answer_questions(
         max_new_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): Used
             when `settings` is not given.
         progress (`bool`, *optional*, defaults to `False`): Show progress bars.
+        cancelled (`Callable[[int], bool]`, *optional*): Called with a question's row during decoding: `True` stops
+            decoding its answer there (a server's client left; the answer is what was decoded so far).
 
     Returns:
         `list[dict]`: per question, in input order: `question`, `confidence` (`float`), `decision` (`"answer"`,
@@ -261,8 +264,9 @@ def answer_questions(
         results[index].update(confidence=confidence, decision=decide(confidence, threshold, retrieve_threshold))
 
     def decoder(on_prefill: Callable[[list[str]], list[bool]] | None = None) -> Decoder:
+        stop = (lambda key: cancelled(int(key))) if cancelled is not None else None  # the keys are row numbers
         return Decoder(language_model, tokenizer, settings, None, greedy_only=True, share_prefix=True,
-                       on_prefill=on_prefill)
+                       on_prefill=on_prefill, cancelled=stop)
 
     keys = [str(i) for i in range(len(questions))]  # the decoder's keys: row numbers (greedy rows draw no seeds)
     fused = _fused_rows(config, tokenizer, questions, prompt_ids) if not config.use_lora else set()
@@ -325,6 +329,6 @@ def _answer_with_context(
     prompt_ids = build_prompt_ids(tokenizer, prompts, filled)
     check_prompt_lengths(prompt_ids, context_length(decoder.model), settings.max_new_tokens,
                          [f"question row {i} with its retrieved context" for i in rows])
-    outputs = decode_all(decoder, prompts, prompt_ids, progress, "Answering with context")
+    outputs = decode_all(decoder, [str(i) for i in rows], prompt_ids, progress, "Answering with context")
     for i, output in zip(rows, outputs):
         results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])

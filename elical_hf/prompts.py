@@ -7,6 +7,7 @@ the confidence head was trained on and the text it is asked about at inference c
 from __future__ import annotations
 
 import json
+import string
 from typing import Any
 
 
@@ -71,6 +72,37 @@ def check_prompt_texts(texts: Any, names: Any = None) -> None:
             ) from None
 
 
+def prompt_template_problem(template: Any, name: str = "prompt_template") -> str | None:
+    """What is wrong with a question prompt template, in one line, or `None` when nothing is.
+
+    A template is a string whose only replacement field is a bare `{question}` (at least once): no other field, no
+    attribute or index access (`{question.__class__}`, `{question[0]}`), no conversion (`{question!r}`) and no format
+    spec (`{question:>3000}`); literal braces are doubled (`{{`, `}}`). It is checked as `str.format` parses it
+    ([`string.Formatter.parse`]), not by formatting one question, so no field slips through.
+
+    Args:
+        template: The template, e.g. [`QA_PROMPT`].
+        name (`str`, *optional*, defaults to `"prompt_template"`): How to name it in the message.
+    """
+    if not isinstance(template, str):
+        return f"`{name}` must be a string, got {template!r}."
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:  # a single brace
+        return (f"`{name}` has a stray brace ({error}): write literal braces as '{{{{' and '}}}}', got "
+                f"{template!r}.")
+    fields = [(field, conversion, spec) for _, field, spec, conversion in parsed if field is not None]
+    others = ["{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+              for field, conversion, spec in fields if (field, conversion, spec) != ("question", None, "")]
+    if others:
+        return (f"`{name}` may use only the '{{question}}' field, bare (no other field, attribute, index, conversion "
+                f"or format spec; write literal braces as '{{{{' and '}}}}'): found {', '.join(others)} in "
+                f"{template!r}.")
+    if not fields:
+        return f"`{name}` must contain a '{{question}}' field, got {template!r}."
+    return None
+
+
 THINKING_SWITCH = "enable_thinking"
 """The chat-template variable of hybrid reasoning models (Qwen3: `enable_thinking=True` by default, so its answers
 start with a `<think>...</think>` block)."""
@@ -93,9 +125,22 @@ def chat_template_kwargs_for(tokenizer: Any, chat_template_kwargs: dict[str, Any
     return {THINKING_SWITCH: False} if isinstance(template, str) and THINKING_SWITCH in template else {}
 
 
+def chat_template_arguments() -> frozenset[str]:
+    """The names template variables may not take: `apply_chat_template`'s own arguments (`add_generation_prompt`,
+    `tokenize`, ...), which elical-hf sets, and `messages`, which the template is rendered with."""
+    import inspect
+
+    from transformers import PreTrainedTokenizerBase
+
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.values()
+    named = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"}
+    return frozenset(named | {"messages"})
+
+
 def check_chat_template_kwargs(value: Any, name: str = "chat_template_kwargs") -> dict[str, Any] | None:
     """`value` as a dict of template variables (a JSON object given as a string is parsed), or `None`; a
-    `ValueError` naming `name` for anything else."""
+    `ValueError` naming `name` for anything else, and for a variable named as one of [`chat_template_arguments`]
+    (`{"add_generation_prompt": false}` would fail every prompt rendered with it)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -106,6 +151,10 @@ def check_chat_template_kwargs(value: Any, name: str = "chat_template_kwargs") -
                              f"{value!r} ({error.msg}).") from None
     if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
         raise ValueError(f"`{name}` must be a mapping of template variable names to values, got {value!r}.")
+    reserved = sorted(set(value) & chat_template_arguments())
+    if reserved:
+        raise ValueError(f"`{name}` may not set {', '.join(reserved)}: apply_chat_template's own arguments, which "
+                         "elical-hf sets; give only the template's variables (e.g. enable_thinking).")
     return dict(value)
 
 

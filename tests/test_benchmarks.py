@@ -104,6 +104,24 @@ def test_serve_load_benchmark_drives_both_servers_and_prints_ratios(tiny_llama, 
     assert lines[-1].startswith("batched / one at a time: 1 clients: ") and "2 clients: " in lines[-1]
 
 
+def test_serve_load_long_scenario_compares_short_latency_with_and_without_the_limit(tiny_llama, tmp_path):
+    """A smoke run of `--scenario long` (a 20-token client beside short ones, limit 8): both servers answer, and the
+    table and the comparison line are printed."""
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "gate")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "serve_load.py"), "--model", str(tmp_path / "gate"),
+                           "--scenario", "long", "--long_tokens", "20", "--max_tokens_limit", "8", "--short_clients",
+                           "1", "--short_requests", "2", "--warmup", "1", "--long_head_start", "0.3"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    rows = {row[1].strip(): row[2:6] for row in (line.split("|") for line in done.stdout.splitlines())
+            if len(row) > 5 and row[1].strip() in ("limit 8", "no limit")}
+    assert [int(rows[name][0]) for name in ("limit 8", "no limit")] == [8, 20]
+    assert all(float(rows[name][1]) > 0 and float(rows[name][3]) >= 1 for name in rows)
+    assert done.stdout.splitlines()[-1].startswith("short requests beside a long one, median latency: ")
+
+
 @pytest.mark.slow
 def test_cli_startup_benchmark_says_which_helps_import_torch():
     done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "cli_startup.py"), "--repeats", "1"],

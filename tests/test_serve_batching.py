@@ -1,5 +1,6 @@
 """The server's micro-batcher, in-process: batches fill up to their size within the wait, a job whose client left
-before its batch never runs, a failing batch fails each of its jobs and the loop goes on."""
+before its batch never runs, a failing batch is run again job by job (only the failing job fails) and the loop goes
+on, jobs of different keys run as separate calls."""
 
 from __future__ import annotations
 
@@ -52,20 +53,34 @@ def test_a_job_cancelled_before_its_batch_never_runs_and_the_counts_say_so():
     assert counts["dropped"] == 1 and counts["jobs"] == 1 and counts["batches"] == 1
 
 
-def test_a_failing_batch_fails_its_jobs_and_the_next_batch_runs():
+def test_a_failing_batch_is_run_again_job_by_job_and_the_next_batch_runs():
     seen: list[list[int]] = []
 
     async def main() -> tuple[list, int]:
         batcher = MicroBatcher(recording(seen), max_batch_size=8, max_wait=0.05)
         try:
             failed = await asyncio.gather(batcher.submit(-1), batcher.submit(3), return_exceptions=True)
-            return failed, await batcher.submit(4)
+            return failed, await batcher.submit(4), batcher.counts
         finally:
             await batcher.close()
 
-    failed, later = asyncio.run(main())
-    assert all(isinstance(error, RuntimeError) and "negative" in str(error) for error in failed)
-    assert later == 40 and seen == [[4]]
+    (failed, alone), later, counts = asyncio.run(main())
+    assert isinstance(failed, RuntimeError) and "negative" in str(failed) and alone == 30
+    assert later == 40 and seen == [[3], [4]] and counts["rerun"] == 1
+
+
+def test_jobs_with_different_keys_run_as_separate_calls_in_key_order():
+    seen: list[list[int]] = []
+
+    async def main() -> list[int]:
+        batcher = MicroBatcher(recording(seen), max_batch_size=8, max_wait=0.05, key=lambda job: job % 3)
+        try:
+            return await asyncio.gather(*(batcher.submit(i) for i in (5, 3, 4, 6, 1)))
+        finally:
+            await batcher.close()
+
+    assert asyncio.run(main()) == [50, 30, 40, 60, 10]
+    assert seen == [[3, 6], [4, 1], [5]]
 
 
 def test_bad_settings_are_refused():

@@ -5,12 +5,16 @@ scored before generation and answered by the unadapted base model, answered with
 or abstained with `--abstain_message` and `finish_reason: "abstain"`; the confidence, decision and threshold are in
 the response's `elical` field and its `x-elical-*` headers. `--mode completion` serves any causal LM (a confidence
 model's base) as plain greedy chat completions, e.g. as the LLM judge of `elical-hf judge --judge_endpoint URL`.
-Requests arriving within `--batch_wait_ms` of each other are scored and decoded in one batch. Needs the `serve`
-extra: pip install "elical-hf[serve]". See docs/serve.md.
+Requests arriving within `--batch_wait_ms` of each other are scored and decoded in one batch. A request may ask for
+at most `--max_tokens_limit` tokens and send at most `--max_request_bytes`; a retriever call may take at most
+`--retriever_timeout` seconds; only the `Host` names of this machine (and `--allowed_hosts`) are answered. Needs the
+`serve` extra: pip install "elical-hf[serve]". See docs/serve.md.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 
 from .parser import ElicalArgumentParser, check_dtype_option
@@ -30,7 +34,12 @@ class ServeArguments:
     host: str = field(default="127.0.0.1", metadata={"help": "Address to listen on (0.0.0.0: every interface)."})
     port: int = field(default=8000, metadata={"help": "Port to listen on."})
     served_model_name: str | None = field(
-        default=None, metadata={"help": "The model name clients send and /v1/models lists (default: MODEL)."})
+        default=None, metadata={"help": "The model name clients send and /v1/models lists (default: MODEL's Hub id, "
+                                "or a local folder's own name; never its path)."})
+    allowed_hosts: list[str] = field(
+        default_factory=list, metadata={"help": "Host names clients may reach the server by, besides localhost, "
+                                        "127.0.0.1, [::1] and --host ('*': any; '*.example.com': its subdomains); "
+                                        "other Host headers get a 400 (DNS rebinding)."})
     threshold: float | None = field(
         default=None, metadata={"help": "Answer at or above this confidence (default: the model's saved threshold)."})
     retrieve_threshold: float | None = field(
@@ -41,7 +50,19 @@ class ServeArguments:
     abstain_message: str = field(
         default="I am not confident enough to answer this question.",
         metadata={"help": "The answer of an abstention (finish_reason 'abstain')."})
+    allow_request_thresholds: bool = field(
+        default=False, metadata={"help": "Let a request set any thresholds ('elical': {'threshold': ...}); by "
+                                 "default a request may only raise them."})
+    retriever_timeout: float = field(
+        default=10.0, metadata={"help": "Seconds a --retriever call may take; its request then gets a 504 (the "
+                                "model waits meanwhile)."})
     max_tokens: int = field(default=64, metadata={"help": "Answer tokens when a request sets no max_tokens."})
+    max_tokens_limit: int = field(
+        default=256, metadata={"help": "The most answer tokens a request may ask for (more is refused with a 400): "
+                               "a batch decodes until its longest answer ends, and later requests wait for it."})
+    max_request_bytes: int = field(
+        default=1 << 20, metadata={"help": "The largest request body, in bytes (a larger one gets a 413 before it is "
+                                   "read)."})
     max_batch_size: int = field(default=16, metadata={"help": "Most requests scored and decoded in one batch."})
     batch_wait_ms: float = field(
         default=5.0, metadata={"help": "How long a batch's first request waits for others (milliseconds)."})
@@ -56,13 +77,19 @@ class ServeArguments:
             raise ValueError(f"--mode must be one of {MODES}, got {self.mode!r}.")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must lie in [0, 65535], got {self.port}.")
-        for name in ("max_tokens", "max_batch_size"):
+        for name in ("max_tokens", "max_batch_size", "max_tokens_limit", "max_request_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        if self.max_tokens > self.max_tokens_limit:
+            raise ValueError(f"--max_tokens ({self.max_tokens}) must not exceed --max_tokens_limit "
+                             f"({self.max_tokens_limit}).")
         if self.batch_wait_ms < 0:
             raise ValueError(f"--batch_wait_ms must be >= 0, got {self.batch_wait_ms}.")
+        if not self.retriever_timeout > 0:
+            raise ValueError(f"--retriever_timeout must be > 0 seconds, got {self.retriever_timeout}.")
         if self.mode == "completion":
             given = [name for name in ("threshold", "retrieve_threshold", "retriever") if getattr(self, name) is not None]
+            given += ["allow_request_thresholds"] if self.allow_request_thresholds else []
             if given:
                 raise ValueError(f"--{given[0]} is a gate option; --mode completion does not gate.")
 
@@ -75,8 +102,13 @@ def build_engine(options: ServeArguments):
     """The engine `options` describe, with its model loaded."""
     from elical_hf.serve.engine import CompletionEngine, GateEngine, load_entry_point
 
-    name = options.served_model_name or options.model
-    common = {"max_tokens": options.max_tokens, "batch_size": options.max_batch_size}
+    from elical_hf.prompts import check_prompt_texts
+
+    name = options.served_model_name or default_served_name(options.model)
+    # every reply carries them: one that is not text (bytes that were not UTF-8 on the command line) would fail them all
+    check_prompt_texts([name, options.abstain_message], ["the served model name", "--abstain_message"])
+    common = {"max_tokens": options.max_tokens, "batch_size": options.max_batch_size,
+              "max_tokens_limit": options.max_tokens_limit}
     if options.mode == "completion":
         from elical_hf.signals.backends import HFBackend
 
@@ -92,7 +124,35 @@ def build_engine(options: ServeArguments):
     kwargs = {"dtype": options.dtype, **({"device_map": options.device} if options.device else {})}
     model = AutoModelForConfidence.from_pretrained(options.model, **kwargs)
     return GateEngine(model, name, threshold=options.threshold, retrieve_threshold=options.retrieve_threshold,
-                      retriever=retriever, abstain_message=options.abstain_message, **common)
+                      retriever=retriever, abstain_message=options.abstain_message,
+                      retriever_timeout=options.retriever_timeout,
+                      allow_request_thresholds=options.allow_request_thresholds, **common)
+
+
+def default_served_name(model: str) -> str:
+    """The name `model` is served under without --served_model_name: a Hub id as it is; a local folder by the Hub id
+    it is a copy of (a Hub cache snapshot), else by its own name: never its path, which would tell every client
+    where the model lies on this machine."""
+    from elical_hf.hub_ids import hub_id_of_local_copy
+
+    if not os.path.isdir(model):
+        return model
+    copy = hub_id_of_local_copy(model)
+    return copy[0] if copy is not None else os.path.basename(os.path.abspath(model))
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` as uvicorn binds one (`SO_REUSEADDR`), for uvicorn to listen on: taken before
+    the model loads, so that a busy port is one error line (a `ValueError`) rather than uvicorn's, minutes later."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise ValueError(f"Cannot listen on {host}:{port}: {error} (another server on that port? choose another with "
+                         "--port).") from None
+    return sock
 
 
 def _causal_lm_of(model: str) -> str:
@@ -118,12 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         _, uvicorn = require_extra("serve", "elical-hf serve")
     except MissingExtraError as error:
         raise ValueError(str(error)) from None
-    from elical_hf.serve.app import create_app
+    from elical_hf.serve.app import create_app, host_names
 
-    engine = build_engine(options)
-    app = create_app(engine, max_batch_size=options.max_batch_size, batch_wait_ms=options.batch_wait_ms)
-    gate = f", threshold {engine.threshold:g}" if engine.mode == "gate" else ""
-    print(f"elical-hf serve: {engine.model_name} ({engine.mode}{gate}) at http://{options.host}:{options.port}/v1",
-          flush=True)
-    uvicorn.run(app, host=options.host, port=options.port, log_level=options.log_level)
+    hosts = host_names(options.host, options.allowed_hosts)
+    with listen_socket(options.host, options.port) as sock:
+        engine = build_engine(options)
+        app = create_app(engine, max_batch_size=options.max_batch_size, batch_wait_ms=options.batch_wait_ms,
+                         allowed_hosts=hosts, max_request_bytes=options.max_request_bytes)
+        gate = f", threshold {engine.threshold:g}" if engine.mode == "gate" else ""
+        port = sock.getsockname()[1]
+        print(f"elical-hf serve: {engine.model_name} ({engine.mode}{gate}) at http://{options.host}:{port}/v1, "
+              f"answering Host {', '.join(hosts)}", flush=True)
+        if options.host in ("0.0.0.0", "::") and not options.allowed_hosts:
+            print(f"elical-hf serve: listening on every interface, but only requests to {', '.join(hosts)} are "
+                  "answered: name the others with --allowed_hosts.", flush=True)
+        uvicorn.Server(uvicorn.Config(app, log_level=options.log_level)).run(sockets=[sock])
     return 0

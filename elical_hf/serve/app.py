@@ -1,9 +1,10 @@
 """The FastAPI application: OpenAI-compatible routes over an engine, micro-batched, with OpenAI-style errors.
 
 Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{model}`, `GET /health`. Every error is the
-OpenAI error JSON (`{"error": {"message", "type", "param", "code"}}`): a bad request gets a 4xx (a schema error,
-malformed JSON, empty messages, a prompt longer than the context, an unsupported option such as `stream: true`), an
-unknown route a 404, and a bug a 500 that leaves the server running.
+OpenAI error JSON (`{"error": {"message", "type", "param", "code"}}`): a bad request gets a 4xx (a body over the size
+limit, a body not declared JSON, malformed JSON, a schema error, a string that is not text, empty messages, a prompt
+longer than the context, an unsupported option such as `stream: true`), a request for another host a 400, an
+unknown route a 404, and a bug a 500 for its own request alone, on a connection that stays open.
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from .batching import MicroBatcher
 from .engine import Engine, Reply
-from .schema import ChatCompletionRequest, RequestError, error_body, validation_error
+from .schema import RequestError, error_body, parse_request, validation_error
 
 
 logger = logging.getLogger(__name__)
@@ -29,10 +33,90 @@ logger = logging.getLogger(__name__)
 
 CLIENT_CLOSED = 499
 """The status logged for a request whose client went away before its answer (nginx's "client closed request")."""
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+"""The `Host` names every server answers to (`--allowed_hosts` adds others)."""
+MAX_REQUEST_BYTES = 1 << 20
+"""The largest request body by default (`--max_request_bytes`): 1 MiB."""
 
 
 def error_response(error: RequestError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
+
+
+def internal_error(request: Request, error: Exception) -> JSONResponse:
+    """The 500 of a bug, logged with its traceback."""
+    logger.error("Unexpected error on %s %s", request.method, request.url.path, exc_info=error)
+    return JSONResponse(error_body(f"Internal error: {type(error).__name__}: {error}", type="server_error",
+                                   code="internal_error"), status_code=500)
+
+
+def host_names(bound: str | None = None, allowed: Sequence[str] = ()) -> list[str]:
+    """The `Host` names a server bound to the address `bound` answers to: [`LOCAL_HOSTS`], `bound` itself (unless it
+    is every interface) and `allowed` (`"*"`: any; `"*.example.com"`: its subdomains)."""
+    names = list(LOCAL_HOSTS)
+    if bound and bound not in ("0.0.0.0", "::"):
+        names.append(f"[{bound}]" if ":" in bound else bound)
+    return list(dict.fromkeys(name.lower() for name in [*names, *allowed]))
+
+
+def host_of(header: str) -> str:
+    """The host name of a `Host` header, its port dropped (`[::1]:8000` -> `[::1]`)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0]
+
+
+class HostCheck:
+    """
+    ASGI middleware: answer only requests whose `Host` header names one of `hosts` (see [`host_names`]), so that a
+    web page whose DNS name was rebound to this server's address cannot read its answers; others get a 400
+    `invalid_host`.
+    """
+
+    def __init__(self, app: Any, hosts: Sequence[str]) -> None:
+        self.app, self.hosts = app, [host.lower() for host in hosts]
+
+    def allows(self, host: str) -> bool:
+        return any(pattern == "*" or host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:]))
+                   for pattern in self.hosts)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            host = host_of(Headers(scope=scope).get("host", ""))
+            if not self.allows(host):
+                message = (f"The Host header {host!r} is not one this server answers to ({', '.join(self.hosts)}); "
+                           f"to serve that name, start it with --allowed_hosts {host or 'NAME'}.")
+                await JSONResponse(error_body(message, code="invalid_host"), status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body of `request`, refused before it is parsed: a 413 above `limit` bytes (from its Content-Length before
+    reading it, else as soon as the bytes read pass it), a 415 when it is not declared JSON (a missing Content-Type
+    is read as JSON)."""
+    too_large = RequestError(f"The request body is larger than this server's limit of {limit} bytes "
+                             "(--max_request_bytes).", code="request_too_large", status=413)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not is_json(content_type):
+        raise RequestError(f"The request body must be JSON, sent with Content-Type: application/json (got "
+                           f"{content_type}).", code="unsupported_media_type", status=415)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def client_gone(request: Request) -> None:
@@ -55,7 +139,8 @@ async def unless_client_leaves(request: Request, work: Any) -> tuple[bool, Any]:
     return True, task.result()
 
 
-def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 5.0) -> FastAPI:
+def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 5.0,
+               allowed_hosts: Sequence[str] | None = None, max_request_bytes: int = MAX_REQUEST_BYTES) -> FastAPI:
     """
     The server's application for `engine` ([`~elical_hf.serve.engine.GateEngine`] or
     [`~elical_hf.serve.engine.CompletionEngine`]).
@@ -64,11 +149,17 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         engine ([`~elical_hf.serve.engine.Engine`]): What computes the answers.
         max_batch_size (`int`, *optional*, defaults to 16): The most requests scored and decoded in one call.
         batch_wait_ms (`float`, *optional*, defaults to 5.0): How long the first request of a batch waits for others.
+        allowed_hosts (`Sequence[str]`, *optional*): The `Host` names answered (see [`host_names`]); defaults to
+            [`LOCAL_HOSTS`].
+        max_request_bytes (`int`, *optional*, defaults to 1 MiB): The largest request body.
 
     Returns:
         `fastapi.FastAPI`: run it with `uvicorn.run(app, host=..., port=...)`.
     """
-    batcher = MicroBatcher(engine.run, max_batch_size=max_batch_size, max_wait=batch_wait_ms / 1000)
+    if max_request_bytes < 1:
+        raise ValueError(f"--max_request_bytes must be >= 1, got {max_request_bytes}.")
+    batcher = MicroBatcher(engine.run, max_batch_size=max_batch_size, max_wait=batch_wait_ms / 1000,
+                           key=lambda job: job.group)
     created = int(time.time())
 
     @contextlib.asynccontextmanager
@@ -77,6 +168,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         await batcher.close()
 
     app = FastAPI(title="elical-hf", summary=f"{engine.mode} server for {engine.model_name}", lifespan=lifespan)
+    app.add_middleware(HostCheck, hosts=list(LOCAL_HOSTS if allowed_hosts is None else allowed_hosts))
     app.state.engine, app.state.batcher = engine, batcher
     model_card = {"id": engine.model_name, "object": "model", "created": created, "owned_by": "elical-hf",
                   "elical": {"mode": engine.mode}}
@@ -99,9 +191,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> JSONResponse:
-        logger.exception("Unexpected error on %s %s", request.method, request.url.path)
-        return JSONResponse(error_body(f"Internal error: {type(error).__name__}: {error}", type="server_error",
-                                       code="internal_error"), status_code=500)
+        return internal_error(request, error)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -119,9 +209,21 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         return model_card
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        answered, result = await unless_client_leaves(request, batcher.submit(engine.prepare(body)))
-        if not answered:  # nobody to answer: the job was dropped from its batch, or its result discarded
+    async def chat_completions(request: Request) -> Response:
+        """A chat completion (the body: [`~elical_hf.serve.schema.ChatCompletionRequest`] as JSON). Everything
+        about the request is checked before it joins a batch; a failure of its own inside the batch is its own
+        error (the route catches it: a bug re-raised to the server would reset the connection)."""
+        try:
+            job = engine.prepare(parse_request(await read_body(request, max_request_bytes)))
+            answered, result = await unless_client_leaves(request, batcher.submit(job))
+        except ClientDisconnect:  # gone before sending its whole body
+            return Response(status_code=CLIENT_CLOSED)
+        except RequestError as error:
+            return error_response(error)
+        except Exception as error:  # noqa: BLE001 - this request's failure alone, answered as a 500
+            return internal_error(request, error)
+        if not answered:  # nobody to answer: the job was dropped from its batch, or its decoding stops
+            job.cancelled.set()
             return Response(status_code=CLIENT_CLOSED)
         if isinstance(result, RequestError):
             return error_response(result)

@@ -8,19 +8,22 @@
 - [`CompletionEngine`] (`elical-hf serve MODEL --mode completion`): a plain greedy chat completion of any causal LM,
   the whole conversation rendered by its chat template (what an LLM judge needs; no gating).
 
-Both check each request before it joins a batch ([`Engine.prepare`]: schema, model name, messages, `max_tokens`,
-thresholds) and, on the worker thread, that its prompt and answer fit the context; a refused request becomes a
-[`~elical_hf.serve.schema.RequestError`] of its own and never fails the others of its batch.
+Both check each request before it joins a batch ([`Engine.prepare`]: model name, messages, `max_tokens` against the
+server's limit, stop strings, template variables, thresholds) and, on the worker thread, what only the tokenizer can
+tell (its prompt and answer fit the context, its chat template renders, its retrieved context); a refused request
+becomes a [`~elical_hf.serve.schema.RequestError`] of its own and never fails the others of its batch. The rows of
+a request whose client left stop decoding ([`Job.cancelled`]), and a retriever that does not answer within its
+timeout fails its own request alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import itertools
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +37,11 @@ logger = logging.getLogger(__name__)
 ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
 """What an abstention answers by default (`elical-hf serve --abstain_message`)."""
 ABSTAIN_FINISH_REASON = "abstain"
+MAX_TOKENS_LIMIT = 256
+"""The most answer tokens a request may ask for by default (`elical-hf serve --max_tokens_limit`): a batch decodes
+until its longest answer ends, and the requests that arrive meanwhile wait for it."""
+RETRIEVER_TIMEOUT = 10.0
+"""Seconds a retriever call may take by default (`elical-hf serve --retriever_timeout`): the model waits for it."""
 
 
 @dataclasses.dataclass
@@ -49,12 +57,14 @@ class Job:
     chat_template_kwargs: dict[str, Any] | None = None
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
+    """Set (by the server's route) when the client left: the job's rows stop decoding."""
 
     @property
-    def group(self) -> tuple:
+    def group(self) -> tuple[int, str]:
         """Jobs that can share one call: the same answer length, stop strings, thresholds and penalty (the template
-        variables only change each prompt's own rendering)."""
-        return self.max_tokens, self.stop, self.threshold, self.retrieve_threshold, self.repetition_penalty
+        variables only change each prompt's own rendering). Sortable, shortest answers first."""
+        return self.max_tokens, repr((self.stop, self.threshold, self.retrieve_threshold, self.repetition_penalty))
 
 
 @dataclasses.dataclass
@@ -71,6 +81,27 @@ def finish_reason(tokens: list[str], max_tokens: int, special_tokens: set[str], 
     if len(tokens) < max_tokens or tokens[-1] in special_tokens:
         return "stop"
     return "stop" if any(s in "".join(tokens) for s in stop) else "length"
+
+
+def call_with_timeout(function: Callable[[Any], Any], argument: Any, timeout: float) -> Any:
+    """`function(argument)`, or a `TimeoutError` when it has not returned after `timeout` seconds (it then goes on, on
+    a daemon thread that cannot hold up the server's exit)."""
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = function(argument)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            outcome["error"] = error
+
+    thread = threading.Thread(target=call, name="elical-serve-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def load_entry_point(spec: str) -> Callable[[str], str | None]:
@@ -105,16 +136,20 @@ class Engine:
         context_length (`int`, *optional*): The model's context in tokens (prompt plus answer must fit).
         max_tokens (`int`, *optional*, defaults to 64): Answer tokens when a request gives no `max_tokens`.
         batch_size (`int`, *optional*, defaults to 16): Prompts per decoding batch.
+        max_tokens_limit (`int`, *optional*, defaults to 256): The most answer tokens a request may ask for (a
+            request above it is refused with a 400, not cut short).
     """
 
     mode = "base"
 
     def __init__(self, tokenizer: Any, model_name: str, context_length: int | None, max_tokens: int = 64,
-                 batch_size: int = 16) -> None:
+                 batch_size: int = 16, max_tokens_limit: int = MAX_TOKENS_LIMIT) -> None:
         if max_tokens < 1:
             raise ValueError(f"--max_tokens must be >= 1, got {max_tokens}.")
+        if max_tokens > max_tokens_limit:
+            raise ValueError(f"--max_tokens ({max_tokens}) must not exceed --max_tokens_limit ({max_tokens_limit}).")
         self.tokenizer, self.model_name, self.context_length = tokenizer, model_name, context_length
-        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.max_tokens, self.batch_size, self.max_tokens_limit = max_tokens, batch_size, max_tokens_limit
         self.special_tokens = set(tokenizer.all_special_tokens)
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
@@ -126,6 +161,11 @@ class Engine:
                                status=404)
         messages = [{"role": m.role, "content": m.text(i)} for i, m in enumerate(request.messages)]
         max_tokens = request.max_completion_tokens or request.max_tokens or self.max_tokens
+        if max_tokens > self.max_tokens_limit:
+            raise RequestError(f"max_tokens={max_tokens} is more than this server's limit of {self.max_tokens_limit} "
+                               "(--max_tokens_limit): ask for fewer tokens.",
+                               param="max_completion_tokens" if request.max_completion_tokens else "max_tokens",
+                               code="max_tokens_limit_exceeded")
         if self.context_length is not None and max_tokens >= self.context_length:
             raise RequestError(f"max_tokens={max_tokens} leaves no room for a prompt in the model's context of "
                                f"{self.context_length} tokens.", param="max_tokens", code="context_length_exceeded")
@@ -134,16 +174,14 @@ class Engine:
                    chat_template_kwargs=request.chat_template_kwargs)
 
     def run(self, jobs: list[Job]) -> list[Reply | RequestError]:
-        """Compute a batch (on the worker thread): one call per group of jobs that share their settings."""
-        replies: list[Reply | RequestError | None] = [None] * len(jobs)
-        order = sorted(range(len(jobs)), key=lambda i: repr(jobs[i].group))
-        for _, members in itertools.groupby(order, key=lambda i: repr(jobs[i].group)):
-            members = list(members)
-            for i, reply in zip(members, self.run_group([jobs[i] for i in members], len(jobs))):
-                replies[i] = reply
-        return replies
+        """Compute jobs that share their settings ([`Job.group`]; the server's batcher runs one call per group), on
+        the worker thread: a reply, or the error of that job alone, per job."""
+        if len({job.group for job in jobs}) > 1:
+            raise ValueError("`Engine.run` computes jobs of one group (the same max_tokens, stop strings, thresholds "
+                             "and penalty); split the batch by `Job.group`.")
+        return self.run_group(jobs) if jobs else []
 
-    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+    def run_group(self, jobs: list[Job]) -> list[Reply | RequestError]:
         raise NotImplementedError
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> RequestError | None:
@@ -185,20 +223,31 @@ class GateEngine(Engine):
         model ([`PeftModelForConfidence`]): A saved confidence model loaded with [`AutoModelForConfidence`].
         model_name (`str`): The served name.
         threshold (`float`, *optional*), retrieve_threshold (`float`, *optional*): The gate's thresholds, defaulting
-            to the model's saved ones; a request may override them (`"elical": {"threshold": ...}`).
+            to the model's saved ones; a request may raise them (`"elical": {"threshold": ...}`).
         retriever (`Callable[[str], str | None]`, *optional*): Context for questions in the retrieve band.
         abstain_message (`str`, *optional*): The content of an abstention.
-        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): See
-            [`Engine`].
+        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16),
+            max_tokens_limit (`int`, *optional*, defaults to 256): See [`Engine`].
+        retriever_timeout (`float`, *optional*, defaults to 10): Seconds a retriever call may take; a request whose
+            retrieval takes longer gets a 504 (`retriever_timeout`), the others of its batch are answered.
+        allow_request_thresholds (`bool`, *optional*, defaults to `False`): Let a request set any thresholds; by
+            default a request may only make the gate stricter (a threshold at or above the server's, a retrieve
+            threshold at or above the server's band).
     """
 
     mode = "gate"
 
     def __init__(self, model: Any, model_name: str, *, threshold: float | None = None,
                  retrieve_threshold: float | None = None, retriever: Callable[[str], str | None] | None = None,
-                 abstain_message: str = ABSTAIN_MESSAGE, max_tokens: int = 64, batch_size: int = 16) -> None:
+                 abstain_message: str = ABSTAIN_MESSAGE, max_tokens: int = 64, batch_size: int = 16,
+                 max_tokens_limit: int = MAX_TOKENS_LIMIT, retriever_timeout: float = RETRIEVER_TIMEOUT,
+                 allow_request_thresholds: bool = False) -> None:
         from ..gate import check_thresholds
         from ..signals.decoding import context_length
+
+        if not retriever_timeout > 0:
+            raise ValueError(f"--retriever_timeout must be > 0 seconds, got {retriever_timeout}.")
+        self.retriever_timeout, self.allow_request_thresholds = retriever_timeout, allow_request_thresholds
 
         self.model = model
         self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -216,7 +265,8 @@ class GateEngine(Engine):
             logger.warning("The retrieve band [%s, %s) is set but no --retriever is: its questions abstain.",
                            self.retrieve_threshold, self.threshold)
         self.retriever, self.abstain_message = retriever, abstain_message
-        super().__init__(self.inner.tokenizer, model_name, context_length(self.inner), max_tokens, batch_size)
+        super().__init__(self.inner.tokenizer, model_name, context_length(self.inner), max_tokens, batch_size,
+                         max_tokens_limit)
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
         from ..gate import check_thresholds
@@ -238,6 +288,8 @@ class GateEngine(Engine):
                                "confidence was trained with); `chat_template_kwargs` is only for --mode completion.",
                                param="chat_template_kwargs", code="unsupported_parameter")
         options = request.elical
+        if options and not self.allow_request_thresholds:
+            self._check_stricter(options)
         threshold = options.threshold if options and options.threshold is not None else self.threshold
         if options and options.retrieve_threshold is not None:
             retrieve = options.retrieve_threshold
@@ -251,13 +303,29 @@ class GateEngine(Engine):
             raise RequestError(str(error).replace("`", ""), param="elical") from None
         return job
 
+    def _check_stricter(self, options: Any) -> None:
+        """Refuse request thresholds that would make the gate answer (or retrieve for) more questions than its
+        operator set it to (without `allow_request_thresholds`)."""
+        advice = "The operator lets requests set any with --allow_request_thresholds."
+        if options.threshold is not None and options.threshold < self.threshold:
+            raise RequestError(f"This server answers at or above confidence {self.threshold:g}; a request may only "
+                               f"raise the threshold (got {options.threshold:g}). {advice}", param="elical.threshold",
+                               code="threshold_not_allowed")
+        retrieve = options.retrieve_threshold
+        if retrieve is not None and (self.retrieve_threshold is None or retrieve < self.retrieve_threshold):
+            band = ("retrieves for no question" if self.retrieve_threshold is None else
+                    f"retrieves at or above confidence {self.retrieve_threshold:g}")
+            raise RequestError(f"This server {band}; a request may only raise the retrieve threshold (got "
+                               f"{retrieve:g}). {advice}", param="elical.retrieve_threshold",
+                               code="threshold_not_allowed")
+
     def _settings(self, job: Job) -> Any:
         from ..signals import SamplingSettings
 
         return SamplingSettings(num_samples=1, max_new_tokens=job.max_tokens, batch_size=self.batch_size,
                                 stop_strings=list(job.stop), chat_template_kwargs=self.config.chat_template_kwargs)
 
-    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+    def run_group(self, jobs: list[Job]) -> list[Reply | RequestError]:
         from ..gate import answer_questions
         from ..signals.generation import build_prompt_ids
 
@@ -277,22 +345,35 @@ class GateEngine(Engine):
         if not rows:
             return replies
         errors: dict[str, RequestError] = {}
-        retrieve = self._checked_retriever(settings, errors) if self.retriever is not None else None
+        def gone(question: str) -> bool:  # every client that asked it left
+            return all(jobs[i].cancelled.is_set() for i in rows if questions[i] == question)
+
+        retrieve = self._checked_retriever(settings, errors, gone) if self.retriever is not None else None
         results = answer_questions(self.model, [questions[i] for i in rows], threshold=jobs[0].threshold,
                                    retrieve_threshold=jobs[0].retrieve_threshold, retrieve=retrieve,
-                                   settings=settings)
+                                   settings=settings, cancelled=lambda row: jobs[rows[row]].cancelled.is_set())
         for i, result in zip(rows, results):
-            replies[i] = errors.get(questions[i]) or self._reply(jobs[i], result, len(prompt_ids[i]), batch_size)
+            replies[i] = errors.get(questions[i]) or self._reply(jobs[i], result, len(prompt_ids[i]), len(jobs))
         return replies
 
-    def _checked_retriever(self, settings: Any, errors: dict[str, RequestError]) -> Callable[[str], str | None]:
-        """The retriever, with its failures (an exception, a context too long for the model) kept per question in
-        `errors` (answered with a 502) instead of failing the batch."""
-        from ..prompts import CONTEXT_QA_PROMPT, render_prompt
+    def _checked_retriever(self, settings: Any, errors: dict[str, RequestError],
+                           gone: Callable[[str], bool]) -> Callable[[str], str | None]:
+        """The retriever, called with a timeout (not at all for a question whose clients all left, `gone`), with its
+        failures (an exception, a timeout, a context that is not text or too long for the model) kept per question
+        in `errors` (answered with a 502 or 504) instead of failing the batch."""
+        from ..prompts import CONTEXT_QA_PROMPT, check_prompt_texts
+        from ..signals.generation import build_prompt_ids
 
         def retrieve(question: str) -> str | None:
+            if gone(question):
+                return None
             try:
-                context = self.retriever(question)
+                context = call_with_timeout(self.retriever, question, self.retriever_timeout)
+            except TimeoutError:
+                logger.warning("The retriever did not answer within %g s on %r.", self.retriever_timeout, question)
+                errors[question] = RequestError(f"The retriever did not answer within {self.retriever_timeout:g} s.",
+                                                code="retriever_timeout", status=504, type="server_error")
+                return None
             except Exception as error:  # noqa: BLE001 - the retriever is the user's code: report it, keep serving
                 logger.exception("The retriever failed on %r", question)
                 errors[question] = RequestError(f"The retriever failed: {type(error).__name__}: {error}",
@@ -303,9 +384,16 @@ class GateEngine(Engine):
                                                 "or None.", code="retriever_failed", status=502, type="server_error")
                 return None
             if context:
-                text = render_prompt(self.tokenizer, CONTEXT_QA_PROMPT.format(context=context, question=question),
-                                     chat_template_kwargs=settings.chat_template_kwargs)
-                if self.check_fits(len(self.prompt_ids([text])[0]), settings.max_new_tokens) is not None:
+                try:
+                    check_prompt_texts([context], ["the retrieved context"])
+                except ValueError as error:
+                    errors[question] = RequestError(f"The retriever failed: {error}", code="retriever_failed",
+                                                    status=502, type="server_error")
+                    return None
+                prompt = CONTEXT_QA_PROMPT.format(context=context, question=question)  # as the gate renders it
+                ids = build_prompt_ids(self.tokenizer, [prompt], dataclasses.replace(settings,
+                                                                                     prompt_template="{question}"))
+                if self.check_fits(len(ids[0]), settings.max_new_tokens) is not None:
                     errors[question] = RequestError("The retrieved context does not fit the model's context of "
                                                     f"{self.context_length} tokens.", code="context_length_exceeded",
                                                     status=502, type="server_error")
@@ -340,25 +428,31 @@ class CompletionEngine(Engine):
 
     Args:
         model: A causal LM; tokenizer: its tokenizer; model_name (`str`): the served name.
-        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): See
-            [`Engine`].
+        max_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16),
+            max_tokens_limit (`int`, *optional*, defaults to 256): See [`Engine`].
     """
 
     mode = "completion"
 
     def __init__(self, model: Any, tokenizer: Any, model_name: str, *, max_tokens: int = 64,
-                 batch_size: int = 16) -> None:
+                 batch_size: int = 16, max_tokens_limit: int = MAX_TOKENS_LIMIT) -> None:
         from ..signals.decoding import context_length
 
         self.model = model
-        super().__init__(tokenizer, model_name, context_length(model), max_tokens, batch_size)
+        super().__init__(tokenizer, model_name, context_length(model), max_tokens, batch_size, max_tokens_limit)
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
+        from ..prompts import check_chat_template_kwargs
+
         job = super().prepare(request)
         if not getattr(self.tokenizer, "chat_template", None) and (
                 len(job.messages) != 1 or job.messages[0]["role"] != "user"):
             raise RequestError("This model has no chat template: send a single user message.", param="messages",
                                code="unsupported_messages")
+        try:
+            check_chat_template_kwargs(job.chat_template_kwargs)
+        except ValueError as error:
+            raise RequestError(str(error), param="chat_template_kwargs", code="invalid_chat_template_kwargs") from None
         return job
 
     def render(self, job: Job) -> str:
@@ -371,20 +465,34 @@ class CompletionEngine(Engine):
         return self.tokenizer.apply_chat_template(job.messages, tokenize=False, add_generation_prompt=True,
                                                   **chat_template_kwargs_for(self.tokenizer, job.chat_template_kwargs))
 
-    def run_group(self, jobs: list[Job], batch_size: int) -> list[Reply | RequestError]:
+    def rendered(self, job: Job) -> str | RequestError:
+        """[`render`], or the request's own error when its chat template fails on it (the template's
+        `raise_exception`, a variable of the wrong type)."""
+        try:
+            return self.render(job)
+        except Exception as error:  # noqa: BLE001 - the template runs on the request's content: its error alone
+            return RequestError(f"The chat template failed on this conversation: {error}", param="messages",
+                                code="chat_template_error")
+
+    def run_group(self, jobs: list[Job]) -> list[Reply | RequestError]:
         from ..signals.decoding import Decoder, decode_all
         from ..signals.generation import completion_settings, resolve_autocast_dtype
 
-        prompt_ids = self.prompt_ids([self.render(job) for job in jobs])
-        replies: list[Reply | RequestError | None] = [
-            self.check_fits(len(ids), job.max_tokens) for ids, job in zip(prompt_ids, jobs)]
+        texts = [self.rendered(job) for job in jobs]
+        replies: list[Reply | RequestError | None] = [text if isinstance(text, RequestError) else None
+                                                       for text in texts]
+        rendered = [i for i, text in enumerate(texts) if isinstance(text, str)]
+        prompt_ids: dict[int, list[int]] = dict(zip(rendered, self.prompt_ids([texts[i] for i in rendered])))
+        for i in rendered:
+            replies[i] = self.check_fits(len(prompt_ids[i]), jobs[i].max_tokens)
         rows = [i for i, reply in enumerate(replies) if reply is None]
         if not rows:
             return replies
         settings = completion_settings(jobs[0].max_tokens, self.batch_size, stop_strings=list(jobs[0].stop),
                                        repetition_penalty=jobs[0].repetition_penalty)
+        by_id = {job.id: job for job in jobs}
         decoder = Decoder(self.model, self.tokenizer, settings, resolve_autocast_dtype(self.model, "auto"),
-                          greedy_only=True, share_prefix=True)
+                          greedy_only=True, share_prefix=True, cancelled=lambda key: by_id[key].cancelled.is_set())
         outputs = decode_all(decoder, [jobs[i].id for i in rows], [prompt_ids[i] for i in rows], False, "Completing")
         for i, output in zip(rows, outputs):
             tokens = output["greedy_tokens"]

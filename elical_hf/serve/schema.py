@@ -3,14 +3,17 @@
 Only what the server does is accepted: a request asking for something it does not do (streaming, several choices,
 tools, a JSON response format, log-probabilities) is refused with a 400 rather than answered as if it had been
 done. Fields of the OpenAI API that do not change a greedy answer (`user`, `seed`, `temperature`, `top_p`, ...)
-are accepted and ignored: answers are always greedy, the answer the confidence is about.
+are accepted and ignored: answers are always greedy, the answer the confidence is about. Numbers and flags are
+strict (`"max_tokens": true` or `"3"` is refused, not read as 1 or 3), and every string of a request must be text
+(no lone surrogate), so that nothing a request holds can fail later, inside a batch shared with other requests.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
 
 
 class RequestError(Exception):
@@ -74,8 +77,9 @@ class GateOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    threshold: float | None = Field(default=None, description="Answer at or above this confidence.")
-    retrieve_threshold: float | None = Field(default=None, description="Retrieve at or above this (below threshold).")
+    threshold: StrictFloat | None = Field(default=None, description="Answer at or above this confidence.")
+    retrieve_threshold: StrictFloat | None = Field(default=None,
+                                                   description="Retrieve at or above this (below threshold).")
 
 
 class ChatCompletionRequest(BaseModel):
@@ -85,14 +89,14 @@ class ChatCompletionRequest(BaseModel):
 
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    stream: bool | None = False
-    n: int | None = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = Field(default=None, gt=0)
+    stream: StrictBool | None = False
+    n: StrictInt | None = 1
+    temperature: StrictFloat | None = None
+    top_p: StrictFloat | None = None
+    repetition_penalty: StrictFloat | None = Field(default=None, gt=0)
     chat_template_kwargs: dict[str, Any] | None = None
     elical: GateOptions | None = None
 
@@ -132,6 +136,45 @@ def check_supported(request: ChatCompletionRequest) -> None:
     if extra.get("logprobs") or extra.get("top_logprobs"):
         raise RequestError("`logprobs` are not supported by this server.", param="logprobs",
                            code="unsupported_parameter")
+
+
+def check_text(data: Any) -> None:
+    """Refuse, with a `RequestError` naming the field (`messages.0.content`, `stop.1`), a string anywhere in a parsed
+    JSON body (keys too) that is not text: one holding a lone surrogate (`"\\udcff"` in the JSON), which no tokenizer
+    reads ([`~elical_hf.prompts.check_prompt_texts`] says which character)."""
+    from ..prompts import check_prompt_texts
+
+    pending: list[tuple[str, Any]] = [("", data)]
+    while pending:  # iterative: a deeply nested body cannot exhaust the stack
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend((f"{path}.{key}" if path else str(key), item) for key, item in value.items())
+            texts = [(key, f"a key of `{path}`" if path else "a key of the request body", path) for key in value]
+        elif isinstance(value, list):
+            pending.extend((f"{path}.{i}" if path else str(i), item) for i, item in enumerate(value))
+            texts = []
+        else:
+            texts = [(value, f"`{path}`", path)] if isinstance(value, str) else []
+        for text, name, param in texts:
+            try:
+                check_prompt_texts([text], [name])
+            except ValueError as error:
+                raise RequestError(str(error), param=param or None, code="invalid_text") from None
+
+
+def parse_request(body: bytes) -> ChatCompletionRequest:
+    """The request a JSON body holds: a `RequestError` for a body that is not JSON, holds a string that is not text
+    ([`check_text`]) or is not a valid request ([`validation_error`])."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError (not UTF-8), too deep
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else f"{type(error).__name__}: {error}"
+        raise RequestError(f"The request body is not valid JSON: {reason}.", code="invalid_json") from None
+    check_text(data)
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as error:
+        raise validation_error(list(error.errors())) from None
 
 
 def validation_error(errors: list[dict[str, Any]]) -> RequestError:

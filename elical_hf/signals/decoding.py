@@ -108,11 +108,15 @@ class Decoder:
     def __init__(
         self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False,
         share_prefix: bool = False, on_prefill: Callable[[list[str]], list[bool] | None] | None = None,
+        cancelled: Callable[[str], bool] | None = None,
     ):
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         # Called with the batch's questions right after its prefill (the model may keep what that prefill computed,
         # e.g. the confidence gate's hidden states); a list of booleans it returns says which prompts go on to decode.
         self.on_prefill = on_prefill
+        # Called with a question after each decoding step of its rows: True stops them there (a server's client left;
+        # their output is what they decoded so far), and a batch whose rows all stopped ends.
+        self.cancelled = cancelled
         # Prompts of a batch that start with the same tokens (few-shot demonstrations, a long instruction) prefill
         # that prefix once: far fewer prefill tokens, the same positions and attention; floats may differ slightly.
         self.share_prefix = share_prefix
@@ -235,7 +239,8 @@ class Decoder:
             done = []
             for r, t in zip(rows, next_tokens.tolist()):
                 tokens[r].append(t)
-                done.append(self._finished(tokens[r]))
+                done.append(self._finished(tokens[r]) or (self.cancelled is not None and
+                                                          self.cancelled(questions[r // group])))
             if all(done):
                 break
             if any(done):  # finished rows leave the batch and its cache
