@@ -25,8 +25,9 @@ from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAuto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from .atomic import umask_permissions
-from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
+from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature, resolve_feature_layer
 from .data import load_tokenizer
+from .feature_layer import blocks_with_lora, num_layers
 from .files import looks_local
 from .default_model import hub_offline, resolve_model_path
 from .hub_ids import hub_id_of_local_copy, is_hub_id
@@ -188,6 +189,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         use_lora: bool | None = None,
         head_type: str | None = None,
         head_init: str | None = None,
+        feature_layer: int | None = None,
         base_model_name_or_path: str | None = None,
         is_trainable: bool = False,
         load_in_4bit: bool = False,
@@ -223,6 +225,15 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 uniform +-1/sqrt(fan_in), as the reference code's `nn.Linear`); recorded as
                 `confidence_config.head_init`. Defaults to `confidence_config.head_init` (`"normal"`). A saved model
                 keeps its trained head: for one, either option may only repeat what it was saved with.
+            feature_layer (`int`, *optional*):
+                The hidden state the head of a fresh model reads ([`ConfidenceConfig.feature_layer`]: `i` is
+                `hidden_states[i]` of transformers' `output_hidden_states`, the residual stream after block `i` without
+                the final norm, and `num_hidden_layers` the final, normed state; `-8` counts from the end). Recorded
+                as `confidence_config.feature_layer` (its index from 1); scoring and training then run only the blocks
+                up to it, and the LoRA adapts only those blocks (`layers_to_transform`; a `peft_config` that adapts a
+                later block is refused). Out of range: one `ValueError` naming the valid range. Defaults to
+                `confidence_config.feature_layer` (the final layer, the paper's). For a saved model it may only repeat
+                the layer it was saved with.
             base_model_name_or_path (`str`, *optional*):
                 For a saved model: load its adapter onto this base instead, a local folder with a copy of the model
                 it was trained on. Refused when it is another Hub model, or when its architecture differs.
@@ -250,7 +261,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         saved = find_saved_model(name, **hub_kwargs)
         if saved is not None:
             return cls._from_saved(saved, base_model_name_or_path, is_trainable, head_type=head_type,
-                                   head_init=head_init, **kwargs)
+                                   head_init=head_init, feature_layer=feature_layer, **kwargs)
         if os.path.isfile(os.path.join(name, "adapter_config.json")):
             raise ValueError(
                 f"{name} holds an adapter but no {CONFIDENCE_CONFIG_NAME}: it is not a complete confidence model "
@@ -265,17 +276,21 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         confidence_config = confidence_config or ConfidenceConfig()
         if use_lora is not None:
             confidence_config.use_lora = use_lora
-        for option, value in (("head_type", head_type), ("head_init", head_init)):
+        for option, value in (("head_type", head_type), ("head_init", head_init), ("feature_layer", feature_layer)):
             if value is not None:
                 setattr(confidence_config, option, value)
         confidence_config.__post_init__()  # checks the head options set here
         model = cls._load_base(name, confidence_config, **kwargs)
+        # Only the blocks up to the feature layer run, so only they get a LoRA (blocks are counted from 0).
+        layer = model.feature_layer_index
+        below = {} if layer == num_layers(getattr(model, model.base_model_prefix)) else {
+            "layers_to_transform": list(range(layer)), "layers_pattern": "layers"}
         if not confidence_config.use_lora:
             if peft_config is not None:
                 raise ValueError("`peft_config` configures LoRA, but this model is built without LoRA (use_lora=False).")
             # PEFT adapts at least one module: a rank-1 LoRA on one projection, zero at init and never trained.
             peft_config = LoraConfig(r=1, lora_alpha=1, target_modules=default_lora_targets(model)[:1],
-                                     modules_to_save=[HEAD_MODULE])
+                                     modules_to_save=[HEAD_MODULE], **below)
         if peft_config is None:
             peft_config = LoraConfig(
                 r=lora_r,
@@ -284,10 +299,17 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 bias="none",
                 target_modules=target_modules or default_lora_targets(model),
                 modules_to_save=[HEAD_MODULE],
+                **below,
             )
-        elif HEAD_MODULE not in (peft_config.modules_to_save or []):
-            peft_config.modules_to_save = [*(peft_config.modules_to_save or []), HEAD_MODULE]
-        return switch_off_unused_lora(PeftModelForConfidence(model, peft_config))
+        else:
+            if HEAD_MODULE not in (peft_config.modules_to_save or []):
+                peft_config.modules_to_save = [*(peft_config.modules_to_save or []), HEAD_MODULE]
+            listed = not isinstance(peft_config.target_modules, str)  # PEFT takes layers only with listed modules
+            if below and listed and peft_config.layers_to_transform is None:
+                peft_config.layers_to_transform, peft_config.layers_pattern = below["layers_to_transform"], "layers"
+        built = PeftModelForConfidence(model, peft_config)
+        check_lora_blocks(built)
+        return switch_off_unused_lora(built)
 
     @classmethod
     def _load_base(cls, name: str, confidence_config: ConfidenceConfig, fresh_head: bool = True, **kwargs: Any) -> Any:
@@ -301,6 +323,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         config = load_pretrained(AutoConfig.from_pretrained, path, **hub_kwargs)
         if type(config) not in cls._model_mapping:
             confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        if fresh_head:  # a new model records its layer's index (out of range: refused before any weight is read)
+            confidence_config.feature_layer = resolve_feature_layer(
+                confidence_config.feature_layer, config.get_text_config().num_hidden_layers)
         four_bit = kwargs.pop("load_in_4bit", False)
         if four_bit:
             kwargs.setdefault("device_map", {"": torch.cuda.current_device()})
@@ -334,7 +359,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
     @classmethod
     def _from_saved(
         cls, folder: str, base_model_name_or_path: str | None, is_trainable: bool, head_type: str | None = None,
-        head_init: str | None = None, **kwargs: Any
+        head_init: str | None = None, feature_layer: int | None = None, **kwargs: Any
     ) -> PeftModelForConfidence:
         saved_config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
         for option, value in (("head_type", head_type), ("head_init", head_init)):
@@ -372,6 +397,10 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 f"The adapter in {folder} was trained on {saved_config.base_model_name_or_path!r} {expected}, "
                 f"but the base {base!r} is {found}. Load it onto the base it was trained on."
             )
+        if feature_layer is not None and resolve_feature_layer(
+                feature_layer, num_layers(getattr(model, model.base_model_prefix))) != model.feature_layer_index:
+            raise ValueError(f"{folder} holds a trained model that reads layer {model.feature_layer_index}; "
+                             f"feature_layer={feature_layer} applies to a fresh model only.")
         if base != saved_config.base_model_name_or_path:
             logger.warning("Loading an adapter trained on %s onto %s.", saved_config.base_model_name_or_path, base)
         # What the adapter was trained with wins; only the provenance of this load's weights is new.
@@ -395,7 +424,31 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 f"{os.path.join(folder, SAFETENSORS_WEIGHTS_NAME)} is corrupt or truncated ({error}); save the model "
                 "again, or download it again."
             ) from None
+        check_lora_blocks(loaded)  # a hand-edited adapter_config.json could adapt blocks that never run
         return switch_off_unused_lora(loaded)
+
+
+def check_lora_blocks(model: PeftModelForConfidence) -> None:
+    """Refuse (one `ValueError`) a model with a LoRA on a decoder block past its feature layer: that block never runs
+    when the model scores or trains ([`~elical_hf.modeling.ForConfidenceMixin.pooled_hidden_state`])."""
+    inner = model.get_base_model()
+    layer, backbone = inner.feature_layer_index, getattr(inner, inner.base_model_prefix)
+    if layer < num_layers(backbone):
+        past = [index for index in blocks_with_lora(backbone) if index >= layer]
+        if past:
+            raise ValueError(
+                f"The LoRA adapts decoder block(s) {', '.join(map(str, past))} (from 0), past feature layer {layer}: "
+                "they never run when scoring. Adapt only blocks 0..{layer - 1} (`layers_to_transform` with a list of "
+                "`target_modules`), or leave `peft_config` out."
+            )
+
+
+def check_feature_layer(name: str, feature_layer: int | None, **hub_kwargs: Any) -> int:
+    """The index (from 1) `feature_layer` names in the base model `name`, read from its config alone (no weights);
+    one `ValueError` line naming the valid range when it is out of range: a check to run before any work."""
+    path, _ = resolve_model_path(name, revision=hub_kwargs.get("revision"))
+    config = load_pretrained(AutoConfig.from_pretrained, path, **hub_kwargs)
+    return resolve_feature_layer(feature_layer, config.get_text_config().num_hidden_layers)
 
 
 def switch_off_unused_lora(model: PeftModelForConfidence) -> PeftModelForConfidence:

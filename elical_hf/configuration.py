@@ -30,14 +30,40 @@ REQUIRED_FIELDS = (
     "training_history",
 )
 """The fields of `confidence_config.json` that every version's `save_pretrained` wrote: a file without one is refused.
-The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `retrieve_threshold`,
-`risk_control`, `use_lora`) may be missing; their defaults are what older saves meant."""
+The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `feature_layer`,
+`retrieve_threshold`, `risk_control`, `use_lora`) may be missing; their defaults are what older saves meant."""
 VERSION_KEY = "elical_hf_version"
 """The one key of `confidence_config.json` that is not a field: the elical-hf version that wrote it."""
 PROBE_QUESTIONS = ("Who wrote Hamlet?", "What is the capital of France, the country?")
 """Two questions that differ at the start and at the end: a prompt that renders them alike drops the question."""
 _TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", float: "a number", dict: "an object",
                list: "a list"}
+
+
+def feature_layer_problem(feature_layer: int, num_hidden_layers: int | None) -> str | None:
+    """One line when `feature_layer` names no hidden state a head can read in a backbone of `num_hidden_layers`
+    decoder blocks: valid are `1` to `num_hidden_layers` and `-num_hidden_layers` to `-1` (see
+    [`ConfidenceConfig.feature_layer`]); `0`, the token embeddings, is the same for every question's last token.
+    With `num_hidden_layers=None` (not known yet) only `0` is refused."""
+    if feature_layer != 0 and (num_hidden_layers is None or abs(feature_layer) <= num_hidden_layers):
+        return None
+    if num_hidden_layers is None:
+        return ("`feature_layer` 0 names the token embeddings, the same for every question's last token: use 1 or "
+                "more, or -1 (the final layer) and less counting from the end.")
+    return (f"`feature_layer` {feature_layer} is out of range for a backbone of {num_hidden_layers} layers: use 1 to "
+            f"{num_hidden_layers}, or -{num_hidden_layers} to -1 counting from the end (-1 is the final layer).")
+
+
+def resolve_feature_layer(feature_layer: int | None, num_hidden_layers: int) -> int:
+    """The hidden-state index `feature_layer` names in a backbone of `num_hidden_layers` blocks, from 1 to
+    `num_hidden_layers` (`None`: the final layer, `num_hidden_layers`; `-k`: `num_hidden_layers + 1 - k`); one
+    `ValueError` line naming the valid range otherwise ([`feature_layer_problem`])."""
+    if feature_layer is None:
+        return num_hidden_layers
+    problem = feature_layer_problem(feature_layer, num_hidden_layers)
+    if problem:
+        raise ValueError(problem)
+    return feature_layer if feature_layer > 0 else num_hidden_layers + 1 + feature_layer
 
 
 def backbone_signature(config: Any) -> dict[str, Any]:
@@ -79,6 +105,15 @@ class ConfidenceConfig:
         pooling (`str`, *optional*, defaults to `"last_token"`):
             Which hidden state feeds the head. `"last_token"`: the last real token of each row, found from the
             attention mask (correct under left or right padding, and when the pad token equals EOS).
+        feature_layer (`int`, *optional*):
+            The layer whose hidden state (of the pooled token) the head reads: an index into transformers'
+            `output_hidden_states` of the backbone, `L` = `num_hidden_layers`. `i` in `1 .. L - 1` is the residual
+            stream after the first `i` decoder blocks, *without* the final norm (`hidden_states[i]`); `L` is the final
+            hidden state, after the final norm (`hidden_states[L]` = `last_hidden_state`, the paper's). Negative values
+            count from the end: `-1` is `L`, `-8` is `L - 7`. `0` (the token embeddings) and anything outside
+            `-L .. L` are refused. Scoring and training run only the first `i` blocks, and a fresh model's LoRA
+            adapts only those blocks. `None` (older saves): the final layer; a new model built by
+            [`AutoModelForConfidence`] records its index (from 1 to `L`).
         head_activation (`str`, *optional*, defaults to `"sigmoid"`):
             Maps the head's logit to a confidence in [0, 1].
         head_type (`str`, *optional*, defaults to `"linear"`):
@@ -125,6 +160,7 @@ class ConfidenceConfig:
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
     pooling: str = "last_token"
+    feature_layer: int | None = None
     head_activation: str = "sigmoid"
     head_type: str = "linear"
     head_init: str = "normal"
@@ -163,6 +199,10 @@ class ConfidenceConfig:
         checks += [f"`{name}` must be one of {choices}, got {typed[name]!r}." for name, choices in (
             ("pooling", POOLING_MODES), ("head_activation", HEAD_ACTIVATIONS), ("head_type", HEAD_TYPES),
             ("head_init", HEAD_INITS)) if name in typed and typed[name] not in choices]
+        if typed.get("feature_layer") is not None:  # checked against the backbone's depth where the file names it
+            layers = (typed.get("base_model_signature") or {}).get("num_hidden_layers")
+            known = isinstance(layers, int) and not isinstance(layers, bool) and layers > 0
+            checks.append(feature_layer_problem(typed["feature_layer"], layers if known else None))
         if typed.get("max_length") is not None and typed["max_length"] < 8:
             checks.append(f"`max_length` must be at least 8 tokens, got {typed['max_length']}.")
         for name in ("decision_threshold", "retrieve_threshold"):
@@ -191,6 +231,14 @@ class ConfidenceConfig:
     def trained_stages(self) -> list[str]:
         """Stages this model went through, in order (e.g. `["elicitation", "calibration"]`)."""
         return [entry["stage"] for entry in self.training_history]
+
+    def feature_layer_index(self, num_hidden_layers: int | None = None) -> int | None:
+        """The hidden-state index the head reads, from 1 to the backbone's number of layers ([`feature_layer`]
+        resolved by [`resolve_feature_layer`]) for a backbone of `num_hidden_layers` blocks (defaults to
+        `base_model_signature`'s); `None` when neither says how deep the backbone is."""
+        if num_hidden_layers is None:
+            num_hidden_layers = (self.base_model_signature or {}).get("num_hidden_layers")
+        return None if num_hidden_layers is None else resolve_feature_layer(self.feature_layer, num_hidden_layers)
 
     def format_prompt(self, question: str, tokenizer: Any) -> str:
         """The exact text the head reads for `question` (tokenize it with `add_special_tokens=False`)."""

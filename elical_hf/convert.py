@@ -212,7 +212,9 @@ def convert_official(
             formats only the prompt text and never appends the tail, and the released heads were trained on text
             from an unreleased tool, so that is the better-supported reading. Pass
             `ConfidenceConfig(prompt_tail=REFERENCE_PROMPT_TAIL)` (command line: `--answer_tail`) for the other one;
-            the choice is saved in `confidence_config.json` and named in the card.
+            the choice is saved in `confidence_config.json` and named in the card. Its `feature_layer` must be left
+            out (or name the final layer): the released heads read the final hidden state, recorded as the final
+            layer's index.
         subfolder (`str`, *optional*): Folder of the release inside `src` when it holds several.
         revision (`str`, *optional*), token (`str`, *optional*): For a Hub `src`.
         reference_special_tokens (`bool`, *optional*, defaults to `True`): Feed the model what the reference code
@@ -233,7 +235,7 @@ def convert_official(
     from .atomic import atomic_folder
     from .auto import HEAD_MODULE
     from .model_card import ConfidenceModelCardData, render_model_card
-    from .configuration import ConfidenceConfig, backbone_signature
+    from .configuration import ConfidenceConfig, backbone_signature, resolve_feature_layer
     from .data import load_tokenizer
     from .default_model import hub_offline, resolve_model_path
     from .files import looks_local
@@ -267,7 +269,11 @@ def convert_official(
         )
     base_path, _ = resolve_model_path(base, revision=None)
     config = load_pretrained(AutoConfig.from_pretrained, base_path)
-    hidden_size = config.get_text_config().hidden_size
+    hidden_size, layers = config.get_text_config().hidden_size, config.get_text_config().num_hidden_layers
+    asked = confidence_config.feature_layer if confidence_config is not None else None
+    if resolve_feature_layer(asked, layers) != layers:
+        raise ValueError(f"The paper's heads read the final layer ({layers} of {base}); `feature_layer` {asked} names "
+                         "another one: leave it out when converting.")
     head = load_head(head_file, hidden_size)
 
     if os.path.isdir(base):  # record the Hub id of a Hub cache snapshot (or embedded copy), else the absolute path
@@ -291,6 +297,7 @@ def convert_official(
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
     confidence.base_model_signature = backbone_signature(config)
+    confidence.feature_layer = layers  # named in confidence_config.json and the card
     tail = f"the prompt tail {confidence.prompt_tail!r}" if confidence.prompt_tail else "no prompt tail"
     source = f"`{src}` (`{head_file.relative_to(root)}`), read with {tail}"
     added = match_reference_tokens(tokenizer, confidence) if reference_special_tokens else None

@@ -13,8 +13,9 @@ Two modes, chosen by the model:
 - **LoRA + head** (the EliCal default): one prefill with the LoRA gives the confidence, then the answer's own prefill
   and decoding run on the base model: one extra prefill per question.
 - **Zero overhead** (a model built with `use_lora=False`: the head reads the frozen backbone's hidden state): the
-  answer prompt's prefill gives both the confidence (the head on the last prompt token's final hidden state, which
-  the prefill computes anyway) and the KV cache the answer decodes from; abstained questions stop right after it.
+  answer prompt's prefill gives both the confidence (the head on the last prompt token's hidden state at the feature
+  layer, which the prefill computes anyway; only that state per row is kept) and the KV cache the answer decodes from;
+  abstained questions stop right after it.
   This needs the confidence prompt and the answer prompt to be the same tokens, which they are by default (both are
   `QA_PROMPT` in the chat template with the assistant header); where they differ (another template, a truncated
   prompt), those questions are scored with a separate pass and a warning says so.
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from .data import encode_prompts
+from .feature_layer import last_position_states
 from .kv_prefix import cache_kwarg
 from .prompts import CONTEXT_QA_PROMPT
 from .signals.decoding import Decoder, check_prompt_lengths, context_length, decode_all
@@ -133,8 +135,10 @@ def _output_embeddings(model: Any) -> torch.Tensor:
 class BaseLanguageModel(nn.Module):
     """
     A confidence model's backbone with its LM head: the causal LM the gate's answers are decoded from. It calls the
-    backbone as it is (switch the LoRA off with [`base_model_only`]) and keeps the last position's final hidden state
-    of its latest call (`last_hidden_state`), which is the confidence head's input right after a left-padded prefill.
+    backbone as it is (switch the LoRA off with [`base_model_only`]) and keeps the last position's hidden state at
+    the model's feature layer from its latest call (`last_feature_state`, read by a hook while every block runs:
+    [`~elical_hf.feature_layer.last_position_states`]), which is the confidence head's input right after a left-padded
+    prefill.
 
     Args:
         model ([`ForConfidenceMixin`]): The confidence model (not its PEFT wrapper).
@@ -147,7 +151,8 @@ class BaseLanguageModel(nn.Module):
         self.config = model.config
         self.generation_config = _generation_config(model)
         self.lm_head_weight = _output_embeddings(model)
-        self.last_hidden_state: torch.Tensor | None = None
+        self.feature_layer = model.feature_layer_index
+        self.last_feature_state: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -168,9 +173,10 @@ class BaseLanguageModel(nn.Module):
     ) -> Any:
         from transformers.modeling_outputs import CausalLMOutputWithPast
 
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=use_cache, **{self.cache_kwarg: cache}).last_hidden_state
-        self.last_hidden_state = hidden[:, -1]
+        with last_position_states(self.backbone, self.feature_layer) as states:
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   use_cache=use_cache, **{self.cache_kwarg: cache}).last_hidden_state
+        self.last_feature_state = states[-1]
         kept = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
         return CausalLMOutputWithPast(logits=nn.functional.linear(kept, self.lm_head_weight))
 
@@ -281,7 +287,7 @@ def answer_questions(
         rows = [int(key) for key in batch_keys]
         if any(i in fused for i in rows):
             head = inner.confidence_head
-            hidden = language_model.last_hidden_state.to(inner.confidence_head_dtype)
+            hidden = language_model.last_feature_state.to(inner.confidence_head_dtype)
             for i, confidence in zip(rows, torch.sigmoid(head(hidden).squeeze(-1).float()).tolist()):
                 if i in fused:
                     set_decision(i, confidence)

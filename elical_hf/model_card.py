@@ -296,6 +296,8 @@ def render_model_card(
         risk_control=config.risk_control,
         prompt_template=config.prompt_template,
         use_chat_template=config.use_chat_template,
+        feature_layer=config.feature_layer_index(),
+        num_layers=(config.base_model_signature or {}).get("num_hidden_layers"),
         history=_history_rows(config),
         label_budget=_label_budget(config),
         stages=config.trained_stages,

@@ -18,7 +18,8 @@ from transformers import AutoModel
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
-from .configuration import ConfidenceConfig
+from .configuration import ConfidenceConfig, resolve_feature_layer
+from .feature_layer import num_layers, stop_after_layer
 from .kv_prefix import cache_kwarg, position_ids_from_attention_mask, prefill_shared_prefix
 from .prompts import shared_prefix_length
 
@@ -136,6 +137,14 @@ class ForConfidenceMixin:
         self.post_init()
 
     @property
+    def feature_layer_index(self) -> int:
+        """The hidden state the head reads, from 1 to the backbone's `num_hidden_layers` (the final layer, after the
+        final norm): `confidence_config.feature_layer` resolved ([`~elical_hf.configuration.ConfidenceConfig.
+        feature_layer`]); the final layer while the config is unknown."""
+        layers = num_layers(getattr(self, self.base_model_prefix))
+        return layers if self.confidence_config is None else self.confidence_config.feature_layer_index(layers)
+
+    @property
     def confidence_head_dtype(self) -> torch.dtype:
         """The dtype of the head's weights (float32 for models built by [`AutoModelForConfidence`])."""
         return next(self.confidence_head.parameters()).dtype
@@ -209,10 +218,15 @@ class ForConfidenceMixin:
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        layer: int | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        """Final-layer hidden state of the last real prompt token of each row, shape `(batch_size, hidden_size)`:
-        what the confidence head reads. Arguments as in `forward`.
+        """Hidden state of the last real prompt token of each row at the feature layer, shape `(batch_size,
+        hidden_size)`: what the confidence head reads. Arguments as in `forward`, and `layer`: another hidden state to
+        read, indexed as [`~elical_hf.configuration.ConfidenceConfig.feature_layer`] (`hidden_states[layer]` of
+        transformers' `output_hidden_states`; negative counts from the end); `None`, the model's
+        ([`feature_layer_index`]). Only the decoder blocks up to that layer run
+        ([`~elical_hf.feature_layer.stop_after_layer`]).
 
         When the rows' real tokens start with the same `MIN_SHARED_PREFIX` or more tokens (every question prompt
         starts with the chat template and the instruction), that prefix runs once for the batch and its KV cache is
@@ -224,6 +238,15 @@ class ForConfidenceMixin:
             attention_mask = torch.ones(reference.shape[:2], dtype=torch.long, device=reference.device)
         kwargs.pop("use_cache", None)
         backbone = getattr(self, self.base_model_prefix)
+        layer = self.feature_layer_index if layer is None else resolve_feature_layer(layer, num_layers(backbone))
+        with stop_after_layer(backbone, layer):
+            return self._pooled(backbone, input_ids, attention_mask, position_ids, inputs_embeds, **kwargs)
+
+    def _pooled(
+        self, backbone: Any, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor,
+        position_ids: torch.LongTensor | None, inputs_embeds: torch.Tensor | None, **kwargs: Any,
+    ) -> torch.Tensor:
+        """[`pooled_hidden_state`] at whatever the backbone computes as its last hidden state."""
         plain = inputs_embeds is not None or position_ids is not None or kwargs or input_ids.shape[0] < 2
         if self.share_prompt_prefix and not plain and not getattr(backbone, "gradient_checkpointing", False):
             sequences = [row[mask].tolist() for row, mask in zip(input_ids, attention_mask.bool())]
@@ -315,22 +338,27 @@ class ForConfidenceMixin:
         batch_size: int = 16,
         tokenizer: Any | None = None,
         progress: bool = False,
+        layer: int | None = None,
     ) -> torch.Tensor:
         """
-        What the confidence head reads for each question: the final hidden state of the last prompt token, as a
-        float32 tensor of shape `(len(questions), hidden_size)` on the CPU. With a frozen backbone these features do
-        not change while only the head trains, which [`~elical_hf.head_calibration.calibrate_head`] uses.
+        What the confidence head reads for each question: the hidden state of the last prompt token at the feature
+        layer, as a float32 tensor of shape `(len(questions), hidden_size)` on the CPU. With a frozen backbone these
+        features do not change while only the head trains, which [`~elical_hf.head_calibration.calibrate_head`] uses.
 
-        Arguments as in [`~ForConfidenceMixin.confidence`].
+        Arguments as in [`~ForConfidenceMixin.confidence`], and `layer`: another hidden state to read (as in
+        [`pooled_hidden_state`]: an index of transformers' `output_hidden_states`, negative from the end; only the
+        blocks up to it run); `None`, the model's own ([`feature_layer_index`]).
         """
-        outputs = self._map_prompts(questions, lambda pooled: pooled.float().cpu(), batch_size, tokenizer, progress)
+        outputs = self._map_prompts(questions, lambda pooled: pooled.float().cpu(), batch_size, tokenizer, progress,
+                                    layer)
         return torch.cat(outputs) if outputs else torch.zeros(0, self.config.get_text_config().hidden_size)
 
     def _map_prompts(
-        self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool
+        self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool,
+        layer: int | None = None,
     ) -> list[torch.Tensor]:
-        """Render, tokenize and batch `questions` (longest first), apply `fn` to each batch's pooled hidden states (eval
-        mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
+        """Render, tokenize and batch `questions` (longest first), apply `fn` to each batch's pooled hidden states at
+        `layer` (eval mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
         from tqdm.auto import tqdm
 
         from .data import encode_prompts, length_batches, pad_batch
@@ -341,6 +369,8 @@ class ForConfidenceMixin:
             questions = [questions]
         if batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+        if layer is not None:  # refused before any question is encoded
+            resolve_feature_layer(layer, num_layers(getattr(self, self.base_model_prefix)))
         tokenizer = tokenizer if tokenizer is not None else self.tokenizer
         if tokenizer is None:
             raise ValueError("No tokenizer: pass `tokenizer=` or load the model with `AutoModelForConfidence`.")
@@ -355,7 +385,8 @@ class ForConfidenceMixin:
         self.eval()
         try:
             outputs = [
-                fn(self.pooled_hidden_state(**pad_batch([encoded[i] for i in batch], tokenizer, self.device)))
+                fn(self.pooled_hidden_state(**pad_batch([encoded[i] for i in batch], tokenizer, self.device),
+                                            layer=layer))
                 for batch in tqdm(batches, desc="Scoring", unit="batch", disable=not progress)
             ]
         finally:

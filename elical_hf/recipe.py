@@ -17,7 +17,7 @@ from transformers import set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_json, json_text
-from .auto import AutoModelForConfidence, check_four_bit_support, find_saved_model
+from .auto import AutoModelForConfidence, check_feature_layer, check_four_bit_support, find_saved_model
 from .columns import EVAL_LABEL_COLUMN
 from .data import as_dataset, split_dev
 from .trainer import ConfidenceTrainer
@@ -292,7 +292,8 @@ def train_elical(
         calibration_training_args (`dict`, *optional*):
             Overrides for stage 2 and Cal-Only.
         model_init_kwargs (`dict`, *optional*):
-            Passed to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`).
+            Passed to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`, `feature_layer`: every model of the run
+            reads that layer).
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Train anew in an `output_dir` that holds other files or another run (its models are replaced; files we
             did not write are left alone).
@@ -318,6 +319,8 @@ def train_elical(
     })
     if init.get("load_in_4bit"):
         check_four_bit_support()  # before anything is written: bitsandbytes or CUDA may be missing
+    if init.get("feature_layer") is not None:  # before anything is written: out of range for this backbone?
+        check_feature_layer(model_name_or_path, init["feature_layer"])
     state = PartialState()  # under `accelerate launch`, one per process; only the main process writes
     with state.main_process_first():
         done = _claim_output_dir(output_dir, run, overwrite_output_dir, main=state.is_main_process)

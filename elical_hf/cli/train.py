@@ -70,6 +70,13 @@ class TrainCommandArguments:
         metadata={"help": "How a fresh head is drawn: 'normal' (transformers' N(0, 0.02), bias 0) or 'torch_default' "
                   "(PyTorch's uniform +-1/sqrt(H), the reference code's).", "choices": ["normal", "torch_default"]},
     )
+    feature_layer: int | None = field(
+        default=None,
+        metadata={"help": "The hidden state the head reads, as transformers' output_hidden_states indexes them: i = "
+                  "the residual stream after decoder block i (no final norm), the number of layers = the final, "
+                  "normed state (the default, the paper's); negative counts from the end (-1 final, -8 the 8th from "
+                  "the end). Only the blocks up to it run and get a LoRA."},
+    )
 
     def __post_init__(self) -> None:
         check_dtype_option(self.dtype)
@@ -156,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def head_options(options: TrainCommandArguments) -> dict[str, str]:
-    """`--head_type` / `--head_init` where they differ from the defaults (a run that leaves them keeps the run
-    manifest it had before they existed, so it still resumes)."""
+def head_options(options: TrainCommandArguments) -> dict[str, str | int]:
+    """`--head_type` / `--head_init` / `--feature_layer` where they differ from the defaults (a run that leaves them
+    keeps the run manifest it had before they existed, so it still resumes)."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainCommandArguments)}
-    return {name: getattr(options, name) for name in ("head_type", "head_init")
+    return {name: getattr(options, name) for name in ("head_type", "head_init", "feature_layer")
             if getattr(options, name) != defaults[name]}
