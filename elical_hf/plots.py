@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 from .metrics.functional import aurc, ece, reliability_bins, risk_coverage_curve
 
 
-__all__ = ["auroc_vs_labels_plot", "reliability_diagram", "risk_coverage_plot"]
+__all__ = ["auroc_vs_labels_plot", "auroc_vs_layer_plot", "reliability_diagram", "risk_coverage_plot"]
 
 _ACCURACY_COLOR = "#1f77b4"
 _GAP_COLOR = "#d62728"
@@ -258,5 +258,54 @@ def auroc_vs_labels_plot(
     ax.set_xscale("log")
     ax.set(xlabel="Correctness labels used", ylabel="AUROC x 100", title=title)
     ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def auroc_vs_layer_plot(
+    curves: Mapping[str, Mapping[int, float | tuple[float, float, float] | Mapping[str, float]]],
+    path: str | os.PathLike | None,
+    recommended: int | None = None,
+    title: str | None = None,
+) -> Any:
+    """Draw AUROC against the layer a probe reads, one line per target, with shaded 95% intervals.
+
+    Args:
+        curves (`Mapping[str, Mapping[int, ...]]`): Target (e.g. `"correctness"`, `"consistency"`) -> {layer ->
+            AUROC}, an AUROC given as in [`auroc_vs_labels_plot`] (raw, in [0, 1]; plotted x 100).
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`; folders are created);
+            `None` writes nothing and returns the `Figure`.
+        recommended (`int`, *optional*): A layer marked with a dashed vertical line.
+        title (`str`, *optional*): Axes title.
+
+    Returns:
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
+    """
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError("curves must be a non-empty dict: target -> {layer: auroc}")
+    series = {}
+    for name, by_layer in curves.items():
+        if not isinstance(by_layer, Mapping) or not by_layer:
+            raise ValueError(f"{name!r}: expected a non-empty dict layer -> auroc, got {by_layer!r}")
+        points = []
+        for layer, value in by_layer.items():
+            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+                raise ValueError(f"{name!r}: layers must be integers, got {layer!r}")
+            points.append((float(layer), *_point(name, layer, value)))
+        series[name] = np.array(sorted(points))
+    path = _png_path(path)
+    fig = _figure(6.0, 4.2)
+    ax = fig.add_subplot()
+    for name, pts in series.items():
+        layer, point, low, high = pts.T * np.array([[1], [100], [100], [100]])
+        (line,) = ax.plot(layer, point, marker="o", markersize=3, linewidth=1.6, label=name)
+        has_ci = ~np.isnan(low)
+        if has_ci.any():
+            ax.fill_between(layer[has_ci], low[has_ci], high[has_ci], color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.axhline(50, linestyle=":", linewidth=1, color="gray", label="Chance")
+    if recommended is not None:
+        ax.axvline(recommended, linestyle="--", linewidth=1, color="black", label=f"Recommended layer ({recommended})")
+    ax.set(xlabel="Layer (hidden state read)", ylabel="AUROC x 100", title=title)
+    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

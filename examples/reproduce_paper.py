@@ -12,6 +12,9 @@ Steps (each caches its output in `--output_dir`, so an interrupted run continues
 4. `baselines`: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10 on the test questions.
 5. `train`: Eli-Only (stage 1 on every train question), then for each label budget n: Cal-Only(n) and EliCal(n),
    calibrating LoRA + head and head only (`--calibration` picks one).
+5b. `probes`: the pre-generation probes (`--probes`: SEP, the difference-of-means probe DiM, the logistic P(IK)
+   probe) at each of `--probe_layers`, on the frozen base model's features, with the head-only runs' label budgets,
+   seeds and label draws (docs/probes.md).
 6. `evaluate`: AUROC / ECE / alignment per dataset with bootstrap CIs, in-domain and OOD weighted averages, the
    AUROC-vs-labels plot; writes `report.md`, `results.json`, `differences.json`, figures and `confidences.json`
    (every method's per-question confidences, to recompute the tables without retraining).
@@ -45,7 +48,7 @@ from elical_hf.default_model import DEFAULT_MODEL
 
 logger = logging.getLogger("reproduce_paper")
 
-STEPS = ("questions", "sample", "judge", "baselines", "train", "evaluate", "ablations")
+STEPS = ("questions", "sample", "judge", "baselines", "train", "probes", "evaluate", "ablations")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,6 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--calibration", nargs="+", default=["head", "lora"], choices=["head", "lora"],
         help="Stage-2 variants to run: head-only on cached features and/or LoRA + head.",
     )
+    parser.add_argument("--probes", nargs="+", default=["sep", "dim", "pik"], choices=["sep", "dim", "pik"],
+                        help="Pre-generation probes of the probes step (elical_hf.probes.PROBES).")
+    parser.add_argument("--probe_layers", type=int, nargs="+", default=[-1],
+                        help="Layers the probes read (1 to the number of layers; negative from the end, -1 the final).")
     parser.add_argument("--lora_methods", nargs="+", default=["EliCal", "Cal-Only"], choices=["EliCal", "Cal-Only"],
                         help="LoRA + head runs to make (e.g. one of them in a second process).")
     parser.add_argument("--learning_rate", type=float, default=1e-3, help="Learning rate of every training run.")
@@ -142,7 +149,7 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 SETTINGS_IGNORED = ("output_dir", "steps", "bootstrap", "baselines", "label_budgets", "calibration", "extra_seeds",
-                    "seeded_budgets", "lora_methods", "runs_from", "ablations_result")
+                    "seeded_budgets", "lora_methods", "runs_from", "ablations_result", "probes", "probe_layers")
 """Arguments that may change between reruns into the same folder (everything else shapes cached results)."""
 
 
@@ -389,12 +396,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     def score(model: Any) -> list[float]:
         return model.confidence(runs.test_questions, batch_size=32, progress=True)
 
-    def clip(n: int) -> int:
-        return min(n, len(train)) if n else len(train)
-
-    # (budget, seed) in the order of --label_budgets, each seeded budget's extra seeds right after its first run
-    jobs = list(dict.fromkeys((clip(n), seed) for n in args.label_budgets
-                              for seed in (args.seed, *(args.extra_seeds if n in args.seeded_budgets else ()))))
+    jobs = label_jobs(args, len(train))
     head_jobs = jobs if "head" in args.calibration else []
     lora_jobs = jobs if "lora" in args.calibration else []
     needs_stage1 = any(not runs.done(run_name("EliCal-head", n, len(train), seed, args.seed)) for n, seed in head_jobs)
@@ -456,6 +458,60 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             folder = os.path.join(runs.models, name.lower().replace("@", "-").replace("~", "-seed"))
             model, trainer = lora_calibration(args, model, labels, folder, seed)
             runs.save(name, score(model), started, labels=len(labels), seed=seed, **training_summary(trainer))
+
+
+def label_jobs(args: argparse.Namespace, total: int) -> list[tuple[int, int]]:
+    """The (number of labels, seed) of every calibration run, in the order of --label_budgets (0: all `total`), each
+    seeded budget's extra seeds right after its first run."""
+    def clip(n: int) -> int:
+        return min(n, total) if n else total
+
+    return list(dict.fromkeys((clip(n), seed) for n in args.label_budgets
+                              for seed in (args.seed, *(args.extra_seeds if n in args.seeded_budgets else ()))))
+
+
+def step_probes(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
+    """The probes of --probes at each of --probe_layers, each a run of runs/: SEP on every train question (no labels),
+    DiM and P(IK) on the label draws of the head-only runs (`take_labels(train, n, seed)` for every job of
+    [`label_jobs`]). Their features are the frozen base model's (what Cal-Only-head reads), cached per layer in
+    `features/` ([`elical_hf.layer_features.cache_layer_features`])."""
+    from elical_hf.layer_features import cache_layer_features, resolve_layers
+    from elical_hf.probes import PROBES, train_probe
+    from elical_hf.recipe import take_labels
+    from elical_hf.steps.probing import feature_model, probe_name
+
+    train_records, train, test = partition(records, "train"), rows_of(records, "train"), partition(records, "test")
+    runs = Runs(args, test)
+    jobs = label_jobs(args, len(train))
+    model = feature_model(args.model)
+    layers = resolve_layers(args.probe_layers, model.config.get_text_config().num_hidden_layers, "--probe_layers")
+
+    def runs_of(kind: str, layer: int) -> list[tuple[str, int | None, int | None]]:
+        """(run name, labels, seed) of probe `kind` at `layer`: one label-free run, or one per job."""
+        if not PROBES[kind].supervised:
+            return [(probe_name(kind, layer), None, None)]
+        return [(run_name(probe_name(kind, layer), n, len(train), seed, args.seed), n, seed) for n, seed in jobs]
+
+    todo = {}
+    for layer in layers:
+        pending = [(kind, *job) for kind in args.probes for job in runs_of(kind, layer) if not runs.done(job[0])]
+        if pending:
+            todo[layer] = pending
+    if not todo:
+        return
+    texts = list(dict.fromkeys([*(r["question"] for r in train_records), *runs.test_questions]))
+    features = cache_layer_features(model, texts, os.path.join(args.output_dir, "features"), layers=list(todo),
+                                    batch_size=32)
+    index = {text: i for i, text in enumerate(texts)}
+    for layer, pending in todo.items():
+        x = features[layer]
+        test_features = x[[index[q] for q in runs.test_questions]]
+        for kind, name, n, seed in pending:
+            started = time.perf_counter()
+            rows = train_records if n is None else take_labels(train, n, seed).to_list()
+            probe = train_probe(kind, rows, x[[index[r["question"]] for r in rows]])
+            runs.save(name, probe.confidence(test_features).tolist(), started, labels=0 if n is None else len(rows),
+                      seed=args.seed if seed is None else seed, layer=layer)
 
 
 def common_training_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -538,7 +594,11 @@ def load_runs(output_dir: str) -> dict[str, dict[str, Any]]:
         with open(path, encoding="utf-8") as handle:
             run = json.load(handle)
         runs[run["name"]] = run
-    key = lambda name: (METHOD_ORDER.index(name.split("@")[0]), runs[name]["labels"])  # noqa: E731
+    def key(name: str) -> tuple[int, str, int]:  # the paper's methods in their order, then the probes by name
+        method = name.split("@")[0]
+        return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method,
+                runs[name]["labels"])
+
     return {name: runs[name] for name in sorted(runs, key=key)}
 
 
@@ -599,7 +659,8 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
         by_method = evaluation.curves(column, intervals=True)
         if by_method:
             slug = "in_domain" if column.startswith("in") else "ood"
-            references = {name: table[name][column]["auroc"] / 100 for name in ("Consis-Sem", "Eli-Only")
+            label_free = ("Consis-Sem", "Eli-Only", *(name for name in table if name.startswith("SEP-L")))
+            references = {name: table[name][column]["auroc"] / 100 for name in label_free
                           if name in table and not math.isnan(table[name][column]["auroc"])}
             auroc_vs_labels_plot(by_method, os.path.join(folder, f"auroc_vs_labels_{slug}.png"), baselines=references,
                                  title=f"AUROC vs correctness labels ({column})")
@@ -688,13 +749,16 @@ def main(argv: list[str] | None = None) -> int:
     questions = step_questions(args) if args.records is None else []
     if "sample" in args.steps and args.records is None:
         step_sample(args, questions)
-    records = step_judge(args, questions) if set(args.steps) & {"judge", "baselines", "train", "evaluate"} else []
+    steps_with_records = {"judge", "baselines", "train", "probes", "evaluate"}
+    records = step_judge(args, questions) if set(args.steps) & steps_with_records else []
     if args.runs_from is not None:
         seed_runs_from(args, records)
     if "baselines" in args.steps:
         step_baselines(args, records)
     if "train" in args.steps:
         step_train(args, records)
+    if "probes" in args.steps:
+        step_probes(args, records)
     if "evaluate" in args.steps:
         step_evaluate(args, records)
     if "ablations" in args.steps:

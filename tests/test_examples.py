@@ -48,10 +48,16 @@ def test_reproduce_paper_runs_every_step(replication):
     by_part = {part: {q["question"].lower() for q in questions if q["split"] == part} for part in ("train", "dev", "test")}
     assert not (by_part["train"] & by_part["test"]) and not (by_part["dev"] & by_part["test"])
     runs = sorted(path.stem for path in (replication / "runs").iterdir())
-    assert runs == ["Cal-Only-head@10", "Cal-Only-head@all", "Cal-Only@10", "Cal-Only@all", "Eli-Only",
-                    "EliCal-head@10", "EliCal-head@all", "EliCal@10", "EliCal@all"]
+    assert runs == ["Cal-Only-head@10", "Cal-Only-head@all", "Cal-Only@10", "Cal-Only@all", "DiM-L2@10", "DiM-L2@all",
+                    "Eli-Only", "EliCal-head@10", "EliCal-head@all", "EliCal@10", "EliCal@all", "P(IK)-L2@10",
+                    "P(IK)-L2@all", "SEP-L2"]
     table = json.loads((replication / "report" / "results.json").read_text())
-    assert {"Verbal-10", "Consis-Sem", "EliCal@all", "Cal-Only-head@10"} <= set(table)
+    assert {"Verbal-10", "Consis-Sem", "EliCal@all", "Cal-Only-head@10", "SEP-L2", "P(IK)-L2@10"} <= set(table)
+    # the probes learn from the head-only runs' label draws
+    for budget in ("10", "all"):
+        probe = json.loads((replication / "runs" / f"P(IK)-L2@{budget}.json").read_text())
+        head = json.loads((replication / "runs" / f"Cal-Only-head@{budget}.json").read_text())
+        assert probe["labels"] == head["labels"] and probe["seed"] == head["seed"] and probe["layer"] == 2
     assert "alignment_ci" in table["EliCal@10"]["OOD avg"]
     assert (replication / "report" / "auroc_vs_labels_in_domain.png").is_file()
     differences = json.loads((replication / "report" / "differences.json").read_text())

@@ -25,6 +25,7 @@ COMMANDS = {
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
     "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
     "diagnose": ("elical_hf.cli.diagnose", "Will elicitation help? Consistency vs correctness on the labels you have."),
+    "probe-layers": ("elical_hf.cli.probe_layers", "Which layer knows? Probe AUROC by layer, and the layer to read."),
     "select-labels": ("elical_hf.cli.select_labels", "Choose which questions to send for correctness labels (stage 2)."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
     "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_shards N` run."),

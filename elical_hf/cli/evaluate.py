@@ -33,6 +33,21 @@ class EvaluateArguments:
     field_sources: list[str] = field(
         default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}
     )
+    probes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Pre-generation probes to train on the records' train split and score, several separated by "
+                  "spaces: sep (semantic-entropy probe, label-free), dim (difference-of-means accuracy probe), pik "
+                  "(logistic P(IK) probe); see docs/probes.md. They need --probe_model."},
+    )
+    probe_model: str | None = field(default=None, metadata={"help": "The model whose features the probes read (the "
+                                                            "records' model, or a saved confidence model)."})
+    probe_layer: int = field(default=-1, metadata={"help": "The layer the probes read (1 to the number of layers; "
+                                                   "negative counts from the end, -1 the final one)."})
+    num_labels: int = field(default=0, metadata={"help": "Correctness labels of the dim and pik probes: a seeded draw "
+                                                 "of the train records, as `elical-hf train` draws them (0: all)."})
+    probe_seed: int = field(default=42, metadata={"help": "Seed of the probes' label draw."})
+    probe_cache: str | None = field(default=None, metadata={"help": "A folder caching the probes' features across "
+                                                            "runs (default: a temporary folder)."})
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
     allow_other_model: bool = field(
@@ -55,6 +70,10 @@ class EvaluateArguments:
             raise ValueError(f"--bootstrap must be >= 0 (0: no intervals), got {self.bootstrap}.")
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}.")
+        if bool(self.probes) != (self.probe_model is not None):
+            raise ValueError("--probes and --probe_model go together: the probes read --probe_model's features.")
+        if self.num_labels < 0:
+            raise ValueError(f"--num_labels must be >= 0 (0: all), got {self.num_labels}.")
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -77,13 +96,18 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.evaluation import decision_table_to_markdown, table_to_markdown
-    from elical_hf.steps import evaluate
+    from elical_hf.steps import ProbeSettings, evaluate
 
     (options,) = make_parser().parse_with_config(argv)
+    probes = None
+    if options.probes:
+        probes = ProbeSettings(options.probe_model, options.probes, layer=options.probe_layer,
+                               num_labels=options.num_labels or None, seed=options.probe_seed,
+                               cache_dir=options.probe_cache)
     evaluation = evaluate(
         options.records, models=_pairs(options.model, "--model"),
         baselines=[b.strip() for b in options.baselines.split(",") if b.strip()],
-        field_sources=_pairs(options.field_sources, "--field_sources"), bootstrap=options.bootstrap,
+        field_sources=_pairs(options.field_sources, "--field_sources"), probes=probes, bootstrap=options.bootstrap,
         batch_size=options.batch_size, allow_other_model=options.allow_other_model,
         allow_incomplete=options.allow_incomplete, output_dir=options.output_dir,
         overwrite_output_dir=options.overwrite_output_dir, update_model_cards=options.update_model_cards, say=print,

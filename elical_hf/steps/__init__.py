@@ -10,7 +10,8 @@ demo and the replication script compose.
 | [`train`] | judged records (or training tables) | stage-1, EliCal and Cal-Only models |
 | [`select_labels`] | a stage-1 model, a pool of records | the records to label |
 | [`threshold`] | a model, labelled records | its answer/abstain threshold, saved with it |
-| [`evaluate`] | test records, models and other confidences | tables, paired differences, label curves, decisions |
+| [`probe_layers`] | a model, judged train records | the layer whose state knows best (probe AUROC by layer) |
+| [`evaluate`] | test records, models, probes, other confidences | tables, paired differences, label curves, decisions |
 
 Every records input goes through [`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset or
 records in memory.
@@ -18,12 +19,13 @@ records in memory.
 
 from .evaluating import TEST_SPLITS, Evaluation, check_trained_model, evaluate, test_records, write_evaluation
 from .judging import Filled, diagnose, judge, score_baselines
+from .probing import ProbeSettings, probe_confidences, probe_layers, probe_layers_to_markdown
 from .sampling import Sampled, load_questions, sample
 from .training import select_labels, threshold, train, training_table
 
 
 __all__ = [
-    "TEST_SPLITS", "Evaluation", "Filled", "Sampled", "check_trained_model", "diagnose", "evaluate", "judge",
-    "load_questions", "sample", "score_baselines", "select_labels", "test_records", "threshold", "train",
-    "training_table", "write_evaluation",
+    "TEST_SPLITS", "Evaluation", "Filled", "ProbeSettings", "Sampled", "check_trained_model", "diagnose", "evaluate",
+    "judge", "load_questions", "probe_confidences", "probe_layers", "probe_layers_to_markdown", "sample",
+    "score_baselines", "select_labels", "test_records", "threshold", "train", "training_table", "write_evaluation",
 ]

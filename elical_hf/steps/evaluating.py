@@ -19,6 +19,7 @@ from typing import Any
 
 from ..atomic import one_writer
 from ..files import check_output_extension, refuse_output_over_inputs
+from .probing import ProbeSettings
 
 
 __all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "test_records", "write_evaluation"]
@@ -195,6 +196,7 @@ def evaluate(
     draws: Mapping[str, Sequence[Sequence[float]]] | None = None,
     baselines: Sequence[str] = ("prob", "n_prob", "consis_lex", "consis_sem"),
     field_sources: Mapping[str, str] | None = None,
+    probes: ProbeSettings | None = None,
     pairs: Sequence[tuple[str, str]] = (),
     draw_pairs: Sequence[tuple[str, str]] = (),
     bootstrap: int = 0,
@@ -222,6 +224,9 @@ def evaluate(
         baselines (`list[str]`, *optional*): Training-free baselines computed from the records
             ([`~elical_hf.signals.BASELINES`]); those whose inputs the records lack are skipped (and said).
         field_sources (`dict[str, str]`, *optional*): Name -> a record column holding confidences.
+        probes ([`~elical_hf.steps.ProbeSettings`], *optional*): Pre-generation probes to train on the records'
+            train split (at one layer of `probes.model`, with `probes.num_labels` labels) and score the test records
+            with ([`~elical_hf.steps.probe_confidences`]); named like `SEP-L18`, `P(IK)-L18@100`.
         pairs (`list[tuple[str, str]]`, *optional*): Table rows `(a, b)` to compare by paired bootstrap.
         draw_pairs (`list[tuple[str, str]]`, *optional*): Keys `(a, b)` of `draws` to compare, draw `d` of `a` with
             draw `d` of `b` (they used the same labels).
@@ -241,14 +246,15 @@ def evaluate(
         [`Evaluation`].
     """
     options = dict(models=dict(models or {}), confidences=confidences, draws=draws or {}, baselines=baselines,
-                   field_sources=field_sources or {}, pairs=pairs, draw_pairs=draw_pairs, bootstrap=bootstrap,
-                   seed=seed, batch_size=batch_size, allow_other_model=allow_other_model, allow_incomplete=allow_incomplete,
-                   say=say or logger.info)
+                   field_sources=field_sources or {}, probes=probes, pairs=pairs, draw_pairs=draw_pairs,
+                   bootstrap=bootstrap, seed=seed, batch_size=batch_size, allow_other_model=allow_other_model,
+                   allow_incomplete=allow_incomplete, say=say or logger.info)
     _check_source_names(options["models"], confidences, options["field_sources"], baselines)
     if output_dir is None:
         return _evaluate(records, **options)
-    refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(options["models"].values())},
-                              "--output_dir")
+    refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(options["models"].values()),
+                                           "--probe_model": probes.model if probes else None,
+                                           "--probe_cache": probes.cache_dir if probes else None}, "--output_dir")
     check_output_extension(output_dir, None, "--output_dir")
     with one_writer(output_dir):  # a second evaluate into this folder would mix two reports
         _check_output_dir(output_dir, overwrite_output_dir)
@@ -262,8 +268,8 @@ def evaluate(
 def _evaluate(
     records: Any, *, models: dict[str, str], confidences: Mapping[str, Sequence[float]] | None,
     draws: Mapping[str, Sequence[Sequence[float]]], baselines: Sequence[str], field_sources: Mapping[str, str],
-    pairs: Sequence[tuple[str, str]], draw_pairs: Sequence[tuple[str, str]], bootstrap: int, seed: int,
-    batch_size: int, allow_other_model: bool, allow_incomplete: bool, say: Say,
+    probes: ProbeSettings | None, pairs: Sequence[tuple[str, str]], draw_pairs: Sequence[tuple[str, str]],
+    bootstrap: int, seed: int, batch_size: int, allow_other_model: bool, allow_incomplete: bool, say: Say,
 ) -> Evaluation:
     """[`evaluate`] without writing anything."""
     from ..evaluation import decision_table, evaluate_table, paired_difference_over_draws, paired_differences
@@ -288,9 +294,18 @@ def _evaluate(
         sources[name] = _column_confidences(rows, name, column, where)
     questions = [r.get("question") for r in rows]
     unusable = [i for i, q in enumerate(questions) if not isinstance(q, str) or not q.strip()]
-    if models and unusable:
+    if (models or probes) and unusable:
         raise ValueError(f"{len(unusable)} test records in {where} have no `question` text (first: record "
                          f"{rows[unusable[0]].get('id', unusable[0])!r}); a model scores the question.")
+    if probes is not None:
+        from .probing import probe_confidences
+
+        for name, values in probe_confidences(probes, records, questions, batch_size=batch_size,
+                                              allow_other_model=allow_other_model, allow_incomplete=allow_incomplete,
+                                              say=say).items():
+            if name in sources or name in models:
+                raise ValueError(f"Two confidence sources are named {name!r}: rename the other one.")
+            sources[name] = values
     configs = {}
     if models:
         from ..auto import AutoModelForConfidence
