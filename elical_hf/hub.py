@@ -127,7 +127,8 @@ def _publishable(folder: Path, allowed: Callable[[str], bool], extra_files: Sequ
     `ValueError` that lists them all, before anything is copied: a key or a notes file beside the model is never
     published by accident."""
     extra = set(extra_files)
-    missing = sorted(name for name in extra if not (folder / name).is_file() or name.startswith("."))
+    missing = sorted(name for name in extra if os.path.basename(name) != name or name.startswith(".")
+                     or not (folder / name).is_file())  # a path (`sub/key.pem`, `/abs/x`) names no top-level file
     if missing:
         raise ValueError(f"--include {', '.join(missing)}: not a file at the top of {folder} (only top-level, "
                          "non-hidden files can be included).")

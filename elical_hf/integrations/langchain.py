@@ -27,10 +27,16 @@ per item: an input that is not a question, a retriever or `abstain` that fails o
 itself fails, each question is answered on its own, so that only the questions at fault fail. Inputs: a question
 string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prompt value / message list holding a
 single human message.
+
+One model answers one call at a time: `abatch`, `ainvoke` and `astream` run each input on a thread of their own, and
+the gate switches the model's adapter off to answer with the base model, so calls on one model (from any number of
+gates) take turns; two at once would leave it answering, and scoring, with the adapter in the other's state.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +53,18 @@ from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 __all__ = ["ConfidenceGate", "context_of", "question_of"]
 
 ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+
+_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def _model_lock(model: Any) -> threading.RLock:
+    """The lock that makes the `model.answer` calls on `model` take turns (shared by every gate on it)."""
+    with _MODEL_LOCKS_GUARD:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.RLock()  # a retriever may call a gate on it again
+        return lock
 
 
 def question_of(value: Any) -> str:
@@ -94,7 +112,12 @@ def context_of(documents: Any, question: str) -> str | None:
         raise ValueError(f"The retriever must return documents, one document or a string; for {question!r} it "
                          f"returned {found}.")
     texts = [d if isinstance(d, str) else d.page_content for d in documents]
-    return "\n\n".join(text for text in texts if text.strip()) or None
+    context = "\n\n".join(text for text in texts if text.strip()) or None
+    if context is not None:
+        from ..prompts import check_prompt_texts
+
+        check_prompt_texts([context], [f"the context the retriever returned for {question!r}"])
+    return context
 
 
 def _is_document(value: Any) -> bool:
@@ -147,23 +170,28 @@ class ConfidenceGate(Runnable):
         run_managers = run_manager  # one per input (LangChain passes them under this name)
         replies: list[AIMessage | Exception | None] = [None] * len(inputs)
         questions: dict[int, str] = {}
+        from ..prompts import check_prompt_texts
+
         for i, value in enumerate(inputs):
             try:
                 questions[i] = question_of(value)
+                check_prompt_texts([questions[i]], [f"input {i}" if len(inputs) > 1 else "the question"])
             except ValueError as error:  # that input's error only
+                questions.pop(i, None)
                 replies[i] = error
         rows = list(questions)
-        try:
-            self._answer(rows, questions, run_managers, replies)
-        except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
-            if len(rows) == 1:
-                replies[rows[0]] = error
-            else:  # one question at a time, to find them
-                for i in rows:
-                    try:
-                        self._answer([i], questions, run_managers, replies)
-                    except Exception as failure:  # noqa: BLE001 - that question's error, in its place
-                        replies[i] = failure
+        with _model_lock(self.inner):  # one call at a time on this model (see the module's docstring)
+            try:
+                self._answer(rows, questions, run_managers, replies)
+            except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
+                if len(rows) == 1:
+                    replies[rows[0]] = error
+                else:  # one question at a time, to find them
+                    for i in rows:
+                        try:
+                            self._answer([i], questions, run_managers, replies)
+                        except Exception as failure:  # noqa: BLE001 - that question's error, in its place
+                            replies[i] = failure
         unanswered = [i for i in rows if isinstance(replies[i], AIMessage)
                       and replies[i].response_metadata["finish_reason"] == "abstain"]
         if self.abstain is not None and unanswered:

@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -229,6 +230,13 @@ class OpenAIClient:
             runner.close()
 
     def __del__(self) -> None:
+        runner = self.__dict__.get("_runner")
+        if runner is None:
+            return
+        if sys.is_finalizing() or not runner.thread.is_alive():
+            # At interpreter exit the loop's daemon thread runs no more: waiting on it for the connections to close
+            # would hang the exit forever (a client left in a reference cycle by an error is collected only then).
+            return
         try:
             self.close()
         except Exception:  # noqa: BLE001 (interpreter shutdown)
