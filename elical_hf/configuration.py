@@ -33,6 +33,8 @@ REQUIRED_FIELDS = (
 The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `feature_layer`,
 `retrieve_threshold`, `risk_control`, `use_lora`) may be missing; their defaults are what older saves meant."""
 VERSION_KEY = "elical_hf_version"
+MAX_CONTEXT_TOKENS = 1 << 24
+"""The largest `max_length` a config may hold (16,777,216 tokens: beyond any model's context)."""
 """The one key of `confidence_config.json` that is not a field: the elical-hf version that wrote it."""
 PROBE_QUESTIONS = ("Who wrote Hamlet?", "What is the capital of France, the country?")
 """Two questions that differ at the start and at the end: a prompt that renders them alike drops the question."""
@@ -203,8 +205,8 @@ class ConfidenceConfig:
             layers = (typed.get("base_model_signature") or {}).get("num_hidden_layers")
             known = isinstance(layers, int) and not isinstance(layers, bool) and layers > 0
             checks.append(feature_layer_problem(typed["feature_layer"], layers if known else None))
-        if typed.get("max_length") is not None and typed["max_length"] < 8:
-            checks.append(f"`max_length` must be at least 8 tokens, got {typed['max_length']}.")
+        if typed.get("max_length") is not None and not 8 <= typed["max_length"] <= MAX_CONTEXT_TOKENS:
+            checks.append(f"`max_length` must lie in [8, {MAX_CONTEXT_TOKENS:,}] tokens, got {typed['max_length']:,}.")
         for name in ("decision_threshold", "retrieve_threshold"):
             if typed.get(name) is not None and not 0.0 <= typed[name] <= 1.0:
                 checks.append(f"`{name}` must lie in [0, 1], got {typed[name]}.")
@@ -274,9 +276,16 @@ class ConfidenceConfig:
         """Read a saved config strictly: one `ValueError` naming the file for broken JSON, or listing every problem,
         one per line: a field of [`REQUIRED_FIELDS`] missing, an unknown field, a value of the wrong type or out of
         range ([`problems`])."""
+        duplicated: list[str] = []
+
+        def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            keys = [key for key, _ in pairs]
+            duplicated.extend(sorted({key for key in keys if keys.count(key) > 1}))
+            return dict(pairs)
+
         with open(path, encoding="utf-8") as handle:
             try:
-                data = json.load(handle)
+                data = json.load(handle, object_pairs_hook=no_duplicates)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column "
                                  f"{error.colno}): an interrupted or hand-edited save.") from None
@@ -287,6 +296,9 @@ class ConfidenceConfig:
         unknown = sorted(key for key in data if key not in known | {VERSION_KEY})
         problems = [f"missing field(s) {', '.join(missing)} (every saved model has them: an old or hand-written "
                     "file? save the model again)"] if missing else []
+        if duplicated:
+            problems.append(f"field(s) {', '.join(dict.fromkeys(duplicated))} given more than once (JSON keeps only the "
+                            "last: which one was meant?)")
         if unknown:
             problems.append(f"unknown field(s) {', '.join(unknown)} (a typo, or written by a newer elical-hf?)")
         if not isinstance(data.get(VERSION_KEY, ""), str):

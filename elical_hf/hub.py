@@ -142,6 +142,11 @@ def _publishable(folder: Path, allowed: Callable[[str], bool], extra_files: Sequ
             chosen.append(path)
         else:
             unknown.append(path.name)
+    linked = [f"{path.name} -> {os.readlink(path)}" for path in chosen
+              if path.is_symlink() and path.resolve().parent != folder.resolve()]
+    if linked:  # a model file's name over another file's bytes (links leaving the folder are refused before)
+        raise ValueError(f"{folder} holds symbolic links to files below it: {', '.join(linked)}. Refusing to publish "
+                         "their contents under a model file's name; copy the file to the top of the folder instead.")
     if unknown:
         raise ValueError(f"{folder} holds files a {what} does not need: {', '.join(unknown)}. Refusing to publish "
                          "them (a key or private notes would become public); move them out of the folder, or name "

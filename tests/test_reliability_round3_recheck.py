@@ -5,6 +5,7 @@ retriever's or question's bad text is named as what it is."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import textwrap
@@ -94,3 +95,55 @@ def test_push_include_must_name_a_top_level_file(tmp_path, tiny_llama):
         with pytest.raises(ValueError, match=f"--include {include}: not a file at the top of"):
             _stage_model_folder(str(folder), staging, [include])
         assert list(staging.iterdir()) == []
+
+
+@case("silent", "records sampled with `--model base/` (a trailing separator) and trained or scored with `base`",
+      "the same model: accepted (was: `holds the answers of base/, but this confidence model is built on base`); "
+      "records of another model are still refused")
+def test_a_trailing_separator_names_the_same_model():
+    from elical_hf.signals.records.reader import check_records_model, same_model
+
+    assert same_model("models/base/", "models/base") and same_model("base\\", "./base")
+    check_records_model(["base/", "base/"], "base", "r.jsonl")
+    with pytest.raises(ValueError, match="holds the answers of other/, but this confidence model is built on base"):
+        check_records_model(["other/"], "base", "r.jsonl")
+
+
+@case("silent", "a hand-edited `confidence_config.json` naming a field twice (`decision_threshold` 0.5, then 0.99), "
+      "or with `max_length: 10**30`",
+      "refused on load, naming the file: `field(s) decision_threshold given more than once (JSON keeps only the last: "
+      "which one was meant?)` / `` `max_length` must lie in [8, 16,777,216] tokens `` (the last value was used)")
+def test_a_config_with_a_duplicated_field_or_an_absurd_length_is_refused(tiny_llama, tmp_path):
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    path = folder / CONFIDENCE_CONFIG_NAME
+    saved = path.read_text()
+    path.write_text(saved.replace("{", '{"decision_threshold": 0.5, "decision_threshold": 0.99,', 1))
+    with pytest.raises(ValueError, match=r"decision_threshold given more than once"):
+        AutoModelForConfidence.from_pretrained(folder)
+    config = json.loads(saved)
+    path.write_text(json.dumps({**config, "max_length": 10**30}))
+    with pytest.raises(ValueError, match=r"`max_length` must lie in \[8, 16,777,216\] tokens"):
+        AutoModelForConfidence.from_pretrained(folder)
+
+
+@case("security", "`elical-hf push` of a folder whose `tokenizer.model` is a symbolic link to `sub/key.pem` (a file "
+      "below the folder)", "refused before anything is staged: `… holds symbolic links to files below it: "
+      "tokenizer.model -> sub/key.pem …` (was: the key published under the tokenizer's name)")
+def test_push_refuses_a_model_file_linked_to_a_file_below_it(tmp_path, tiny_llama):
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.hub import _stage_model_folder
+
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
+    (folder / "tokenizer.model").symlink_to("sub/key.pem")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(ValueError, match=r"symbolic links to files below it: tokenizer.model -> sub/key.pem"):
+        _stage_model_folder(str(folder), staging)
+    assert list(staging.iterdir()) == []

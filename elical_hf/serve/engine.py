@@ -304,8 +304,10 @@ class GateEngine(Engine):
         return job
 
     def _check_stricter(self, options: Any) -> None:
-        """Refuse request thresholds that would make the gate answer (or retrieve for) more questions than its
-        operator set it to (without `allow_request_thresholds`)."""
+        """Refuse request thresholds below the operator's (without `allow_request_thresholds`): a lower `threshold`
+        answers more questions, a lower `retrieve_threshold` retrieves for more. Raising `threshold` above a saved
+        band sends the questions between the two thresholds to retrieval instead of answering them: a stricter
+        answer, with the operator's retriever, as the band is defined (`docs/serve.md`)."""
         advice = "The operator lets requests set any with --allow_request_thresholds."
         if options.threshold is not None and options.threshold < self.threshold:
             raise RequestError(f"This server answers at or above confidence {self.threshold:g}; a request may only "

@@ -397,8 +397,9 @@ def require_judgement(records: Dataset, target: str, name: str) -> None:
 
 def same_model(a: str, b: str) -> bool:
     """Whether two model names mean the same model: equal ignoring case, or equal after the Hub owner
-    (`"SmolLM2-135M-Instruct"` matches `"HuggingFaceTB/SmolLM2-135M-Instruct"`)."""
-    a, b = str(a).strip().lower(), str(b).strip().lower()
+    (`"SmolLM2-135M-Instruct"` matches `"HuggingFaceTB/SmolLM2-135M-Instruct"`); a local folder's trailing separator
+    does not count (`"base/"` is `"base"`)."""
+    a, b = (str(name).strip().replace("\\", "/").rstrip("/").lower() for name in (a, b))
     return a == b or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
 
 
