@@ -18,7 +18,8 @@ from numpy.typing import ArrayLike
 from .metrics.functional import aurc, ece, reliability_bins, risk_coverage_curve
 
 
-__all__ = ["auroc_vs_labels_plot", "auroc_vs_layer_plot", "reliability_diagram", "risk_coverage_plot"]
+__all__ = ["auroc_vs_labels_plot", "auroc_vs_layer_grid", "auroc_vs_layer_plot", "reliability_diagram",
+           "risk_coverage_plot"]
 
 _ACCURACY_COLOR = "#1f77b4"
 _GAP_COLOR = "#d62728"
@@ -262,6 +263,43 @@ def auroc_vs_labels_plot(
     return _save(fig, path)
 
 
+def _layer_series(curves: Any) -> dict[str, np.ndarray]:
+    """`curves` (name -> {layer -> AUROC}) validated, as name -> rows of (layer, auroc, low, high) sorted by layer."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError("curves must be a non-empty dict: target -> {layer: auroc}")
+    series = {}
+    for name, by_layer in curves.items():
+        if not isinstance(by_layer, Mapping) or not by_layer:
+            raise ValueError(f"{name!r}: expected a non-empty dict layer -> auroc, got {by_layer!r}")
+        points = []
+        for layer, value in by_layer.items():
+            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+                raise ValueError(f"{name!r}: layers must be integers, got {layer!r}")
+            points.append((float(layer), *_point(name, layer, value)))
+        series[name] = np.array(sorted(points))
+    return series
+
+
+def _draw_layer_curves(ax: Any, series: Mapping[str, np.ndarray], marked: int | None, marked_label: str,
+                       title: str | None) -> None:
+    """One axes of AUROC (x 100) against layer: a line per series, shaded intervals, chance and a marked layer."""
+    for name, pts in series.items():
+        layer, point, low, high = pts.T * np.array([[1], [100], [100], [100]])
+        (line,) = ax.plot(layer, point, marker="o", markersize=3, linewidth=1.6, label=name)
+        has_ci = ~np.isnan(low)
+        if has_ci.any():
+            ax.fill_between(layer[has_ci], low[has_ci], high[has_ci], color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.axhline(50, linestyle=":", linewidth=1, color="gray", label="Chance")
+    if marked is not None:
+        ax.axvline(marked, linestyle="--", linewidth=1, color="black", label=f"{marked_label} ({marked})")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
+    ax.set(xlabel="Layer (hidden state read)", ylabel="AUROC x 100", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def auroc_vs_layer_plot(
     curves: Mapping[str, Mapping[int, float | tuple[float, float, float] | Mapping[str, float]]],
     path: str | os.PathLike | None,
@@ -281,31 +319,50 @@ def auroc_vs_layer_plot(
     Returns:
         `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
     """
-    if not isinstance(curves, Mapping) or not curves:
-        raise ValueError("curves must be a non-empty dict: target -> {layer: auroc}")
-    series = {}
-    for name, by_layer in curves.items():
-        if not isinstance(by_layer, Mapping) or not by_layer:
-            raise ValueError(f"{name!r}: expected a non-empty dict layer -> auroc, got {by_layer!r}")
-        points = []
-        for layer, value in by_layer.items():
-            if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-                raise ValueError(f"{name!r}: layers must be integers, got {layer!r}")
-            points.append((float(layer), *_point(name, layer, value)))
-        series[name] = np.array(sorted(points))
+    series = _layer_series(curves)
     path = _png_path(path)
     fig = _figure(6.0, 4.2)
-    ax = fig.add_subplot()
-    for name, pts in series.items():
-        layer, point, low, high = pts.T * np.array([[1], [100], [100], [100]])
-        (line,) = ax.plot(layer, point, marker="o", markersize=3, linewidth=1.6, label=name)
-        has_ci = ~np.isnan(low)
-        if has_ci.any():
-            ax.fill_between(layer[has_ci], low[has_ci], high[has_ci], color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.axhline(50, linestyle=":", linewidth=1, color="gray", label="Chance")
-    if recommended is not None:
-        ax.axvline(recommended, linestyle="--", linewidth=1, color="black", label=f"Recommended layer ({recommended})")
-    ax.set(xlabel="Layer (hidden state read)", ylabel="AUROC x 100", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _draw_layer_curves(fig.add_subplot(), series, recommended, "Recommended layer", title)
+    return _save(fig, path)
+
+
+def auroc_vs_layer_grid(
+    panels: Mapping[str, Mapping[str, Mapping[int, float | tuple[float, float, float] | Mapping[str, float]]]],
+    path: str | os.PathLike | None,
+    columns: int = 2,
+    marked: int | None = None,
+    marked_label: str = "Layer",
+    title: str | None = None,
+) -> Any:
+    """Several [`auroc_vs_layer_plot`] axes in one figure (e.g. a row per label budget, in domain and OOD side by side).
+
+    Args:
+        panels (`Mapping[str, Mapping[str, Mapping[int, ...]]]`): Panel title -> curves as [`auroc_vs_layer_plot`]
+            takes them (name -> {layer -> AUROC in [0, 1]}); panels fill the grid row by row.
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`); `None` returns the
+            `Figure`.
+        columns (`int`, *optional*, defaults to 2): Panels per row.
+        marked (`int`, *optional*), marked_label (`str`, *optional*): A layer marked in every panel (e.g. the final).
+        title (`str`, *optional*): The figure's title.
+
+    Returns:
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
+    """
+    if not isinstance(panels, Mapping) or not panels:
+        raise ValueError("panels must be a non-empty dict: panel title -> {name: {layer: auroc}}")
+    if columns < 1:
+        raise ValueError(f"columns must be >= 1, got {columns}")
+    series = {name: _layer_series(curves) for name, curves in panels.items()}
+    path = _png_path(path)
+    columns = min(columns, len(series))
+    rows = math.ceil(len(series) / columns)
+    fig = _figure(6.0 * columns, 4.2 * rows)
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for ax, (name, panel) in zip(axes.flat, series.items()):
+        _draw_layer_curves(ax, panel, marked, marked_label, name)
+    for ax in list(axes.flat)[len(series):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)

@@ -1,0 +1,88 @@
+"""`examples/layer_experiment.py` end to end: a tiny 4-layer model on a slice of the committed replication records."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from tests.conftest import save_tiny_base
+from tests.test_examples import EXAMPLES, load_example
+
+
+@pytest.fixture(scope="module")
+def tiny_records(tmp_path_factory) -> str:
+    """60 train, every dev (200: the layer rule reads them) and 24 + 24 test records of the committed replication."""
+    from elical_hf.signals.records import load_records, save_records
+
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    chosen = [r for r in records if r["partition"] == "train"][::80]
+    chosen += [r for r in records if r["partition"] == "dev"]
+    chosen += [r for r in records if r["source_split"] == "in_domain_test"][::40]
+    chosen += [r for r in records if r["source_split"] == "ood_test"][::40]
+    folder = tmp_path_factory.mktemp("records")
+    save_records(chosen, folder / "slice.parquet")
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def four_layers(tmp_path_factory) -> str:
+    return save_tiny_base(tmp_path_factory.mktemp("tiny-llama-4"), "llama", num_hidden_layers=4)
+
+
+@pytest.mark.float32
+def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, four_layers, tmp_path, capsys):
+    out = tmp_path / "layers"
+    common = ["--records", tiny_records, "--model", four_layers, "--output_dir", str(out), "--allow_other_model",
+              "--seeds", "42", "43", "--label_budgets", "10", "20", "--head_epochs", "2", "--bootstrap", "20"]
+    assert load_example("layer_experiment").main(common) == 0
+    printed = capsys.readouterr().out
+    assert "CPU: " in printed and "total" in printed
+    result = json.loads((out / "layers.json").read_text())
+    assert result["layers"] == [1, 2, 3, 4] and result["final_layer"] == 4
+    assert result["sizes"] == {"train": 60, "dev": 200, "test": 52, "in_domain_test": 25, "ood_test": 27}
+    assert result["fit_threads"] == 1 and result["model"] == four_layers
+    runs = ["Eli-Only-head"] + [f"{m}@{n}" for n in (10, 20) for m in ("Cal-Only-head", "EliCal-head", "DiM", "P(IK)")]
+    runs.append("SEP")
+    assert list(dict.fromkeys(cell["run"] for cell in result["curves"])) == runs
+    assert len(result["curves"]) == len(runs) * 4
+    for cell in result["curves"]:
+        seeds = 1 if cell["run"] == "SEP" else 2  # SEP has no seed: one run per layer
+        for column in ("in-domain avg", "OOD avg"):
+            entry = cell["test"][column]
+            assert len(entry["auroc_per_seed"]) == seeds
+            finite = [v for v in entry["auroc_per_seed"] if not math.isnan(v)]
+            assert entry["auroc"] == pytest.approx(sum(finite) / len(finite)) if finite else math.isnan(entry["auroc"])
+        assert len(cell["dev"]["auroc_per_seed"]) == seeds and cell["dev"]["n"] == 200
+    # the chosen layer is the dev rule's: the highest mean dev AUROC (the earliest of equal ones), never test's
+    assert result["selection"]["rule"] == "dev"
+    by = {(cell["run"], cell["layer"]): cell for cell in result["curves"]}
+    assert [row["run"] for row in result["chosen_vs_final"]] == runs
+    for row in result["chosen_vs_final"]:
+        dev = {layer: by[(row["run"], layer)]["dev"]["auroc"] for layer in result["layers"]}
+        dev = {layer: -math.inf if math.isnan(v) else v for layer, v in dev.items()}
+        assert row["chosen_layer"] == max(dev, key=lambda layer: (dev[layer], -layer)) and row["final_layer"] == 4
+        for column in ("in-domain avg", "OOD avg"):
+            diff = row["chosen_minus_final"][column]
+            assert len(diff["auroc_ci"]) == 2 and len(diff["auroc_per_draw"]) == (1 if row["run"] == "SEP" else 2)
+            if row["chosen_layer"] == 4:
+                assert diff["auroc"] == 0
+            chosen = by[(row["run"], row["chosen_layer"])]["test"][column]["auroc"]
+            assert row["chosen"][column] == pytest.approx(chosen)
+    assert (out / "auroc_vs_layer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "layers.md").read_text()
+    assert "## Chosen layer vs final layer (4)" in text and "## Dev AUROC by layer" in text and "| 3 |" in text
+    assert set(result["seconds"]) >= {"load", "features", "layers", "evaluation", "total"}
+    cached = sorted(os.listdir(result["runs_folder"]))
+    assert "layer-002-seed-43.npz" in cached and "layer-004-sep.npz" in cached
+
+    # the probe-layers rule on the train pool: one layer for every run, its recommendation; the runs come from cache
+    assert load_example("layer_experiment").main([*common, "--layer_rule", "train_cv", "--folds", "2"]) == 0
+    assert "(cached runs)" in capsys.readouterr().out
+    again = json.loads((out / "layers.json").read_text())
+    recommended = again["selection"]["train_cv"]["recommended_layer"]
+    assert again["selection"]["rule"] == "train_cv" and again["selection"]["train_cv"]["questions"] <= 60
+    assert {row["chosen_layer"] for row in again["chosen_vs_final"]} == {recommended}
+    assert again["curves"] == result["curves"]
