@@ -16,6 +16,15 @@ from tests.reliability import case
 from tests.test_reliability_round3_gate import GATE_QUESTIONS, gate_setup  # noqa: F401 - the fixture
 
 
+def saved_tiny_model(tmp_path, tiny_llama):
+    """A fresh confidence model on the tiny Llama, saved in `tmp_path / "model"`."""
+    from elical_hf import AutoModelForConfidence
+
+    folder = tmp_path / "model"
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    return folder
+
+
 @case("data", "`elical-hf judge --judge_endpoint URL` (or `sample --backend openai`) when the endpoint cannot be "
       "reached or answers HTML: the error leaves the endpoint's client in a reference cycle, collected at exit",
       "the command prints its one-line error and exits (was: it then hung forever at interpreter exit, waiting on the "
@@ -81,11 +90,9 @@ def test_a_gates_bad_text_is_named_as_what_it_is(gate_setup):  # noqa: F811
       "refused before anything is published: `--include sub/key.pem: not a file at the top of …` (was: silently not "
       "published, the push reported done)")
 def test_push_include_must_name_a_top_level_file(tmp_path, tiny_llama):
-    from elical_hf import AutoModelForConfidence
     from elical_hf.hub import _stage_model_folder
 
-    folder = tmp_path / "model"
-    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    folder = saved_tiny_model(tmp_path, tiny_llama)
     (folder / "sub").mkdir()
     (folder / "sub" / "notes.txt").write_text("how I trained it\n")
     (tmp_path / "elsewhere.txt").write_text("notes\n")
@@ -117,8 +124,7 @@ def test_a_config_with_a_duplicated_field_or_an_absurd_length_is_refused(tiny_ll
     from elical_hf import AutoModelForConfidence
     from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
 
-    folder = tmp_path / "model"
-    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    folder = saved_tiny_model(tmp_path, tiny_llama)
     path = folder / CONFIDENCE_CONFIG_NAME
     saved = path.read_text()
     path.write_text(saved.replace("{", '{"decision_threshold": 0.5, "decision_threshold": 0.99,', 1))
@@ -134,11 +140,9 @@ def test_a_config_with_a_duplicated_field_or_an_absurd_length_is_refused(tiny_ll
       "below the folder)", "refused before anything is staged: `… holds symbolic links to files below it: "
       "tokenizer.model -> sub/key.pem …` (was: the key published under the tokenizer's name)")
 def test_push_refuses_a_model_file_linked_to_a_file_below_it(tmp_path, tiny_llama):
-    from elical_hf import AutoModelForConfidence
     from elical_hf.hub import _stage_model_folder
 
-    folder = tmp_path / "model"
-    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(folder)
+    folder = saved_tiny_model(tmp_path, tiny_llama)
     (folder / "sub").mkdir()
     (folder / "sub" / "key.pem").write_text("-----BEGIN PRIVATE KEY-----\n")
     (folder / "tokenizer.model").symlink_to("sub/key.pem")

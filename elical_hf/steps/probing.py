@@ -124,6 +124,7 @@ def probe_layers(
     from ..plots import auroc_vs_layer_plot
     from ..probes import check_folds, layer_curve
     from ..signals.records import JUDGE_OPTIONS, PAPER_SPLITS, check_records_match
+    from .evaluating import judged_records
 
     say = say or logger.info
     if split not in PAPER_SPLITS:
@@ -136,13 +137,7 @@ def probe_layers(
     writing = one_writer(output) if output is not None else contextlib.nullcontext()
     with writing:
         pool = _train_records(records, split, allow_incomplete)
-        judged = [r for r in pool if r.get("greedy_correctness") is not None]
-        if not judged:
-            raise ValueError(f"None of the {len(pool)} {split} records has a judged greedy answer "
-                             f"(`greedy_correctness`): run `{JUDGE_OPTIONS['greedy_correctness']}` on them first.")
-        if len(judged) < len(pool):
-            say(f"{len(pool) - len(judged)} of {len(pool)} {split} records have no judged greedy answer and are left "
-                "out.")
+        judged = judged_records(pool, split, say)
         correct = [int(r["greedy_correctness"]) for r in judged]
         check_folds(correct, folds)  # before any model is loaded
         targets: dict[str, list[float]] = {"correctness": [float(c) for c in correct]}
