@@ -92,7 +92,7 @@ def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | Non
     Raises:
         `ValueError`: no test records, or none with a judged greedy answer (naming the `judge` option that fills it).
     """
-    from ..signals.records import PAPER_SPLITS, load_records
+    from ..signals.records import PAPER_SPLITS, judged_records, load_records
 
     say = say or logger.info
     loaded = load_records(records, splits=True, allow_incomplete=allow_incomplete)
@@ -109,20 +109,6 @@ def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | Non
         rows += [dict(row, split=name) for row in loaded.select(indices)] if indices else []
     return judged_records(rows, "test", say)
 
-
-def judged_records(rows: list[dict[str, Any]], what: str, say: Say) -> list[dict[str, Any]]:
-    """The `rows` whose greedy answer is judged (`greedy_correctness` not null): one `ValueError` when none is, and a
-    warning through `say` counting the ones left out (`what` names the rows: `"test"`, `"train"`)."""
-    from ..signals.records import JUDGE_OPTIONS
-
-    judged = [r for r in rows if r.get("greedy_correctness") is not None]
-    if not judged:
-        raise ValueError(f"None of the {len(rows)} {what} records has a judged greedy answer (`greedy_correctness`); "
-                         f"run `{JUDGE_OPTIONS['greedy_correctness']}` on them first.")
-    if len(judged) < len(rows):
-        say(f"warning: {len(rows) - len(judged)} of {len(rows)} {what} records have no judged greedy answer "
-            f"(greedy_correctness is null) and are left out: n = {len(judged)}.")
-    return judged
 
 
 def _column_confidences(records: list[dict], name: str, column: str, where: str) -> list[float]:

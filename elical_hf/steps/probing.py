@@ -123,8 +123,7 @@ def probe_layers(
     from ..layer_features import cache_layer_features, resolve_layers
     from ..plots import auroc_vs_layer_plot
     from ..probes import check_folds, layer_curve
-    from ..signals.records import JUDGE_OPTIONS, PAPER_SPLITS, check_records_match
-    from .evaluating import judged_records
+    from ..signals.records import JUDGE_OPTIONS, PAPER_SPLITS, check_records_match, judged_records
 
     say = say or logger.info
     if split not in PAPER_SPLITS:

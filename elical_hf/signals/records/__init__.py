@@ -13,8 +13,8 @@ from .layout import (
     DATASET_ALIASES, HONESTYBENCH_REPO, PAPER_SPLITS, SPLIT_WORDS, canonical_dataset, paper_split, parse_record_path,
 )
 from .reader import (
-    JUDGE_OPTIONS, check_records_match, check_records_model, check_unique_records, load_records, require_judgement,
-    same_model,
+    JUDGE_OPTIONS, check_records_match, check_records_model, check_unique_records, judged_records, load_records,
+    require_judgement, same_model,
 )
 from .schema import (
     RECORD_FEATURES, RECORD_MARKERS, SAMPLE_FIELDS, TRAINING_FEATURES, first_samples, is_record, is_records_table,
@@ -31,7 +31,7 @@ __all__ = [
     "MANIFEST_NAME", "PAPER_SPLITS", "RECORD_EXTENSIONS", "RECORD_FEATURES", "RECORD_MARKERS", "SAMPLE_FIELDS",
     "SPLIT_WORDS", "TRAINING_FEATURES", "canonical_dataset", "check_complete_samples", "check_records_match",
     "check_records_model", "check_unique_records", "first_samples", "is_record", "is_records_table",
-    "iter_record_batches", "load_records", "normalize_record", "paper_split", "parse_record_path", "read_metadata",
-    "read_records", "record_features", "record_files", "record_format", "require_judgement", "same_model",
-    "save_records", "training_columns",
+    "iter_record_batches", "judged_records", "load_records", "normalize_record", "paper_split", "parse_record_path",
+    "read_metadata", "read_records", "record_features", "record_files", "record_format", "require_judgement",
+    "same_model", "save_records", "training_columns",
 ]

@@ -33,7 +33,7 @@ from .storage import check_complete_samples, iter_record_batches, normalize_at
 
 __all__ = [
     "ARROW_INDEX", "JUDGE_OPTIONS", "RECORD_BATCH_SIZE", "TABLE_EXTENSIONS", "check_records_match",
-    "check_records_model", "check_unique_records", "load_records", "require_judgement", "same_model",
+    "check_records_model", "check_unique_records", "judged_records", "load_records", "require_judgement", "same_model",
 ]
 
 logger = logging.getLogger(__name__)
@@ -377,6 +377,19 @@ def _concatenate(chunks: list[Dataset]) -> Dataset:
             chunk = chunk.cast(Features(features))
         aligned.append(chunk)
     return aligned[0] if len(aligned) == 1 else concatenate_datasets(aligned)
+
+
+def judged_records(rows: list[dict[str, Any]], what: str, say: Callable[[str], Any]) -> list[dict[str, Any]]:
+    """The `rows` whose greedy answer is judged (`greedy_correctness` not null): one `ValueError` when none is, and a
+    warning through `say` counting the ones left out (`what` names the rows: `"test"`, `"train"`)."""
+    judged = [r for r in rows if r.get("greedy_correctness") is not None]
+    if not judged:
+        raise ValueError(f"None of the {len(rows)} {what} records has a judged greedy answer (`greedy_correctness`); "
+                         f"run `{JUDGE_OPTIONS['greedy_correctness']}` on them first.")
+    if len(judged) < len(rows):
+        say(f"warning: {len(rows) - len(judged)} of {len(rows)} {what} records have no judged greedy answer "
+            f"(greedy_correctness is null) and are left out: n = {len(judged)}.")
+    return judged
 
 
 def require_judgement(records: Dataset, target: str, name: str) -> None:
