@@ -43,9 +43,10 @@ def upload_base(tmp_path, repo_id: str = "tiny/llama", arch: str = "llama") -> s
     return folder
 
 
-def random_model(name: str, seed: int = 0, threshold: float | None = None):
-    """A confidence model with non-trivial LoRA and head weights (fresh LoRA B is zero)."""
-    model = AutoModelForConfidence.from_pretrained(name)
+def random_model(name: str, seed: int = 0, threshold: float | None = None, **kwargs):
+    """A confidence model with non-trivial LoRA and head weights (fresh LoRA B is zero); `kwargs` go to
+    `from_pretrained`."""
+    model = AutoModelForConfidence.from_pretrained(name, **kwargs)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -239,3 +240,19 @@ def test_trainer_push_to_hub_publishes_the_final_model_only(hub, tmp_path):
     assert ModelCard(files["README.md"].decode()).data.library_name == "elical-hf"
     loaded = AutoModelForConfidence.from_pretrained("alice/trained")
     assert max_diff(loaded.confidence(QUESTIONS), model.confidence(QUESTIONS)) < 1e-6
+
+
+def test_a_feature_layer_round_trips_through_the_hub(hub, tmp_path):
+    upload_base(tmp_path)
+    model = random_model("tiny/llama", feature_layer=-2)
+    expected = model.confidence(QUESTIONS)
+    model.push_to_hub("alice/middle-layer")
+    files = hub.files("alice/middle-layer")
+    saved = json.loads(files["confidence_config.json"])["feature_layer"]
+    assert saved == model.confidence_config.feature_layer and saved < model.config.num_hidden_layers
+    assert f"layer {saved} of {model.config.num_hidden_layers}" in files["README.md"].decode()
+    loaded = AutoModelForConfidence.from_pretrained("alice/middle-layer")
+    assert loaded.confidence_config.feature_layer == saved
+    assert max_diff(loaded.confidence(QUESTIONS), expected) < 1e-6
+    final = AutoModelForConfidence.from_pretrained("tiny/llama")
+    assert final.confidence_config.feature_layer == model.config.num_hidden_layers
