@@ -86,3 +86,22 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
     assert again["selection"]["rule"] == "train_cv" and again["selection"]["train_cv"]["questions"] <= 60
     assert {row["chosen_layer"] for row in again["chosen_vs_final"]} == {recommended}
     assert again["curves"] == result["curves"]
+
+
+def test_the_layer_depth_summary_is_the_committed_probe_reports():
+    """`examples/layer_depth_check.py`'s summary (what docs/results.md quotes) is recomputed from the committed
+    `probe-layers` reports of both models, and its question draw does not depend on the records' order."""
+    depth = load_example("layer_depth_check")
+    folder = os.path.join(EXAMPLES, "..", "docs", "results", "layers")
+    with open(os.path.join(folder, "layer_depth_summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)["summary"]
+    for model in ("gemma3-270m", "smollm2-subset"):
+        with open(os.path.join(folder, model, "probe_layers.json"), encoding="utf-8") as handle:
+            recorded = {key: value for key, value in summary[f"{model} / train"].items() if key != "folder"}
+            assert depth.summarise(json.load(handle)) == recorded
+    records = [{"id": f"q{i}", "paper_split": "train" if i % 3 else "in_domain_test"} for i in range(30)]
+    chosen = depth.choose_questions(records, 5, 3, seed=0)
+    assert chosen == depth.choose_questions(records[::-1], 5, 3, seed=0)
+    assert [r["paper_split"] for r in chosen] == ["train"] * 5 + ["in_domain_test"] * 3
+    with pytest.raises(SystemExit, match="only 10 in_domain_test records"):
+        depth.choose_questions(records, 5, 11, seed=0)
