@@ -221,7 +221,12 @@ class ConfidenceConfig:
     def check_renders_question(self, tokenizer: Any, where: str) -> None:
         """Refuse (one `ValueError` naming `where`) a prompt that is the same for two different questions: a chat
         template that drops the user's message would give every question the same confidence."""
-        first, second = (self.format_prompt(question, tokenizer) for question in PROBE_QUESTIONS)
+        try:
+            first, second = (self.format_prompt(question, tokenizer) for question in PROBE_QUESTIONS)
+        except Exception as error:  # noqa: BLE001 - the template is the folder's (Jinja raises its own errors)
+            raise ValueError(f"{where}: its chat template fails to render a question ({type(error).__name__}: "
+                             f"{error}). Fix the chat template (chat_template.jinja), or set `use_chat_template` to "
+                             "false.") from None
         if first == second:
             raise ValueError(
                 f"{where}: the prompt is the same for every question ({first[:80]!r}): its chat template drops the "

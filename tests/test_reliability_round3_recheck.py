@@ -151,3 +151,34 @@ def test_push_refuses_a_model_file_linked_to_a_file_below_it(tmp_path, tiny_llam
     with pytest.raises(ValueError, match=r"symbolic links to files below it: tokenizer.model -> sub/key.pem"):
         _stage_model_folder(str(folder), staging)
     assert list(staging.iterdir()) == []
+
+
+@case("input", "`elical-hf serve --mode completion` given a request with `\"elical\": {\"threshold\": 0.9}` (gate "
+      "options where nothing is gated)",
+      "a 400 for that request, `param: elical`: `The elical gate options (thresholds) apply to a gate server; this one "
+      "serves plain completions …` (was: accepted and silently ignored)")
+def test_gate_options_are_refused_where_nothing_is_gated():
+    from elical_hf.serve.engine import CompletionEngine
+    from elical_hf.serve.schema import ChatCompletionRequest, RequestError
+    from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    engine = CompletionEngine(make_tiny_causal_lm(tokenizer), tokenizer, "tiny-chat", max_tokens=4)
+    request = {"messages": [{"role": "user", "content": "who wrote hamlet"}]}
+    assert engine.prepare(ChatCompletionRequest(**request)).max_tokens == 4
+    with pytest.raises(RequestError, match="apply to a gate server") as refused:
+        engine.prepare(ChatCompletionRequest(**request, elical={"threshold": 0.9}))
+    assert refused.value.param == "elical" and refused.value.status == 400
+
+
+@case("input", "a model folder whose `chat_template.jinja` raises when it renders a question "
+      "(`{{ raise_exception('no') }}`)",
+      "refused on load in one line naming the folder: `<folder>: its chat template fails to render a question "
+      "(TemplateError: no) …` (was: transformers' bare `TemplateError: no`)")
+def test_a_chat_template_that_raises_is_named_on_load(tmp_path, tiny_llama):
+    from elical_hf import AutoModelForConfidence
+
+    folder = saved_tiny_model(tmp_path, tiny_llama)
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('no') }}")
+    with pytest.raises(ValueError, match=r"model: its chat template fails to render a question \(TemplateError: no\)"):
+        AutoModelForConfidence.from_pretrained(folder)

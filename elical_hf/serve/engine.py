@@ -447,6 +447,10 @@ class CompletionEngine(Engine):
         from ..prompts import check_chat_template_kwargs
 
         job = super().prepare(request)
+        if request.elical is not None:
+            raise RequestError("The `elical` gate options (thresholds) apply to a gate server; this one serves plain "
+                               "completions (--mode completion) and would ignore them.", param="elical",
+                               code="unsupported_parameter")
         if not getattr(self.tokenizer, "chat_template", None) and (
                 len(job.messages) != 1 or job.messages[0]["role"] != "user"):
             raise RequestError("This model has no chat template: send a single user message.", param="messages",
