@@ -376,11 +376,12 @@ def test_a_slow_retriever_times_out_for_its_request_alone(gate_model):
     from elical_hf.serve.app import create_app
     from elical_hf.serve.engine import GateEngine
 
-    release = threading.Event()
+    release, returned = threading.Event(), threading.Event()
 
     def slow(question: str) -> str | None:
         if "king" in question:
             release.wait(30)
+            returned.set()
         return CONTEXT
 
     engine = GateEngine(gate_model, "tiny-gate", threshold=1.0, retrieve_threshold=0.0, retriever=slow,
@@ -389,9 +390,8 @@ def test_a_slow_retriever_times_out_for_its_request_alone(gate_model):
                                  max_new_tokens=MAX_TOKENS)
     try:
         with running(create_app(engine, batch_wait_ms=150)) as port:
-            start = time.monotonic()
             replies = beside_innocents(port, ask("when was the king born"), [ask(q) for q in QUESTIONS])
-            assert time.monotonic() - start < 15
+            assert not returned.is_set()  # every reply came while the slow retriever call still hung
     finally:
         release.set()
     check_gate_innocents(replies, expected)
