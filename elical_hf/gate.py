@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -41,7 +43,7 @@ from .signals.decoding import Decoder, check_prompt_lengths, context_length, dec
 from .signals.generation import SamplingSettings, build_prompt_ids
 
 
-__all__ = ["DECISIONS", "BaseLanguageModel", "answer_questions", "base_model_only", "decide"]
+__all__ = ["DECISIONS", "BaseLanguageModel", "answer_questions", "base_model_only", "decide", "one_call_per_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +195,29 @@ def _generation_config(model: Any) -> Any:
         return GenerationConfig.from_model_config(model.config)
 
 
+_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MODEL_LOCKS_GUARD = threading.Lock()
+
+
+def one_call_per_model(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Make calls of `function(model, ...)` on one model take turns, from any thread: the gate switches the model's
+    adapter off to answer with the base model and keeps the feature state of its prefill on the model, so two calls at
+    once would each answer, and score, with the other's state. Re-entrant (a retriever may call the gate again)."""
+
+    @functools.wraps(function)
+    def locked(model: Any, *args: Any, **kwargs: Any) -> Any:
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        with _MODEL_LOCKS_GUARD:
+            lock = _MODEL_LOCKS.get(inner)
+            if lock is None:
+                lock = _MODEL_LOCKS[inner] = threading.RLock()
+        with lock:
+            return function(model, *args, **kwargs)
+
+    return locked
+
+
+@one_call_per_model
 def answer_questions(
     model: Any,
     questions: Sequence[str] | str,

@@ -29,14 +29,12 @@ string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prom
 single human message.
 
 One model answers one call at a time: `abatch`, `ainvoke` and `astream` run each input on a thread of their own, and
-the gate switches the model's adapter off to answer with the base model, so calls on one model (from any number of
-gates) take turns; two at once would leave it answering, and scoring, with the adapter in the other's state.
+`model.answer` makes the calls on one model (from any number of gates, or any other caller) take turns
+([`~elical_hf.gate.one_call_per_model`]).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -53,19 +51,6 @@ from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 __all__ = ["ConfidenceGate", "context_of", "question_of"]
 
 ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
-
-_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_MODEL_LOCKS_GUARD = threading.Lock()
-
-
-def _model_lock(model: Any) -> threading.RLock:
-    """The lock that makes the `model.answer` calls on `model` take turns (shared by every gate on it)."""
-    with _MODEL_LOCKS_GUARD:
-        lock = _MODEL_LOCKS.get(model)
-        if lock is None:
-            lock = _MODEL_LOCKS[model] = threading.RLock()  # a retriever may call a gate on it again
-        return lock
-
 
 def question_of(value: Any) -> str:
     """The question an input of [`ConfidenceGate`] asks; a `ValueError` saying why for anything else."""
@@ -180,18 +165,17 @@ class ConfidenceGate(Runnable):
                 questions.pop(i, None)
                 replies[i] = error
         rows = list(questions)
-        with _model_lock(self.inner):  # one call at a time on this model (see the module's docstring)
-            try:
-                self._answer(rows, questions, run_managers, replies)
-            except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
-                if len(rows) == 1:
-                    replies[rows[0]] = error
-                else:  # one question at a time, to find them
-                    for i in rows:
-                        try:
-                            self._answer([i], questions, run_managers, replies)
-                        except Exception as failure:  # noqa: BLE001 - that question's error, in its place
-                            replies[i] = failure
+        try:
+            self._answer(rows, questions, run_managers, replies)
+        except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
+            if len(rows) == 1:
+                replies[rows[0]] = error
+            else:  # one question at a time, to find them
+                for i in rows:
+                    try:
+                        self._answer([i], questions, run_managers, replies)
+                    except Exception as failure:  # noqa: BLE001 - that question's error, in its place
+                        replies[i] = failure
         unanswered = [i for i in rows if isinstance(replies[i], AIMessage)
                       and replies[i].response_metadata["finish_reason"] == "abstain"]
         if self.abstain is not None and unanswered:
