@@ -175,7 +175,8 @@ def render_prompt(
         user_text (`str`):
             The filled-in prompt, e.g. `QA_PROMPT.format(question=...)`.
         use_chat_template (`bool`, *optional*, defaults to `True`):
-            Whether to wrap the text in the chat template. Without a template the text is returned unchanged.
+            Whether to wrap the text in the chat template. Without a template the text is returned after the special
+            tokens the tokenizer would put before it (its beginning-of-sequence token; [`special_prefix`]).
         system_prompt (`str`, *optional*):
             A system message to put first. `None` keeps the template's own default (if any).
         add_generation_prompt (`bool`, *optional*, defaults to `True`):
@@ -188,12 +189,34 @@ def render_prompt(
         `str`: the text to tokenize (special tokens included; tokenize it with `add_special_tokens=False`).
     """
     if not use_chat_template or not getattr(tokenizer, "chat_template", None):
-        return user_text
+        prefix = special_prefix(tokenizer)
+        return user_text if user_text.startswith(prefix) else prefix + user_text
     messages = [{"role": "user", "content": user_text}]
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
                                          **chat_template_kwargs_for(tokenizer, chat_template_kwargs))
+
+
+def special_prefix(tokenizer: Any) -> str:
+    """The special tokens `tokenizer` puts before a text by default (e.g. `"<bos>"`), as text; `""` when it adds none.
+
+    Prompts are tokenized with `add_special_tokens=False`, since a chat template writes the model's special tokens into
+    the text itself. A prompt without a chat template would then lose the beginning-of-sequence token the model was
+    trained with (a base Gemma or Llama reads garbage without it), so [`render_prompt`] writes this prefix instead.
+    Special tokens the tokenizer appends (an end-of-sequence token) are not part of a prompt and are left out.
+    """
+    if not callable(tokenizer):
+        return ""
+    probe = "Question"
+    bare = list(tokenizer(probe, add_special_tokens=False)["input_ids"])
+    full = list(tokenizer(probe, add_special_tokens=True)["input_ids"])
+    start = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), 0)
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    prefix = full[:start]
+    if not bare or not prefix or not all(token in special for token in prefix):
+        return ""
+    return "".join(tokenizer.convert_ids_to_tokens(prefix))
 
 
 MIN_SHARED_PREFIX = 32

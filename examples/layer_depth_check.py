@@ -47,10 +47,10 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDS = os.path.join(HERE, "..", "docs", "results", "honestybench-smollm2-135m")
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-# gemma-3-270m is the pretrained model and its GGUF holds no chat template. Without one, elical-hf renders the bare
-# prompt with no <bos> (it tokenizes templated text with add_special_tokens=False), on which gemma answers "????...";
-# with Gemma 3's chat template it asks more questions instead of answering. So the folder gets a completion template:
-# <bos>, the replication's prompt, then "Answer:" (sampling and the probe features both render prompts through it).
+# gemma-3-270m is the pretrained model and its GGUF holds no chat template; with Gemma 3's chat template it asks more
+# questions instead of answering. So the folder gets a completion template: <bos>, the replication's prompt, then
+# "Answer:" (sampling and the probe features both render prompts through it). (Without any template elical-hf writes
+# the tokenizer's <bos> itself, `elical_hf.prompts.special_prefix`; the records were made with this template.)
 GEMMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{{ message['content'] | trim }}\n{% endfor %}"
     "{% if add_generation_prompt %}Answer:{% endif %}"

@@ -358,3 +358,39 @@ def test_separate_prefix_attention_samples_what_the_repeated_prefix_samples(mode
         assert ours["greedy_response"] == theirs["greedy_response"]
         assert ours["sampling_response"] == theirs["sampling_response"]
         assert ours["greedy_logprobs"] == pytest.approx(theirs["greedy_logprobs"], abs=1e-5)
+
+
+def _bos_tokenizer(append_eos: bool = False):
+    """A template-less word-level tokenizer whose default tokenization puts `<bos>` first (as Gemma's and Llama's do)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<bos>": 1, "<eos>": 2, "Question": 3, ":": 4, "Paris": 5, "?": 6, "Answer": 7}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    single = "<bos> $A <eos>" if append_eos else "<bos> $A"
+    backend.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[("<bos>", 1), ("<eos>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>")
+
+
+@pytest.mark.parametrize("append_eos", [False, True])
+def test_prompt_without_chat_template_keeps_the_tokenizers_bos(append_eos):
+    """Prompts are tokenized with add_special_tokens=False; without a chat template the rendered text must carry the
+    beginning-of-sequence token the tokenizer would add (a base Gemma answers '????' without it), never an appended
+    end-of-sequence token, and never twice."""
+    from elical_hf.prompts import special_prefix
+
+    tokenizer = _bos_tokenizer(append_eos)
+    assert special_prefix(tokenizer) == "<bos>"
+    text = render_prompt(tokenizer, "Question : Paris ?")
+    assert text == "<bos>Question : Paris ?"
+    assert render_prompt(tokenizer, text) == text
+    settings = SamplingSettings(prompt_template="Question : {question} Answer")
+    ids = build_prompt_ids(tokenizer, ["Paris ?"], settings)[0]
+    assert ids[0] == 1 and ids.count(1) == 1 and 2 not in ids
+    # a tokenizer that adds nothing (the tiny ChatML one, used without its template) is left alone
+    plain = make_tiny_tokenizer()
+    assert special_prefix(plain) == ""
+    assert render_prompt(plain, "Question : Paris ?", use_chat_template=False) == "Question : Paris ?"
