@@ -294,6 +294,7 @@ def calibrate_head(
     train, dev = split_dev(dataset, dev_fraction, args.seed, "calibration")
     cache = dict(features or {})
     questions = list(train[question_column]) + (list(dev[question_column]) if dev is not None else [])
+    check_cached_features(model, cache, questions)
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
     if missing:
         cache.update(zip(missing, model.prompt_features(missing, batch_size=feature_batch_size)))
@@ -317,6 +318,35 @@ def calibrate_head(
         model.save_pretrained(os.fspath(output_dir))
     logger.info("Head calibrated on %d labels: %s", len(train), summary)
     return summary
+
+
+FEATURE_MISMATCH = 0.05
+"""Relative difference (`‖cached − recomputed‖ / ‖recomputed‖`) above which cached features are taken to come from
+another model: bfloat16 and batching noise stay near 1e-2, the neighbouring layer's state differs by ~0.3."""
+
+
+def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questions: list[str]) -> None:
+    """Refuse cached features that this model did not compute: a wrong shape, or (checked on one question, recomputed
+    alone) the state of another layer, adapter or model. Features are keyed by question text only, so a cache made
+    before a `feature_layer` change or by a stage-1 model would otherwise train the head on the wrong inputs."""
+    used = [q for q in dict.fromkeys(questions) if q in cache]
+    if not used:
+        return
+    width = next(m for m in confidence_head_module(model).modules() if isinstance(m, nn.Linear)).in_features
+    for question in used:
+        value = cache[question]
+        if not isinstance(value, torch.Tensor) or value.shape != (width,):
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"features[{question!r}] has shape {shape}; this model's head reads vectors of {width} "
+                             "(pass the model's own `prompt_features`, keyed by question).")
+    probe = used[0]
+    fresh = model.prompt_features([probe], batch_size=1)[0].float()
+    gap = ((cache[probe].float().cpu() - fresh.cpu()).norm() / fresh.norm().clamp_min(1e-12)).item()
+    if gap > FEATURE_MISMATCH:
+        layer = getattr(getattr(_inner(model), "confidence_config", None), "feature_layer", None)
+        raise ValueError(f"The cached features are not this model's: for {probe!r} they differ by {gap:.0%} from what "
+                         f"it computes now (feature_layer={layer}). Recompute them with this model's `prompt_features` "
+                         "(a cache from another layer, adapter or model cannot be reused).")
 
 
 def _dev_metrics(

@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         be fit (the others come from `folder`)."""
         x = np.asarray(features[layer], dtype=np.float32)
         cache = dict(zip(texts, torch.from_numpy(x)))
+        # the head reads `layer` (calibrate_head recomputes one question there to check the cache is the model's)
+        (model.get_base_model() if hasattr(model, "get_base_model") else model).confidence_config.feature_layer = layer
         scored_x = x[[index[q] for q in scored]]
         out: dict[str, list[np.ndarray]] = {}
         computed = False

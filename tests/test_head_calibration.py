@@ -79,8 +79,30 @@ def test_calibrate_head_uses_given_features(tiny_llama, monkeypatch):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     cache = dict(zip(QUESTIONS, model.prompt_features(QUESTIONS)))
     inner = model.get_base_model()
-    monkeypatch.setattr(inner, "prompt_features", lambda *a, **k: pytest.fail("features were recomputed"))
+    computed = []
+    original = inner.prompt_features
+
+    def counting(questions, *args, **kwargs):
+        computed.extend(questions)
+        return original(questions, *args, **kwargs)
+
+    monkeypatch.setattr(inner, "prompt_features", counting)
     calibrate_head(model, _rows(), features=cache, num_train_epochs=2)
+    assert len(computed) == 1  # one question recomputed, to check the cache is this model's; the rest are reused
+
+
+def test_calibrate_head_refuses_another_layers_features(tiny_llama):
+    """Features are keyed by question text only: a cache from another layer (or a wrong shape) is one clear error,
+    not a head silently trained on the wrong inputs."""
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    other = AutoModelForConfidence.from_pretrained(tiny_llama, feature_layer=1)
+    stale = dict(zip(QUESTIONS, other.prompt_features(QUESTIONS)))
+    head_before = confidence_head_module(model).weight.detach().clone()
+    with pytest.raises(ValueError, match="not this model's"):
+        calibrate_head(model, _rows(), features=stale, num_train_epochs=2)
+    with pytest.raises(ValueError, match="shape"):
+        calibrate_head(model, _rows(), features={QUESTIONS[0]: torch.zeros(3)}, num_train_epochs=2)
+    assert torch.equal(confidence_head_module(model).weight, head_before)
 
 
 def test_calibrate_head_needs_the_label_column(tiny_llama):
