@@ -114,6 +114,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "judged with `has_answer_squad`; the default re-judges them with the paper's rule.",
     )
     parser.add_argument(
+        "--feature_layer", type=int, default=None,
+        help="Hidden state the head reads in every trained run (an index of `hidden_states`, negative from the end; "
+        "default: the final layer, the paper's). Scoring and training stop after it; LoRA goes on blocks up to it.",
+    )
+    parser.add_argument(
         "--runs_from", default=None,
         help="A committed `confidences.json`: its runs and Verbal baselines are taken as finished (written to runs/ "
         "and baselines.json where missing), so only the runs it lacks are trained. Stage 1 is retrained when an "
@@ -528,6 +533,8 @@ def fresh_model(args: argparse.Namespace, seed: int, **model_kwargs: Any) -> Any
     from elical_hf import AutoModelForConfidence
 
     set_seed(seed)
+    if getattr(args, "feature_layer", None) is not None:
+        model_kwargs.setdefault("feature_layer", args.feature_layer)
     return AutoModelForConfidence.from_pretrained(args.model, **model_kwargs)
 
 
