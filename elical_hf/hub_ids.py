@@ -1,7 +1,7 @@
 """Hub ids: whether a name is one, whether a repo id is valid, and which Hub model a local folder is a copy of.
 
-Shared by loading (`auto.py`), the model card (`model_card.py`), converting (`convert.py`) and publishing (`hub.py`),
-so that each of them names a base model the same way: by its Hub id where one is known.
+Shared by loading (`auto.py`), the model card (`model_card.py`), converting (`convert.py`) and publishing
+(`publishing/hub.py`), so that each of them names a base model the same way: by its Hub id where one is known.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The three evaluate metric modules: assembled from the single sources (no checked-in copies), offline loading by name
-and by path (editable source tree, wheel, Space folder), doctests, bad inputs, parity, cards."""
+"""The three evaluate metric modules: assembled from the single sources (no checked-in copies), no start-up hook,
+offline loading by name once `elical-hf install-metrics` ran and by path (source tree, wheel, Space folder), doctests,
+bad inputs, parity, cards."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import pytest
 import yaml
 
 from elical_hf.metrics import functional as F
-from elical_hf.metrics import registration
-from elical_hf.metrics.metric_cards import CARD_META, check_metric_cards, module_strings, write_metric_space
+from elical_hf.publishing import metric_modules
+from elical_hf.publishing.metric_cards import CARD_META, check_metric_cards, module_strings, write_metric_space
 
 
-NAMES = registration.METRIC_MODULES
-SPACE_FILES = {"README.md", "app.py", "requirements.txt", *registration.SHARED_FILES}
+NAMES = metric_modules.METRIC_MODULES
+SPACE_FILES = {"README.md", "app.py", "requirements.txt", *metric_modules.SHARED_FILES}
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARD_SECTIONS = (
     "## Metric Description", "## How to Use", "### Inputs", "## Output Values", "### Values from Popular Papers",
@@ -43,6 +44,16 @@ def _run(script: str, cwd, env) -> dict:
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _install_metrics_command(cwd, env) -> list[str]:
+    """`elical-hf install-metrics` in a fresh process; the module paths it prints."""
+    proc = subprocess.run([sys.executable, "-m", "elical_hf.cli", "install-metrics"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    *modules, last = proc.stdout.strip().splitlines()
+    assert last == 'evaluate.load("<name>") now finds them offline, by name.'
+    return [line.split(": ", 1)[1] for line in modules]
 
 
 def _data(seed: int = 0, n: int = 400) -> tuple[list[float], list[int]]:
@@ -68,22 +79,37 @@ def _expected(name: str, conf, correct) -> dict[str, float]:
 # Loading in fresh processes
 
 
-def test_installed_pth_hook_is_current():
-    """The start-up hook must be in site-packages, or `evaluate.load("honesty_auroc")` cannot work offline."""
-    pth = os.path.join(sysconfig.get_paths()["purelib"], registration.PTH_FILENAME)
-    assert os.path.isfile(pth), f"{pth} is missing: reinstall the package (`make install` or `pip install -e .`)"
-    with open(pth, encoding="utf-8") as handle:
-        assert handle.read() == registration.pth_content(), f"{pth} is stale: reinstall the package"
+def test_nothing_fills_the_cache_but_install_metrics(tmp_path):
+    """No start-up hook and no import-time install: with an empty cache, importing evaluate, elical_hf and its metrics
+    writes no module, and `evaluate.load("honesty_auroc")` offline fails as for any unknown metric."""
+    hf_home = tmp_path / "hf"
+    script = """
+        import json, os, sys
+        import evaluate, elical_hf, elical_hf.metrics
+        try:
+            evaluate.load("honesty_auroc")
+            error = None
+        except FileNotFoundError as err:
+            error = str(err)
+        print(json.dumps({"error": error, "hooks": [type(f).__name__ for f in sys.meta_path
+                                                    if getattr(f, "elical_hf_evaluate_hook", False)]}))
+    """
+    out = _run(script, tmp_path, _offline_env(hf_home))
+    assert out["hooks"] == [] and "doesn't exist on the Hugging Face Hub" in out["error"]
+    assert not list(hf_home.glob("modules/evaluate_modules/metrics/*honesty_*"))
 
 
 def test_load_by_name_offline_in_fresh_process(tmp_path):
-    """By name, offline, from another directory, with an empty cache; plus by path (the copy `metric_module_path`
-    assembles, and Space folders that run on their own)."""
+    """By name, offline, from another directory, once `elical-hf install-metrics` ran with an empty cache; plus by
+    path (the copy `metric_module_path` assembles, and Space folders that run on their own)."""
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
+    hf_home = tmp_path / "hf"
+    installed = _install_metrics_command(cwd, _offline_env(hf_home))
+    assert [os.path.basename(p) for p in installed] == [f"{name}.py" for name in NAMES]
     for name in NAMES:  # a Space folder: everything it needs, without the package around it
         write_metric_space(name, tmp_path / "spaces" / name)
-    assembled = registration.metric_module_path("honesty_auroc", modules_cache=str(tmp_path / "assembled"))
+    assembled = metric_modules.metric_module_path("honesty_auroc", modules_cache=str(tmp_path / "assembled"))
     conf, correct = _data()
     script = f"""
         import doctest, json, os, sys
@@ -106,11 +132,10 @@ def test_load_by_name_offline_in_fresh_process(tmp_path):
         out["elical_hf_imported"] = "elical_hf" in sys.modules
         print(json.dumps(out))
     """
-    hf_home = tmp_path / "hf"
     out = _run(script, cwd, _offline_env(hf_home))
     assert not out["elical_hf_imported"], "a metric module must not need the elical_hf package"
-    for name in NAMES:
-        assert out["files"][name].startswith(str(hf_home / "modules" / "evaluate_modules" / "metrics")), out["files"]
+    for name, path in zip(NAMES, installed):
+        assert out["files"][name] == path, out["files"]  # the copy install-metrics made, in $HF_HOME/modules
         with open(out["functional"][name], "rb") as used, open(F.__file__, "rb") as source:
             assert used.read() == source.read()  # the package's functional.py, as it is now
         attempted, failed = out["doctests"][name]
@@ -124,7 +149,7 @@ def test_load_by_name_offline_in_fresh_process(tmp_path):
 def _site_run(site_dir, script: str, hf_home) -> dict:
     """A fresh `python -S` whose site folder is `site_dir` (its `.pth` files processed as site.py does) and which
     imports evaluate and its dependencies from this environment, without processing this environment's `.pth` files:
-    the only elical_hf (and the only start-up hook) is the one in `site_dir`."""
+    the only elical_hf is the one in `site_dir`."""
     purelib = sysconfig.get_paths()["purelib"]
     code = f"import site, sys; site.addsitedir({str(site_dir)!r}); sys.path.append({purelib!r})\n"
     code += textwrap.dedent(script)
@@ -148,32 +173,34 @@ def _load_all(conf, correct, names: tuple[str, ...] = NAMES) -> str:
     """
 
 
-def test_an_edit_of_the_source_is_loaded_next_time(tmp_path):
-    """As with an editable install: the hook assembles the modules from the package's files at each `import evaluate`,
-    so an edit of `functional.py` is what the next process loads, and so is the file put back (no stale copy)."""
-    site_dir = tmp_path / "site"
-    package = site_dir / "elical_hf"
-    shutil.copytree(os.path.dirname(F.__file__), package / "metrics", ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "__init__.py").write_text("raise SystemExit('the package must not be imported')\n")
-    (site_dir / registration.PTH_FILENAME).write_text(registration.pth_content())
+def test_an_edit_of_the_source_is_loaded_after_the_next_install(tmp_path, monkeypatch):
+    """As with an editable install: `install_metrics` assembles the modules from the package's files as they are, and
+    makes its copy the newest, so after an edit of `functional.py` (and after putting it back, whose older copy is
+    still in the cache) the next process loads what the last install read."""
+    sources = tmp_path / "metrics"
+    shutil.copytree(metric_modules.METRICS_FOLDER, sources, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(metric_modules, "METRICS_FOLDER", str(sources))
     hf_home = tmp_path / "hf"
     conf, correct = _data(n=60)
-    functional = package / "metrics" / "functional.py"
-    original = functional.read_text()
+    original = (sources / "functional.py").read_text()
     edited = original + "\n\ndef auroc(confidences, correct):\n    return 0.125\n"
     results = []
     for text in (original, edited, original):
-        functional.write_text(text)
-        out = _site_run(site_dir, _load_all(conf, correct, names=("honesty_auroc",)), hf_home)
+        (sources / "functional.py").write_text(text)
+        (path,) = metric_modules.install_metrics(hf_home / "modules", names=("honesty_auroc",))
+        out = _run(_load_all(conf, correct, names=("honesty_auroc",)), tmp_path, _offline_env(hf_home))
+        assert out["honesty_auroc"]["file"] == path
         results.append(out["honesty_auroc"]["result"]["auroc"])
-        with open(os.path.join(os.path.dirname(out["honesty_auroc"]["file"]), "functional.py")) as used:
+        with open(os.path.join(os.path.dirname(path), "functional.py")) as used:
             assert used.read() == text
     assert results == [F.auroc(conf, correct), 0.125, F.auroc(conf, correct)]
+    assert len(list(hf_home.glob("modules/evaluate_modules/metrics/evaluate-metric--honesty_auroc/*/"))) == 2
 
 
 def test_a_wheel_install_loads_by_name(tmp_path):
-    """After a normal (non-editable) install: the wheel of this source tree, unpacked as pip installs it, ships the
-    start-up hook, each metric's script and card and the shared files, and no copy of them."""
+    """After a normal (non-editable) install: the wheel of this source tree ships no start-up hook (no `.pth`), each
+    metric's script and card and the shared files, and no copy of them; once its `elical-hf install-metrics` ran,
+    a fresh process loads the modules by name, assembled from the wheel's files."""
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=lambda folder, names: [
         n for n in names if n in ("__pycache__", "build", "dist", "outputs", "tests", "benchmarks", "examples", "docs")
@@ -189,14 +216,17 @@ def test_a_wheel_install_loads_by_name(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         archive.extractall(site_dir)
-    assert registration.PTH_FILENAME in names
+    assert [n for n in names if n.endswith(".pth")] == []
+    assert {n.split("/")[0] for n in names} == {"elical_hf", wheel.name[: -len("-py3-none-any.whl")] + ".dist-info"}
     for name in NAMES:
         assert {n for n in names if n.startswith(f"elical_hf/metrics/{name}/")} == {
             f"elical_hf/metrics/{name}/{name}.py", f"elical_hf/metrics/{name}/README.md"
         }
-    assert {f"elical_hf/metrics/{f}" for f in registration.SHARED_FILES} <= names
+    assert {f"elical_hf/metrics/{f}" for f in metric_modules.SHARED_FILES} <= names
     hf_home = tmp_path / "hf"
     conf, correct = _data(n=60)
+    install = 'from elical_hf.cli import main\nmain(["install-metrics"])\nprint("{}")\n'
+    _site_run(site_dir, install, hf_home)
     out = _site_run(site_dir, _load_all(conf, correct), hf_home)
     for name in NAMES:
         assert out[name]["file"].startswith(str(hf_home / "modules")), out[name]["file"]
@@ -206,74 +236,74 @@ def test_a_wheel_install_loads_by_name(tmp_path):
         assert out[name]["result"] == _expected(name, conf, correct)
 
 
-def test_hook_uses_cache_chosen_after_start_up(tmp_path):
-    """HF_MODULES_CACHE set by the script itself, after start-up but before `import evaluate`, is the one filled."""
-    late = tmp_path / "late-modules"
-    script = f"""
-        import json, os, sys
-        os.environ["HF_MODULES_CACHE"] = {str(late)!r}
+def test_install_metrics_fills_the_cache_evaluate_reads(tmp_path):
+    """`HF_MODULES_CACHE`, when set, is where both `elical-hf install-metrics` writes and `evaluate.load` reads."""
+    chosen = tmp_path / "chosen-modules"
+    env = _offline_env(tmp_path / "hf", HF_MODULES_CACHE=str(chosen))
+    (_, _, path) = _install_metrics_command(tmp_path, env)
+    assert path.startswith(str(chosen / "evaluate_modules" / "metrics" / "evaluate-metric--honesty_ece"))
+    script = """
+        import json, sys
         import evaluate
         metric = evaluate.load("honesty_ece", keep_in_memory=True)
         result = metric.compute(predictions=[0.9, 0.2, 1.0], references=[1, 0, 1], n_bins=5)
-        print(json.dumps({{"file": sys.modules[type(metric).__module__].__file__, "result": result}}))
+        print(json.dumps({"file": sys.modules[type(metric).__module__].__file__, "result": result}))
     """
-    out = _run(script, tmp_path, _offline_env(tmp_path / "hf"))
-    assert out["file"].startswith(str(late))
+    out = _run(script, tmp_path, env)
+    assert out["file"] == path
     conf, correct = [0.9, 0.2, 1.0], [1, 0, 1]
     assert out["result"] == {"ece": F.ece(conf, correct, n_bins=5), "brier": F.brier(conf, correct)}
+    assert not (tmp_path / "hf" / "modules").exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The registration machinery, without evaluate
+# install_metrics, without evaluate
 
 
-def test_install_evaluate_modules_is_idempotent_and_newest(tmp_path):
+def test_install_metrics_is_idempotent_and_newest(tmp_path):
     cache = tmp_path / "modules"
-    first = registration.install_evaluate_modules(str(cache))
+    first = metric_modules.install_metrics(str(cache))
     name_dir = cache / "evaluate_modules" / "metrics" / "evaluate-metric--honesty_auroc"
     other = name_dir / ("f" * 64)  # a newer copy left by another install
     other.mkdir()
     (other / "honesty_auroc.py").write_text("# other version\n")
     future = os.stat(first[1]).st_mtime_ns + 10**10
     os.utime(other / "honesty_auroc.py", ns=(future, future))
-    second = registration.install_evaluate_modules(str(cache))
+    second = metric_modules.install_metrics(str(cache))
     assert first == second and [os.path.basename(p) for p in first] == [f"{n}.py" for n in NAMES]
     assert os.stat(second[1]).st_mtime_ns > future  # ours is the one evaluate's cache fallback picks
     for path, name in zip(second, NAMES):
         folder = os.path.dirname(path)
         assert len(os.path.basename(folder)) == 64
-        sources = registration.module_sources(name)
+        sources = metric_modules.module_sources(name)
         assert sorted(os.listdir(folder)) == sorted(["__init__.py", f"{name}.json", *sources])
         for target, source in sources.items():
             with open(os.path.join(folder, target), "rb") as mine, open(source, "rb") as src:
                 assert mine.read() == src.read()
     for init in ("__init__.py", "evaluate_modules/__init__.py", "evaluate_modules/metrics/__init__.py"):
         assert (cache / init).is_file()
+    assert not [p for p in (cache / "evaluate_modules").rglob(".*")]  # no lock file or staging folder left behind
 
 
-def test_pth_line_installs_hook_without_importing_the_package(monkeypatch):
-    monkeypatch.delenv(registration.DISABLE_ENV, raising=False)
-    saved = list(sys.meta_path)
-    try:
-        sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "elical_hf_evaluate_hook", False)]
-        before = set(sys.modules)
-        exec(registration.pth_content(), {})
-        exec(registration.pth_content(), {})  # idempotent
-        hooks = [f for f in sys.meta_path if getattr(f, "elical_hf_evaluate_hook", False)]
-        assert len(hooks) == 1 and sys.meta_path[0] is hooks[0]
-        assert not {m for m in set(sys.modules) - before if m.startswith(("numpy", "torch", "evaluate"))}
-        assert hooks[0].find_spec("json") is None
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not hooks[0]]
-        monkeypatch.setenv(registration.DISABLE_ENV, "1")
-        exec(registration.pth_content(), {})
-        assert not any(getattr(f, "elical_hf_evaluate_hook", False) for f in sys.meta_path)
-    finally:
-        sys.meta_path[:] = saved
+def test_install_metrics_replaces_an_incomplete_copy(tmp_path):
+    """A module folder missing a file (an install killed by an older version) is rebuilt, not kept."""
+    cache = tmp_path / "modules"
+    (path,) = metric_modules.install_metrics(cache, names=("honesty_ece",))
+    os.remove(os.path.join(os.path.dirname(path), "functional.py"))
+    assert metric_modules.install_metrics(cache, names=("honesty_ece",)) == [path]
+    with open(os.path.join(os.path.dirname(path), "functional.py"), "rb") as copy:
+        assert copy.read() == open(F.__file__, "rb").read()
 
 
-def test_pth_line_never_raises(monkeypatch):
-    monkeypatch.setattr(sys, "meta_path", [])  # nothing can be found: the line must stay silent
-    exec(registration.pth_content(), {})
+def test_install_metrics_command_reports_an_unwritable_cache_in_one_line(tmp_path, capsys):
+    from elical_hf.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["install-metrics", "--modules_cache", str(blocker / "modules")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("elical-hf install-metrics: error: ") and "a-file" in err
+
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -283,10 +313,10 @@ def test_pth_line_never_raises(monkeypatch):
 @pytest.mark.parametrize("name", NAMES)
 def test_checked_in_folder_holds_only_the_metric(name):
     """The module script and its card; `functional.py`, the mixin, the widget and the requirements are assembled."""
-    folder = registration.metric_source_folder(name)
+    folder = metric_modules.metric_source_folder(name)
     assert {f for f in os.listdir(folder) if f != "__pycache__"} == {f"{name}.py", "README.md"}
     script = open(os.path.join(folder, f"{name}.py"), encoding="utf-8").read()
-    for shared in registration.SHARED_FILES:  # evaluate copies only the script's own relative imports
+    for shared in metric_modules.SHARED_FILES:  # evaluate copies only the script's own relative imports
         assert f"from .{shared[:-3]} import " in script
 
 
@@ -294,11 +324,11 @@ def test_checked_in_folder_holds_only_the_metric(name):
 def test_space_folder(tmp_path, name):
     folder = write_metric_space(name, tmp_path / "space", module_name="renamed")
     assert {f.name for f in folder.iterdir()} == SPACE_FILES | {"renamed.py"}
-    for target, source in registration.module_sources(name).items():
+    for target, source in metric_modules.module_sources(name).items():
         copy = folder / ("renamed.py" if target == f"{name}.py" else target)
         assert copy.read_bytes() == open(source, "rb").read()
     readme = (folder / "README.md").read_text(encoding="utf-8")
-    assert readme == open(os.path.join(registration.metric_source_folder(name), "README.md"), encoding="utf-8").read()
+    assert readme == open(os.path.join(metric_modules.metric_source_folder(name), "README.md"), encoding="utf-8").read()
     front = yaml.safe_load(readme.split("---\n")[1])
     assert front["title"] == CARD_META[name].title and front["sdk"] == "gradio" and front["app_file"] == "app.py"
     assert front["pinned"] is False and front["tags"] == ["evaluate", "metric"] and front["sdk_version"]
@@ -318,12 +348,12 @@ def test_space_folder(tmp_path, name):
 
 
 def test_cards_in_sync():
-    assert check_metric_cards() == [], "run `python -m elical_hf.metrics.metric_cards` to regenerate them"
+    assert check_metric_cards() == [], "run `python -m elical_hf.publishing.metric_cards` to regenerate them"
 
 
 def test_metric_module_path_rejects_unknown(tmp_path):
     with pytest.raises(ValueError, match="Unknown elical-hf metric module"):
-        registration.metric_module_path("accuracy", modules_cache=str(tmp_path / "modules"))
+        metric_modules.metric_module_path("accuracy", modules_cache=str(tmp_path / "modules"))
     assert not (tmp_path / "modules").exists()
 
 
@@ -344,7 +374,7 @@ def metrics(tmp_path_factory):
 
     assembled = str(tmp_path_factory.mktemp("assembled"))
     return {
-        name: evaluate.load(registration.metric_module_path(name, modules_cache=assembled), keep_in_memory=True)
+        name: evaluate.load(metric_modules.metric_module_path(name, modules_cache=assembled), keep_in_memory=True)
         for name in NAMES
     }
 

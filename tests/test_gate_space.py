@@ -19,11 +19,10 @@ from huggingface_hub import RepoCard
 
 from elical_hf import AutoModelForConfidence, push_gate_space
 from elical_hf.cli import main as cli_main
-from elical_hf.hub import GATE_SPACE_APP, GATE_SPACE_GRADIO
-from elical_hf.serve.process import free_port
+from elical_hf.publishing.hub import GATE_SPACE_APP, GATE_SPACE_GRADIO
 from tests.conftest import save_tiny_base
 from tests.hub_server import hub  # noqa: F401 - the fixture
-from tests.serving import TEST_ENV, gated_model
+from tests.serving import TEST_ENV, free_port, gated_model
 
 
 pytestmark = pytest.mark.float32

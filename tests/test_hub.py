@@ -133,7 +133,8 @@ def test_network_failure_mid_upload(hub, tmp_path, caplog):
     before = [c.oid for c in hub.history("alice/flaky")]
     hub.fail_next_commits(1)
     model.confidence_config.decision_threshold = 0.7
-    with caplog.at_level(logging.INFO, logger="elical_hf.hub"), pytest.raises(HubPublishError, match="single commit"):
+    with caplog.at_level(logging.INFO, logger="elical_hf.publishing.hub"), \
+            pytest.raises(HubPublishError, match="single commit"):
         model.push_to_hub("alice/flaky")
     assert [c.oid for c in hub.history("alice/flaky")] == before  # nothing committed
     assert "Published" not in caplog.text  # nothing claimed

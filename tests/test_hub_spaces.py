@@ -13,7 +13,7 @@ from huggingface_hub import RepoCard
 
 from elical_hf import push_metric_space
 from elical_hf.metrics.functional import alignment
-from elical_hf.metrics.registration import METRIC_MODULES, SHARED_FILES, module_sources
+from elical_hf.publishing.metric_modules import METRIC_MODULES, SHARED_FILES, module_sources
 from tests.hub_server import hub  # noqa: F401 - the fixture
 
 
@@ -52,7 +52,7 @@ def test_the_library_metric_spaces(hub, name):
 
 
 def test_a_pushed_space_runs_on_its_own(hub, tmp_path):
-    """The pushed files, in a folder of their own, load with evaluate by path: no elical_hf, no start-up hook."""
+    """The pushed files, in a folder of their own, load with evaluate by path: no elical_hf, no installed module."""
     push_metric_space("honesty_alignment", "alice/my_alignment")
     folder = tmp_path / "my_alignment"
     folder.mkdir()
@@ -68,14 +68,13 @@ print(json.dumps([metric.compute(predictions={conf!r}, references={correct!r}), 
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1")
-    env["ELICAL_HF_NO_EVALUATE_HOOK"] = "1"  # the Space needs no help from the installed package
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
     result, imported = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == alignment(conf, correct) and not imported
     cached = tmp_path / "hf" / "modules" / "evaluate_modules" / "metrics"
-    assert not (cached / "evaluate-metric--honesty_alignment").exists()  # the hook stayed off
+    assert not (cached / "evaluate-metric--honesty_alignment").exists()  # the Space needed no install-metrics
 
 
 def test_bad_metric_space_inputs(hub, tmp_path):

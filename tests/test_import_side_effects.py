@@ -63,8 +63,7 @@ SCRIPT = """
 
 def test_import_changes_nothing_outside_the_package(tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
-    # The evaluate start-up hook is the installation's, not the import's (tests/test_evaluate_hook.py): off here.
-    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1", ELICAL_HF_NO_EVALUATE_HOOK="1")
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr

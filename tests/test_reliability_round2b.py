@@ -239,22 +239,23 @@ def test_a_second_conversion_waits_and_reuses_the_first(tmp_path, monkeypatch):
     assert json.loads((target / "config.json").read_text()) == {"by": "first"}
 
 
-@case("data", "two processes installing the metric modules into evaluate's module cache at once (`import evaluate` "
-      "in two processes)",
-      "they take turns (`registration.install_lock`, a POSIX `flock`), and each module folder is built aside and moved "
-      "into place, so another process's `evaluate.load` never sees a module without its `functional.py`")
+@case("data", "two processes installing the metric modules into evaluate's module cache at once "
+      "(`elical-hf install-metrics` in two processes)",
+      "they take turns (`atomic.cache_lock`, the lock of every cache written once), and each module folder is built "
+      "aside and moved into place, so another process's `evaluate.load` never sees a module without its "
+      "`functional.py`")
 def test_evaluate_module_installs_take_turns_and_never_show_a_part(tmp_path, monkeypatch):
-    from elical_hf.metrics import registration
+    from elical_hf.publishing import metric_modules
 
     cache = tmp_path / "modules"
     metrics = cache / "evaluate_modules" / "metrics"
     released = tmp_path / "released"
     holder = _hold(
-        "import time\nfrom pathlib import Path\nfrom elical_hf.metrics.registration import install_lock\n"
-        f"with install_lock({str(metrics)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
+        "import time\nfrom pathlib import Path\nfrom elical_hf.atomic import cache_lock\n"
+        f"with cache_lock({str(metrics)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
         f"    Path({str(released)!r}).write_text('done')\n", tmp_path)
     try:
-        registration.install_evaluate_modules(str(cache))
+        metric_modules.install_metrics(str(cache))
         assert released.exists()  # it waited for the holder
     finally:
         holder.wait(timeout=60)
@@ -264,13 +265,13 @@ def test_evaluate_module_installs_take_turns_and_never_show_a_part(tmp_path, mon
 
     def watching_replace(source, destination):  # what a reader in another process could see at each step
         for script in (tmp_path / "fresh").glob("evaluate_modules/metrics/*/*/honesty_*.py"):
-            shared = [script.parent / name for name in registration.SHARED_FILES]
+            shared = [script.parent / name for name in metric_modules.SHARED_FILES]
             if len(script.parent.name) == 64 and not all(path.is_file() for path in shared):
                 seen_parts.append(script)
         return replace(source, destination)
 
     monkeypatch.setattr(os, "replace", watching_replace)
-    paths = registration.install_evaluate_modules(str(tmp_path / "fresh"))
+    paths = metric_modules.install_metrics(str(tmp_path / "fresh"))
     assert seen_parts == [] and all(Path(p).is_file() for p in paths)
 
 

@@ -90,7 +90,7 @@ def test_a_gates_bad_text_is_named_as_what_it_is(gate_setup):  # noqa: F811
       "refused before anything is published: `--include sub/key.pem: not a file at the top of …` (was: silently not "
       "published, the push reported done)")
 def test_push_include_must_name_a_top_level_file(tmp_path, tiny_llama):
-    from elical_hf.hub import _stage_model_folder
+    from elical_hf.publishing.hub import _stage_model_folder
 
     folder = saved_tiny_model(tmp_path, tiny_llama)
     (folder / "sub").mkdir()
@@ -140,7 +140,7 @@ def test_a_config_with_a_duplicated_field_or_an_absurd_length_is_refused(tiny_ll
       "below the folder)", "refused before anything is staged: `… holds symbolic links to files below it: "
       "tokenizer.model -> sub/key.pem …` (was: the key published under the tokenizer's name)")
 def test_push_refuses_a_model_file_linked_to_a_file_below_it(tmp_path, tiny_llama):
-    from elical_hf.hub import _stage_model_folder
+    from elical_hf.publishing.hub import _stage_model_folder
 
     folder = saved_tiny_model(tmp_path, tiny_llama)
     (folder / "sub").mkdir()
@@ -158,7 +158,7 @@ def test_push_refuses_a_model_file_linked_to_a_file_below_it(tmp_path, tiny_llam
       "a 400 for that request, `param: elical`: `The elical gate options (thresholds) apply to a gate server; this one "
       "serves plain completions …` (was: accepted and silently ignored)")
 def test_gate_options_are_refused_where_nothing_is_gated():
-    from elical_hf.serve.engine import CompletionEngine
+    from elical_hf.serve.completion import CompletionEngine
     from elical_hf.serve.schema import ChatCompletionRequest, RequestError
     from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
 

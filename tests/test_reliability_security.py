@@ -114,7 +114,7 @@ def test_links_leaving_metric_and_records_folders_are_refused(tmp_path, capsys):
     assert links_leaving(records) == [os.path.join("tiny", "nq_test.jsonl")]
     assert cli_main(["push", str(records), "alice/bench", "--kind", "honestybench"]) == 2
     assert "holds symbolic links to outside it (tiny/nq_test.jsonl)" in capsys.readouterr().err
-    from elical_hf.metrics.metric_cards import write_metric_space
+    from elical_hf.publishing.metric_cards import write_metric_space
 
     metric = write_metric_space("honesty_auroc", tmp_path / "honesty_auroc")  # a complete Space folder
     (metric / "extra.txt").symlink_to(outside / "nq_test.jsonl")

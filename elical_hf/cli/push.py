@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .parser import TOKEN_HELP, ElicalArgumentParser, warn_token_on_command_line
+from .parser import ElicalArgumentParser, HubArguments, warn_token_on_command_line
 
 
-@dataclass
-class PushArguments:
+@dataclass(kw_only=True)
+class PushArguments(HubArguments):
     """Options of `elical-hf push` (also settable from `--config file.yaml`)."""
 
     source: str = field(metadata={"positional": True, "help": "Model folder (--kind model), records file/folder "
@@ -24,7 +24,6 @@ class PushArguments:
                                     "against the backbone the adapter was trained on before anything is published)."}
     )
     private: bool = field(default=False, metadata={"help": "Create the repository as private."})
-    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
     revision: str | None = field(default=None, metadata={"help": "Branch to commit to (models and datasets)."})
     commit_message: str | None = field(default=None, metadata={"help": "Commit message."})
     include: list[str] = field(
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from elical_hf.atomic import json_text
-    from elical_hf.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
+    from elical_hf.publishing.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
 
     (options,) = make_parser().parse_with_config(argv)
     warn_token_on_command_line(argv)

@@ -3,8 +3,8 @@
 
 Only evaluate modules use this file. It is no module folder's own: the folders `elical_hf/metrics/honesty_*/` hold just
 their module script and card, and this file and `functional.py` are put next to the script wherever a runnable module
-is assembled (evaluate's module cache, `registration.install_evaluate_modules`; a metric Space,
-`metric_cards.write_metric_space`). Hence the one relative import: `functional.py` is always its sibling.
+is assembled (evaluate's module cache, `publishing.metric_modules.install_metrics`; a metric Space,
+`publishing.metric_cards.write_metric_space`). Hence the one relative import: `functional.py` is always its sibling.
 """
 
 from __future__ import annotations

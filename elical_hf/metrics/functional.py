@@ -6,7 +6,8 @@ dicts of them). Nothing here needs scikit-learn at runtime; [`auroc`] and [`aupr
 `average_precision_score` exactly, including ties.
 
 The `honesty_*` evaluate modules compute with this very file: it is put next to each module script wherever a
-runnable module is assembled (see `registration.py`), so it must import nothing but numpy and the standard library.
+runnable module is assembled (`elical_hf/publishing/metric_modules.py`), so it must import nothing but numpy and the
+standard library.
 """
 
 from __future__ import annotations

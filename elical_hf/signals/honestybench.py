@@ -3,9 +3,9 @@
 [`load_honestybench`] reads a file, a folder or a Hub dataset of records
 ([`~elical_hf.signals.records.load_records`]) into a [`~datasets.DatasetDict`] with the paper's splits and the columns
 the trainer needs. [`write_honestybench_files`] writes records as the data files of a HonestyBench dataset folder
-(parquet per model, dataset and split); [`~elical_hf.write_honestybench`] (publishing, `dataset_card.py`) adds the card,
+(parquet per model, dataset and split); [`~elical_hf.write_honestybench`] (`publishing/dataset_card.py`) adds the card,
 and [`~elical_hf.push_honestybench`] publishes the folder. What a file's path says (model, dataset, split) is read in
-[`~elical_hf.signals.records.layout`]; its names are importable from here too.
+[`~elical_hf.signals.records.layout`].
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ from datasets import DatasetDict, Features, Value
 from ..files import path_component
 from .records import check_unique_records, load_records, normalize_record, read_records, record_features
 from .records.layout import (
-    DATASET_ALIASES, HONESTYBENCH_REPO, PAPER_SPLITS, SPLIT_WORDS, canonical_dataset, hinted_record_files,
-    paper_split, parse_record_path, source_split,
+    HONESTYBENCH_REPO, PAPER_SPLITS, canonical_dataset, hinted_record_files, paper_split, parse_record_path,
+    source_split,
 )
 
 
-__all__ = [
-    "DATASET_ALIASES", "HONESTYBENCH_REPO", "PAPER_SPLITS", "SPLIT_WORDS", "HonestyBenchFiles", "canonical_dataset",
-    "load_honestybench", "paper_split", "parse_record_path", "write_honestybench_files",
-]
+__all__ = ["HonestyBenchFiles", "load_honestybench", "write_honestybench_files"]
 
 
 def load_honestybench(

@@ -5,12 +5,12 @@ and its card `README.md`. In the card, the YAML front matter and every block bet
 `<!-- BEGIN GENERATED: <block> ... -->` and `<!-- END GENERATED: <block> -->` markers are rendered from the module's
 `_DESCRIPTION` and `_KWARGS_DESCRIPTION` (its Args, Returns and Examples) and the shared citation
 (`evaluate_mixin.CITATION`), read with `ast`, so nothing heavy is imported; the prose sections are written by hand.
-Run `python -m elical_hf.metrics.metric_cards` to rewrite the cards, `--check` to list the stale ones (exit status 1;
+Run `python -m elical_hf.publishing.metric_cards` to rewrite the cards, `--check` to list the stale ones (exit status 1;
 a test runs the check).
 
 A Space folder, one that runs on its own ([`write_metric_space`]; `hub.push_metric_space` stages one, and
-`python -m elical_hf.metrics.metric_cards --spaces DIR` writes all three), is assembled from
-`registration.module_sources` (the script, `functional.py`, `evaluate_mixin.py`), the rendered card, and `app.py`
+`python -m elical_hf.publishing.metric_cards --spaces DIR` writes all three), is assembled from
+`metric_modules.module_sources` (the script, `functional.py`, `evaluate_mixin.py`), the rendered card, and `app.py`
 and `requirements.txt` from the templates below.
 """
 
@@ -26,10 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-try:
-    from .registration import METRIC_MODULES, metric_source_folder, module_sources
-except ImportError:  # run as a file
-    from registration import METRIC_MODULES, metric_source_folder, module_sources  # type: ignore[no-redef]
+from .metric_modules import METRIC_MODULES, metric_source_folder, module_sources
 
 
 __all__ = [
@@ -79,15 +76,16 @@ correctness labels of those answers (1 = correct).
 
 ```python
 >>> import evaluate
->>> {name} = evaluate.load("{name}")  # offline too, once `pip install elical-hf` is done
+>>> {name} = evaluate.load("{name}")  # offline too, once `elical-hf install-metrics` has run
 >>> results = {name}.compute(predictions=[0.9, 0.2, 0.7], references=[1, 0, 0])
 ```
 
-Without elical-hf installed, load the published Space (`evaluate.load("<user>/{name}")`) or a Space folder by path
-(`evaluate.load("path/to/{name}")`, a folder written by `python -m elical_hf.metrics.metric_cards --spaces DIR`): the
-module only needs `evaluate`, `datasets` and `numpy`, since a Space carries `functional.py` and `evaluate_mixin.py`,
-the files of `elical_hf.metrics` it computes with. With elical-hf installed,
-`evaluate.load(elical_hf.metrics.registration.metric_module_path("{name}"))` loads it by path too."""
+With elical-hf installed, `elical-hf install-metrics` (or `elical_hf.install_metrics()`) puts the module into
+evaluate's module cache, where `evaluate.load("{name}")` finds it by name, offline, from then on;
+`evaluate.load(elical_hf.metric_module_path("{name}"))` loads it by path. Without elical-hf, load the published Space
+(`evaluate.load("<user>/{name}")`) or a Space folder by path (`evaluate.load("path/to/{name}")`, a folder written by
+`python -m elical_hf.publishing.metric_cards --spaces DIR`): the module only needs `evaluate`, `datasets` and `numpy`,
+since a Space carries `functional.py` and `evaluate_mixin.py`, the files of `elical_hf.metrics` it computes with."""
 
 _BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<block>[\w-]+)[^\n]*-->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=block) -->)", re.S
@@ -216,7 +214,7 @@ def render_card(name: str) -> str:
     """The card `README.md` of metric `name`: the checked-in one with its front matter and generated blocks rendered.
 
     Args:
-        name (`str`): One of `registration.METRIC_MODULES`.
+        name (`str`): One of `metric_modules.METRIC_MODULES`.
 
     Returns:
         `str`: The card's text.
@@ -228,11 +226,11 @@ def render_card(name: str) -> str:
 def write_metric_space(name: str, folder: str | os.PathLike, module_name: str | None = None) -> Path:
     """Write the Space folder of metric `name`, a folder that runs on its own (`evaluate.load(folder)`).
 
-    It holds the module script, the files it imports (`registration.module_sources`), the rendered card
+    It holds the module script, the files it imports (`metric_modules.module_sources`), the rendered card
     ([`render_card`]), `app.py` (the Gradio widget) and `requirements.txt`.
 
     Args:
-        name (`str`): One of `registration.METRIC_MODULES`.
+        name (`str`): One of `metric_modules.METRIC_MODULES`.
         folder (`str` or `os.PathLike`): Where to write; created if missing, and must hold none of the files.
         module_name (`str`, *optional*, defaults to `name`): File name of the script (`<module_name>.py`): evaluate
             loads a Space's module by the Space's name.
@@ -311,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in stale:
         print(f"{verb}: {os.path.relpath(path)}")
     if args.check and stale:
-        print("Run `python -m elical_hf.metrics.metric_cards` to regenerate them.", file=sys.stderr)
+        print("Run `python -m elical_hf.publishing.metric_cards` to regenerate them.", file=sys.stderr)
         return 1
     return 0
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .atomic import json_text, umask_permissions
-from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
-from .files import links_leaving
-from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
-from .model_card import GENERATED_MARKER, RELIABILITY_IMAGE, write_folder_card
+from ..atomic import json_text, umask_permissions
+from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
+from ..files import links_leaving
+from ..hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
+from ..model_card import GENERATED_MARKER, RELIABILITY_IMAGE, write_folder_card
+from .metric_modules import METRIC_MODULES
 
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,6 @@ MODEL_FILES = frozenset({
 """The top-level files of a confidence model folder that [`push_folder`] publishes; any other file is refused unless
 named in `extra_files` (pickles and hidden files are never published)."""
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
-METRIC_SPACES = ("honesty_auroc", "honesty_ece", "honesty_alignment")
 METRIC_SPACE_FILES = ("README.md", "app.py", "requirements.txt")
 
 
@@ -94,8 +94,8 @@ def _check_named_base(folder: str, config: Mapping[str, Any], recorded: str | No
         return
     from transformers import AutoConfig
 
-    from .default_model import resolve_model_path
-    from .loading import load_pretrained
+    from ..default_model import resolve_model_path
+    from ..loading import load_pretrained
 
     try:
         found = backbone_signature(load_pretrained(AutoConfig.from_pretrained, resolve_model_path(base)[0],
@@ -175,10 +175,7 @@ def _stage_model_folder(folder: str, staging: Path, extra_files: Sequence[str] =
         shutil.copy2(path, staging / path.name)
     after = marker.stat() if marker.is_file() else None
     if after is None or (after.st_mtime_ns, after.st_size, after.st_ino) != (
-        before.st_mtime_ns,
-        before.st_size,
-        before.st_ino,
-    ):
+            before.st_mtime_ns, before.st_size, before.st_ino):
         raise ValueError(f"{folder} changed while it was being staged (a save in progress?); retry once it is done.")
 
 
@@ -204,17 +201,8 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _commit_folder(
-    staging: Path,
-    repo_id: str,
-    *,
-    repo_type: str,
-    private: bool | None,
-    token: str | None,
-    revision: str | None,
-    commit_message: str,
-    space_sdk: str | None = None,
-) -> Any:
+def _commit_folder(staging: Path, repo_id: str, *, repo_type: str, private: bool | None, token: str | None,
+                   revision: str | None, commit_message: str, space_sdk: str | None = None) -> Any:
     """Create the repo if needed (and the branch `revision`), then upload `staging` in one commit."""
     from huggingface_hub import HfApi
 
@@ -377,7 +365,7 @@ def push_metric_space(
         folder (`str`, *optional*): A metric folder of your own (`<name>.py`, `README.md`, `app.py`,
             `requirements.txt`, and the module's local imports: other `.py` files), uploaded as it is; any other
             file is refused unless named in `extra_files`. Without it, the library metric
-            `name` is assembled from its single sources (`metrics.metric_cards.write_metric_space`: the module, the
+            `name` is assembled from its single sources (`metric_cards.write_metric_space`: the module, the
             `functional.py` and `evaluate_mixin.py` it imports, its card, the widget and the requirements).
         private (`bool`, *optional*), token (`str`, *optional*), commit_message (`str`, *optional*),
             extra_files (`list[str]`, *optional*): As for models.
@@ -388,8 +376,8 @@ def push_metric_space(
     from huggingface_hub import RepoCard
 
     validate_hub_repo_id(repo_id)
-    if folder is None and name not in METRIC_SPACES:
-        raise ValueError(f"Unknown metric {name!r}; choose one of {METRIC_SPACES} or pass `folder=`.")
+    if folder is None and name not in METRIC_MODULES:
+        raise ValueError(f"Unknown metric {name!r}; choose one of {METRIC_MODULES} or pass `folder=`.")
     if folder is not None:
         folder = Path(folder)
         missing = [f for f in (f"{name}.py", *METRIC_SPACE_FILES) if not (folder / f).is_file()]
@@ -405,7 +393,7 @@ def push_metric_space(
     with tempfile.TemporaryDirectory(prefix="elical-hf-space-") as tmp:
         staging = Path(tmp)
         if folder is None:
-            from .metrics.metric_cards import write_metric_space
+            from .metric_cards import write_metric_space
 
             folder = write_metric_space(name, staging, module_name=module)
         else:
@@ -430,7 +418,7 @@ def push_metric_space(
 
 # -- the gate Space ----------------------------------------------------------------------------------------------------
 
-GATE_SPACE_APP = Path(__file__).resolve().parent / "spaces" / "gate" / "app.py"
+GATE_SPACE_APP = Path(__file__).resolve().parents[1] / "spaces" / "gate" / "app.py"
 GATE_SPACE_GRADIO = "6.31.0"
 """The gradio version the gate Space's app is tested with (`tests/test_gate_space.py`), its card's `sdk_version`."""
 
@@ -484,7 +472,7 @@ def push_gate_space(
     Uploaded: `app.py`, `gate.json` (`{"model": model}`), `requirements.txt` (elical-hf; gradio comes from the card's
     `sdk_version`) and `README.md` (the Space card, linking the model).
     """
-    from .version import __version__
+    from ..version import __version__
 
     validate_hub_repo_id(repo_id)
     if os.path.exists(model):

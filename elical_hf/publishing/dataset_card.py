@@ -5,17 +5,17 @@ write_honestybench_files`]) plus the dataset card rendered here from `model_card
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .model_card import CITATION, PAPER_TITLE, PAPER_URL, templates_dir
-from .prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-from .signals.honestybench import HonestyBenchFiles, write_honestybench_files
-from .signals.lexical_judge import CORRECTNESS_JUDGES
+from ..bundled import bundled_manifest
+from ..model_card import CITATION, PAPER_TITLE, PAPER_URL, templates_dir
+from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
+from ..signals.honestybench import HonestyBenchFiles, write_honestybench_files
+from ..signals.lexical_judge import CORRECTNESS_JUDGES
 
 
 __all__ = ["DATASET_CARD_TEMPLATE", "render_honestybench_card", "write_honestybench"]
@@ -60,8 +60,7 @@ def _size_category(count: int) -> str:
 
 
 def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
-    manifest_path = Path(__file__).resolve().parent / "resources" / "qa" / "manifest.json"
-    known = json.loads(manifest_path.read_text(encoding="utf-8"))["datasets"] if manifest_path.is_file() else {}
+    known = bundled_manifest()  # the bundled subsets' sources: license, citation, url
     rows = []
     for name in dataset_names:
         entry = known.get(name, {})
