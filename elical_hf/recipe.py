@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -9,6 +10,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Mapping
 from typing import Any
 
 from accelerate import PartialState
@@ -17,11 +19,13 @@ from transformers import set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 
 from .atomic import atomic_write_json, json_text
-from .auto import AutoModelForConfidence, check_feature_layer, check_four_bit_support, find_saved_model
+from .auto import AutoModelForConfidence, check_feature_layer, check_four_bit_support
+from .saved_model import find_saved_model
 from .columns import EVAL_LABEL_COLUMN
 from .data import as_dataset, split_dev
 from .trainer import ConfidenceTrainer
 from .training_args import ConfidenceTrainingArguments
+from .training_options import DEFAULT_LABEL_COLUMNS, Stage
 
 
 logger = logging.getLogger(__name__)
@@ -33,6 +37,9 @@ FREE_TRAINING_ARGS = (
     "logging_steps", "logging_dir", "disable_tqdm", "report_to", "dataloader_num_workers", "per_device_eval_batch_size",
 )
 """Training arguments a resumed run may change (they do not change the trained weights)."""
+SETUP_TRAINING_ARGS = ("use_cpu", "ddp_backend", "ddp_timeout", "accelerator_config", "deepspeed")
+"""Training arguments `TrainingArguments` sets the processes up from: every instance re-initialises accelerate's
+state with them, so an instance built to compare with keeps the run's own (and the run manifest leaves them out)."""
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
@@ -92,6 +99,47 @@ def _warn_single_class(labels: Dataset) -> None:
             return
 
 
+def run_arguments(
+    training_args: ConfidenceTrainingArguments | Mapping[str, Any] | None,
+    output_dir: str,
+    stage: str,
+    calibration_trainable: str = "all",
+    *,
+    num_rows: int,
+    has_dev: bool,
+    seed: int = 42,
+) -> ConfidenceTrainingArguments:
+    """
+    The training arguments of one run: `training_args` with the run's `output_dir`, `stage` (and so its label column)
+    and `calibration_trainable`, and the recipe's rules where it leaves a field `None`: `num_train_epochs` the paper's
+    for `num_rows` ([`paper_epochs`]), `early_stopping_patience` 4 with a dev split (which turns on an evaluation per
+    epoch), `save_total_limit` 1. Without a dev split (`has_dev=False`) a run neither evaluates nor stops early.
+
+    Args:
+        training_args ([`ConfidenceTrainingArguments`] or `dict`, *optional*): The settings of every run, or a dict
+            of such fields (`seed` defaulting to `seed`, `num_train_epochs` to the rule).
+    """
+    if isinstance(training_args, ConfidenceTrainingArguments):
+        base = dataclasses.replace(training_args, output_dir=output_dir, stage=stage, label_column=None,
+                                   calibration_trainable=calibration_trainable)
+        base.model_init_kwargs = training_args.model_init_kwargs
+    else:
+        settings = {"seed": seed, "num_train_epochs": None, **(training_args or {})}
+        base = ConfidenceTrainingArguments(output_dir=output_dir, stage=stage,
+                                           calibration_trainable=calibration_trainable, **settings)
+    rules = {"num_train_epochs": paper_epochs(num_rows), "early_stopping_patience": 4 if has_dev else None,
+             "save_total_limit": 1}
+    run = {name: value for name, value in rules.items() if getattr(base, name) is None}
+    if not has_dev and base.early_stopping_patience is not None:
+        logger.warning("%s: too few rows (%d) for a dev split; training without early stopping.", stage, num_rows)
+        run.update(early_stopping_patience=None, eval_strategy="no", load_best_model_at_end=False)
+    if not run:
+        return base
+    args = dataclasses.replace(base, **run)
+    args.model_init_kwargs = base.model_init_kwargs
+    return args
+
+
 def train_stage(
     model: Any,
     train_data: Any,
@@ -101,14 +149,15 @@ def train_stage(
     dev_fraction: float = 0.1,
     dev_data: Any | None = None,
     seed: int = 42,
-    training_args: dict[str, Any] | None = None,
+    training_args: ConfidenceTrainingArguments | Mapping[str, Any] | None = None,
     calibration_trainable: str = "all",
     keep_checkpoints: bool = False,
     resume: bool = False,
 ) -> ConfidenceTrainer:
     """Train one stage with a dev set for early stopping, and save the final model to `output_dir`.
 
-    The dev set is `dev_data` when given, else a seeded `dev_fraction` of `train_data` (by question). Checkpoints go
+    The dev set is `dev_data` when given, else a `dev_fraction` of `train_data` (by question) seeded by `seed`, which
+    also seeds training unless `training_args` (the settings, [`run_arguments`]) sets its own. Checkpoints go
     to `output_dir/checkpoints` while training and are removed once the final model is saved, unless
     `keep_checkpoints` (only the `checkpoint-<step>` folders the Trainer wrote are removed, nothing else there).
     With `resume`, training continues from the last complete checkpoint there ([`last_complete_checkpoint`]), if any:
@@ -118,21 +167,9 @@ def train_stage(
         train, dev = as_dataset(train_data, stage), as_dataset(dev_data, f"{stage} dev")
     else:
         train, dev = split_dev(train_data, dev_fraction, seed, stage)
-    settings: dict[str, Any] = {
-        "num_train_epochs": paper_epochs(len(train)),
-        "early_stopping_patience": 4 if dev is not None else None,
-        "eval_strategy": "epoch" if dev is not None else "no",
-        "save_total_limit": 1,
-        "seed": seed,
-    }
-    settings.update(training_args or {})
-    if dev is None and settings.get("early_stopping_patience") is not None:
-        logger.warning("%s: too few rows (%d) for a dev split; training without early stopping.", stage, len(train))
-        settings.update(early_stopping_patience=None, eval_strategy="no")
     checkpoints = os.path.join(output_dir, "checkpoints")
-    args = ConfidenceTrainingArguments(
-        output_dir=checkpoints, stage=stage, calibration_trainable=calibration_trainable, **settings
-    )
+    args = run_arguments(training_args, checkpoints, stage, calibration_trainable, num_rows=len(train),
+                         has_dev=dev is not None, seed=seed)
     trainer = ConfidenceTrainer(model, args=args, train_dataset=train, eval_dataset=dev)
     checkpoint = last_complete_checkpoint(checkpoints) if resume else None
     if checkpoint is not None:
@@ -240,21 +277,43 @@ def _write_run_manifest(output_dir: str, run: dict[str, Any], done: list[str]) -
     atomic_write_json(os.path.join(output_dir, RUN_MANIFEST_NAME), manifest)
 
 
+def check_recipe_arguments(args: ConfidenceTrainingArguments) -> None:
+    """Refuse training arguments that set what [`train_elical`] sets per run: `stage` and `label_column` (stage 1 on
+    `consistency`, then calibration on `correctness`)."""
+    if args.stage != Stage.ELICITATION or args.label_column != DEFAULT_LABEL_COLUMNS[Stage.ELICITATION]:
+        raise ValueError(f"--stage / --label_column (here {args.stage.value} / {args.label_column}) are set per run by "
+                         "the recipe (stage 1 on `consistency`, then calibration on `correctness`): leave them out.")
+
+
+def changed_training_args(args: ConfidenceTrainingArguments) -> dict[str, Any]:
+    """The settings of `args` that differ from [`ConfidenceTrainingArguments`]' defaults (a `None` the recipe reads as
+    its rule counts as the default), as the run manifest records them: what a resumed run must share, less what the
+    recipe sets per run or records on its own (`output_dir`, `stage`, `label_column`, `calibration_trainable`,
+    `seed`), [`FREE_TRAINING_ARGS`] and the process set-up ([`SETUP_TRAINING_ARGS`])."""
+    fields = [f for f in dataclasses.fields(ConfidenceTrainingArguments)
+              if f.init and f.name not in SETUP_TRAINING_ARGS]
+    defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                for f in fields}
+    # built from `args`, so that it sets up the processes as `args` did (every instance re-initialises accelerate)
+    baseline = dataclasses.replace(args, **{**defaults, "output_dir": args.output_dir, "num_train_epochs": None})
+    skip = {"output_dir", "stage", "label_column", "calibration_trainable", "seed", *FREE_TRAINING_ARGS,
+            *SETUP_TRAINING_ARGS}
+    defaults = baseline.to_dict()
+    return {name: value for name, value in args.to_dict().items() if name not in skip and value != defaults.get(name)}
+
+
 def train_elical(
     model_name_or_path: str,
     elicitation_data: Any,
     calibration_data: Any,
     output_dir: str,
     *,
+    training_args: ConfidenceTrainingArguments | None = None,
     num_labels: int | None = None,
     num_elicitation: int | None = None,
-    calibration_trainable: str = "all",
     cal_only: bool = True,
     dev_fraction: float = 0.1,
-    seed: int = 42,
-    training_args: dict[str, Any] | None = None,
     calibration_training_args: dict[str, Any] | None = None,
-    model_init_kwargs: dict[str, Any] | None = None,
     overwrite_output_dir: bool = False,
 ) -> dict[str, str]:
     """
@@ -274,26 +333,26 @@ def train_elical(
             Rows with `question` and `correctness`; `num_labels` of them are used.
         output_dir (`str`):
             Gets `elicitation/`, `elical/` and (with `cal_only`) `cal-only/`, each a loadable confidence model.
+        training_args ([`ConfidenceTrainingArguments`], *optional*):
+            The settings of every run (each gets its own `output_dir`, `stage` and trainable parts,
+            [`run_arguments`]): `seed` seeds the label subset, the dev splits and training; `calibration_trainable`
+            is what stage 2 trains on top of stage 1 (`"all"`, LoRA + head as the paper's reference code, or
+            `"head"`); `model_init_kwargs` go to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`,
+            `feature_layer`: every model of the run reads that layer). Where `num_train_epochs` or
+            `early_stopping_patience` is `None`, each run follows the recipe's rule (the paper's epochs for its data
+            size; patience 4 with a dev split). Default: `ConfidenceTrainingArguments(output_dir,
+            num_train_epochs=None)`. `stage` and `label_column` are the recipe's to set (refused otherwise).
         num_labels (`int`, *optional*):
             Label budget for stage 2 (dev rows for early stopping are taken out of it). `None`: all rows.
         num_elicitation (`int`, *optional*):
             Stage-1 budget: a seeded random subset of this many elicitation rows ([`take_elicitation`]; dev rows come
             out of it too), for the paper's elicitation-data-size ablation. `None`: all rows.
-        calibration_trainable (`str`, *optional*, defaults to `"all"`):
-            What stage 2 trains on top of stage 1: `"all"` (LoRA + head, as the paper's reference code) or `"head"`.
         cal_only (`bool`, *optional*, defaults to `True`):
             Also train Cal-Only (LoRA + head from scratch on the same labels) for comparison.
         dev_fraction (`float`, *optional*, defaults to 0.1):
             Share of each stage's rows held out (by question) for early stopping.
-        seed (`int`, *optional*, defaults to 42):
-            Seeds the label subset, the dev splits and training.
-        training_args (`dict`, *optional*):
-            [`ConfidenceTrainingArguments`] fields for both stages (e.g. `num_train_epochs`, `learning_rate`).
         calibration_training_args (`dict`, *optional*):
-            Overrides for stage 2 and Cal-Only.
-        model_init_kwargs (`dict`, *optional*):
-            Passed to [`AutoModelForConfidence.from_pretrained`] (e.g. `dtype`, `feature_layer`: every model of the run
-            reads that layer).
+            Fields of `training_args` set otherwise for stage 2 and Cal-Only.
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Train anew in an `output_dir` that holds other files or another run (its models are replaced; files we
             did not write are left alone).
@@ -301,19 +360,27 @@ def train_elical(
     Returns:
         `dict[str, str]`: the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`.
     """
+    args = training_args
+    if args is None:
+        args = ConfidenceTrainingArguments(output_dir=output_dir, num_train_epochs=None)
+    check_recipe_arguments(args)
+    seed, calibration_trainable = args.seed, args.calibration_trainable.value
+    stage2_args = args
+    if calibration_training_args:
+        stage2_args = dataclasses.replace(args, **calibration_training_args)
+        stage2_args.model_init_kwargs = args.model_init_kwargs
     labelled = take_labels(calibration_data, num_labels, seed)
     elicitation_data = take_elicitation(elicitation_data, num_elicitation, seed)
-    stage2_args = {**(training_args or {}), **(calibration_training_args or {})}
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
-    init = model_init_kwargs or {}
+    init = dict(args.model_init_kwargs or {})
     run = _jsonable({
         "model_name_or_path": model_name_or_path, "num_labels": num_labels, "num_labels_used": len(labelled),
         "num_elicitation": num_elicitation,  # None (all rows) matches a manifest written before the option existed
         **({"num_elicitation_used": len(elicitation_data)} if num_elicitation is not None else {}),
         "calibration_trainable": calibration_trainable,
         "dev_fraction": dev_fraction, "seed": seed, "model_init_kwargs": init,
-        "training_args": {k: v for k, v in (training_args or {}).items() if k not in FREE_TRAINING_ARGS},
-        "calibration_training_args": {k: v for k, v in stage2_args.items() if k not in FREE_TRAINING_ARGS},
+        "training_args": changed_training_args(args),
+        "calibration_training_args": changed_training_args(stage2_args),
         "elicitation_data": data_fingerprint(elicitation_data, "elicitation"),
         "calibration_data": data_fingerprint(labelled, "calibration"),
     })
@@ -331,7 +398,8 @@ def train_elical(
             return True
         return False
 
-    def train(key: str, model: Any, data: Any, stage: str, settings: dict[str, Any] | None, trainable: str) -> None:
+    def train(key: str, model: Any, data: Any, stage: str, settings: ConfidenceTrainingArguments,
+              trainable: str) -> None:
         train_stage(model, data, paths[key], stage, dev_fraction=dev_fraction, seed=seed, training_args=settings,
                     calibration_trainable=trainable, keep_checkpoints=True, resume=True)
         done.append(key)
@@ -346,7 +414,7 @@ def train_elical(
         logger.info("Stage 1 (elicitation) on %d questions", len(as_dataset(elicitation_data, "elicitation")))
         set_seed(seed)  # the fresh LoRA and head are drawn from the global RNG
         model = AutoModelForConfidence.from_pretrained(model_name_or_path, **init)
-        train("elicitation", model, elicitation_data, "elicitation", training_args, "all")
+        train("elicitation", model, elicitation_data, "elicitation", args, "all")
 
     if not finished("elical"):
         logger.info("Stage 2 (calibration, %s) on %d labels", calibration_trainable, len(labelled))

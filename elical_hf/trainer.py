@@ -17,14 +17,8 @@ from transformers.trainer_utils import HubStrategy
 from .auto import AutoModelForConfidence, PeftModelForConfidence
 from .callbacks import ConfidenceCardCallback, history_entry
 from .atomic import atomic_write_text
-from .data import (
-    EVAL_LABEL_COLUMN,
-    ConfidenceDataCollator,
-    as_dataset,
-    ensure_pad_token,
-    tokenize_dataset,
-    validate_columns,
-)
+from .data import EVAL_LABEL_COLUMN, ConfidenceDataCollator, as_dataset, tokenize_dataset, validate_columns
+from .encoding import ensure_pad_token
 from .metrics import alignment, auroc, brier, ece
 from .metrics.functional import MIN_THRESHOLD_ROWS
 from .precision import precision_report
@@ -65,7 +59,8 @@ class ConfidenceTrainer(Trainer):
     Args:
         model (`str` or [`PeftModelForConfidence`]):
             A model from [`AutoModelForConfidence`], or a name/path to load one from (a base causal LM for a fresh
-            model, or a saved confidence model, e.g. the stage-1 output when calibrating).
+            model, or a saved confidence model, e.g. the stage-1 output when calibrating) with
+            `args.model_init_kwargs`.
         args ([`ConfidenceTrainingArguments`], *optional*):
             Stage, trainable parts, label column and the usual Trainer settings.
         train_dataset (`datasets.Dataset`, `list[dict]` or `dict[str, list]`):
@@ -75,8 +70,6 @@ class ConfidenceTrainer(Trainer):
             the loss.
         processing_class ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Defaults to the model's own tokenizer (a missing pad token is set to EOS).
-        model_init_kwargs (`dict`, *optional*):
-            Passed to [`AutoModelForConfidence.from_pretrained`] when `model` is a string.
         kwargs:
             Everything else [`~transformers.Trainer`] takes (`callbacks`, `compute_metrics`, `optimizers`, ...).
     """
@@ -93,7 +86,6 @@ class ConfidenceTrainer(Trainer):
         data_collator: Any = None,
         compute_metrics: Any = None,
         callbacks: list[Any] | None = None,
-        model_init_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if args is None:
@@ -101,7 +93,7 @@ class ConfidenceTrainer(Trainer):
         if not isinstance(args, ConfidenceTrainingArguments):
             raise TypeError(f"`args` must be ConfidenceTrainingArguments, got {type(args).__name__}.")
         if isinstance(model, str):
-            model = AutoModelForConfidence.from_pretrained(model, is_trainable=True, **(model_init_kwargs or {}))
+            model = AutoModelForConfidence.from_pretrained(model, is_trainable=True, **(args.model_init_kwargs or {}))
         if not isinstance(model, PeftModelForConfidence):
             raise TypeError(
                 f"`model` must come from AutoModelForConfidence.from_pretrained, got {type(model).__name__}."
@@ -219,7 +211,7 @@ class ConfidenceTrainer(Trainer):
         **kwargs: Any,
     ) -> Any:
         """
-        Save the model to `output_dir` and publish it with [`~elical_hf.hub.push_folder`] (one commit; the base model
+        Save the model to `output_dir` and publish it with [`~elical_hf.push_folder`] (one commit; the base model
         named by its Hub id; no pickles, no checkpoints) instead of the Trainer's upload of the whole folder. Called
         at the end of training when `push_to_hub=True`; checkpoint pushes during training (`hub_strategy`) still use
         the Trainer's own upload. `kwargs` (`language`, `license`) go to the model card; `blocking` is ignored (the
@@ -228,7 +220,7 @@ class ConfidenceTrainer(Trainer):
         Returns:
             `huggingface_hub.CommitInfo` on the main process, `None` on the others.
         """
-        from .hub import push_folder
+        from .publishing.hub import push_folder
 
         token = token if token is not None else self.args.hub_token
         if self.hub_model_id is None:
@@ -248,13 +240,13 @@ class ConfidenceTrainer(Trainer):
         )
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        """With `push_to_hub=True`, every save publishes the checkpoint's model with [`~elical_hf.hub.push_folder`]:
+        """With `push_to_hub=True`, every save publishes the checkpoint's model with [`~elical_hf.push_folder`]:
         each Hub commit is a complete, loadable confidence model (the Trainer's own push copies raw weight files and
         a pickled `training_args.bin`, and leaves out `confidence_config.json`). Optimizer states are not pushed, so
         `hub_strategy="checkpoint"` resumption from the Hub is not supported."""
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
-        from .hub import push_folder
+        from .publishing.hub import push_folder
 
         unit = f"step {self.state.global_step}" if self.args.save_strategy == "steps" else f"epoch {int(self.state.epoch or 0)}"
         push_folder(checkpoint_folder, self.hub_model_id, token=self.args.hub_token, revision=self.args.hub_revision,

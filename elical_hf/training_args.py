@@ -42,7 +42,19 @@ class ConfidenceTrainingArguments(ConfidenceTrainingOptions, TrainingArguments):
             Column holding the raw question text.
         early_stopping_patience (`int`, *optional*):
             Stop after this many evaluations without a lower eval MSE and restore the best checkpoint. Needs an
-            `eval_dataset`: a dev split carved from training data, never the test set.
+            `eval_dataset`: a dev split carved from training data, never the test set. `None` is no early stopping
+            for a trainer on its own; [`~elical_hf.train_elical`] reads it (and a `num_train_epochs` of `None`) as
+            its rule for each run.
+
+    > Model
+
+    Parameters:
+        model_init_kwargs (`dict`, *optional*):
+            Keyword arguments of [`AutoModelForConfidence.from_pretrained`] when the model is given by name (to
+            [`ConfidenceTrainer`], or by [`~elical_hf.train_elical`], which loads each run's model): `dtype`,
+            `load_in_4bit`, `head_type`, `feature_layer`, ... Not an `__init__` argument nor a command-line flag: set
+            it on the arguments after parsing (`elical-hf train` sets it from
+            [`~elical_hf.arguments.ModelArguments.model_init_kwargs`]), as TRL's scripts do.
 
     > Defaults that differ from [`~transformers.TrainingArguments`]
 

@@ -8,6 +8,7 @@ from this module alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from transformers.utils import ExplicitEnum
 
@@ -38,7 +39,7 @@ DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "c
 @dataclass
 class ConfidenceTrainingOptions:
     """The fields [`~elical_hf.training_args.ConfidenceTrainingArguments`] adds to `TrainingArguments` (stage, target,
-    early stopping) and the defaults it changes; documented there."""
+    early stopping, how a model named by a string is loaded) and the defaults it changes; documented there."""
 
     stage: Stage | str = field(
         default=Stage.ELICITATION,
@@ -56,7 +57,8 @@ class ConfidenceTrainingOptions:
     question_column: str = field(default="question", metadata={"help": "Column holding the raw question."})
     early_stopping_patience: int | None = field(
         default=None,
-        metadata={"help": "Evaluations without eval-MSE improvement before stopping (needs a dev eval_dataset)."},
+        metadata={"help": "Evaluations without eval-MSE improvement before stopping (needs a dev eval_dataset). None: "
+                  "no early stopping, except in the recipe (`elical-hf train`): 4 for each run with a dev split."},
     )
     weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay (paper: 0.1)."})
     warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps; a value below 1 is a ratio."})
@@ -68,4 +70,9 @@ class ConfidenceTrainingOptions:
         default=False,
         metadata={"help": "Kept False: every trainable parameter (LoRA, head) gets a gradient at every step, so DDP "
                   "need not search the graph for unused ones."},
+    )
+    model_init_kwargs: dict[str, Any] | None = field(
+        default=None,
+        init=False,  # set after parsing (as TRL's scripts do), from the options of ModelArguments: not a flag itself
+        metadata={"help": "Keyword arguments of AutoModelForConfidence.from_pretrained for a model given by name."},
     )

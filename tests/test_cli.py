@@ -80,7 +80,8 @@ def test_train_help_all_lists_every_training_argument(capsys):
     from elical_hf.cli import train
 
     run_fields = {f.name for dtype in train.make_parser().dataclass_types for f in dataclasses.fields(dtype) if f.init}
-    help_fields = {f.name for dtype in train.make_help_parser().dataclass_types for f in dataclasses.fields(dtype)}
+    help_fields = {f.name for dtype in train.make_help_parser().dataclass_types for f in dataclasses.fields(dtype)
+                   if f.init}
     assert help_fields < run_fields and {"learning_rate", "num_train_epochs", "stage"} <= run_fields
     assert cli_main(["train", "--help_all"]) == 0
     out = capsys.readouterr().out
@@ -143,20 +144,26 @@ class WithPositionals:
     size: int = 3
 
 
-def test_positional_fields_and_given_options(tmp_path):
+def test_positional_fields_and_overrides(tmp_path):
     parser = ElicalArgumentParser(WithPositionals, prog="x")
     assert "usage: x [-h]" in parser.format_usage() and "source repo_id" in parser.format_usage()
-    options, given = parser.parse_with_config(["a", "b/c", "--private", "--no_keep"], return_given=True)
-    assert (options.source, options.repo_id, options.private, options.keep, options.size) == ("a", "b/c", True, False, 3)
-    assert given == {"source": "a", "repo_id": "b/c", "private": True, "keep": False}  # size: left at its default
+    (options,) = parser.parse_with_config(["a", "b/c", "--private", "--no_keep"])
+    assert (options.source, options.repo_id, options.private, options.keep) == ("a", "b/c", True, False)
+    assert options.size == 3
     config = tmp_path / "c.yaml"
     config.write_text("size: 5\nrepo_id: d/e\n")
-    options, given = ElicalArgumentParser(WithPositionals).parse_with_config(
-        ["--config", str(config), "a", "b/c", "--size", "7"], return_given=True
-    )
-    assert (options.repo_id, options.size) == ("b/c", 7) and given == {"source": "a", "repo_id": "b/c", "size": 7}
+    (options,) = ElicalArgumentParser(WithPositionals).parse_with_config(["--config", str(config), "a", "b/c"])
+    assert (options.repo_id, options.size) == ("b/c", 5)
     with pytest.raises(SystemExit):
         ElicalArgumentParser(WithPositionals).parse_with_config(["only-one"])
+    # a command may declare an option of a dataclass it shares otherwise (train: --output_dir required)
+    overridden = ElicalArgumentParser(WithPositionals, overrides={"size": {"required": True, "default": None}})
+    (options,) = overridden.parse_with_config(["a", "b/c", "--size", "4"])
+    assert options.size == 4
+    with pytest.raises(SystemExit):
+        overridden.parse_with_config(["a", "b/c"])
+    with pytest.raises(ValueError, match=r"overrides of options the parser does not have: \['sise'\]"):
+        ElicalArgumentParser(WithPositionals, overrides={"sise": {"required": True}})
 
 
 def test_convert_and_push_keep_their_flags():
@@ -175,8 +182,13 @@ def test_convert_and_push_keep_their_flags():
         push.make_parser().parse_with_config(["folder", "alice/x", "--kind", "space"])
 
 
-def test_train_passes_every_given_training_argument(tmp_path, monkeypatch):
+def test_train_passes_the_parsed_arguments(tmp_path, monkeypatch):
+    """`train` hands the recipe the parsed training arguments as they are (file and flags), `None` where the recipe has
+    a rule (epochs, patience), and `ModelArguments`' loading options as their `model_init_kwargs`."""
+    import torch
+
     import elical_hf.recipe
+    from elical_hf.recipe import changed_training_args
 
     calls = []
     monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
@@ -186,19 +198,50 @@ def test_train_passes_every_given_training_argument(tmp_path, monkeypatch):
     config.write_text("max_grad_norm: 0.5\nnum_labels: 10\n")
     base = ["train", "--elicitation_data", str(data), "--calibration_data", str(data)]
     assert cli_main([*base, "--config", str(config), "--output_dir", str(tmp_path / "out"), "--learning_rate", "1e-4",
-                     "--lr_scheduler_type", "cosine", "--seed", "7", "--calibration_trainable", "all",
-                     "--per_device_train_batch_size", "4", "--bf16", "false", "--no_cal_only"]) == 0
+                     "--lr_scheduler_type", "cosine", "--seed", "7", "--calibration_trainable", "head",
+                     "--per_device_train_batch_size", "4", "--bf16", "false", "--no_cal_only", "--dtype", "float32",
+                     "--head_type", "mlp"]) == 0
     (args, kwargs), = calls
     assert args[0] == elical_hf.DEFAULT_MODEL and args[3] == str(tmp_path / "out")
-    assert (kwargs["seed"], kwargs["calibration_trainable"], kwargs["num_labels"], kwargs["cal_only"]) == (7, "all", 10, False)
-    # exactly the training arguments given (file and flags); the rest keep the recipe's defaults (e.g. paper epochs)
-    assert kwargs["training_args"] == {"bf16": False, "learning_rate": 1e-4, "lr_scheduler_type": "cosine",
-                                       "max_grad_norm": 0.5, "per_device_train_batch_size": 4}
-    for per_run, value in (("--stage", "calibration"), ("--label_column", "x")):
-        with pytest.raises(SystemExit) as exit_info:
-            cli_main([*base, "--output_dir", str(tmp_path / "out"), per_run, value])
-        assert exit_info.value.code == 2
+    assert (kwargs["num_labels"], kwargs["cal_only"]) == (10, False)
+    training = kwargs["training_args"]
+    assert (training.seed, training.calibration_trainable, training.output_dir) == (7, "head", str(tmp_path / "out"))
+    assert training.num_train_epochs is None and training.early_stopping_patience is None  # the recipe's rules
+    assert training.model_init_kwargs == {"dtype": torch.float32, "load_in_4bit": False, "head_type": "mlp"}
+    # the run manifest records the settings that differ from the defaults (seed and calibration_trainable apart)
+    assert changed_training_args(training) == {"learning_rate": 1e-4, "lr_scheduler_type": "cosine",
+                                               "max_grad_norm": 0.5, "per_device_train_batch_size": 4}
+    for per_run, value in (("--stage", "calibration"), ("--label_column", "x")):  # the recipe sets them per run
+        assert cli_main([*base, "--output_dir", str(tmp_path / "out"), per_run, value]) == 2
     with pytest.raises(SystemExit) as exit_info:  # --output_dir stays required
         cli_main(base)
     assert exit_info.value.code == 2
     assert len(calls) == 1
+
+
+def test_the_recipe_rules_fill_what_is_left_none(tmp_path, caplog):
+    """Each run's arguments: the given settings as they are, the paper's epochs and patience 4 (with a dev split)
+    where they are `None`; without a dev split no early stopping, with a warning when one was asked for."""
+    from elical_hf import ConfidenceTrainingArguments
+    from elical_hf.recipe import paper_epochs, run_arguments
+
+    given = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=None, learning_rate=1e-4, seed=3)
+    given.model_init_kwargs = {"head_type": "mlp"}
+    run = run_arguments(given, str(tmp_path / "cal"), "calibration", "head", num_rows=200, has_dev=True)
+    assert (run.num_train_epochs, run.early_stopping_patience, run.eval_strategy, run.save_total_limit) == (
+        paper_epochs(200), 4, "epoch", 1)
+    assert (run.stage, run.label_column, run.calibration_trainable) == ("calibration", "correctness", "head")
+    assert (run.learning_rate, run.seed, run.output_dir, run.model_init_kwargs) == (
+        1e-4, 3, str(tmp_path / "cal"), {"head_type": "mlp"})
+    assert given.num_train_epochs is None and given.stage == "elicitation"  # the template is left as it was
+    patient = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, early_stopping_patience=2)
+    run = run_arguments(patient, str(tmp_path / "e"), "elicitation", num_rows=200, has_dev=True)
+    assert (run.num_train_epochs, run.early_stopping_patience) == (2, 2)
+    with caplog.at_level("WARNING", logger="elical_hf.recipe"):
+        run = run_arguments(patient, str(tmp_path / "e"), "elicitation", num_rows=3, has_dev=False)
+    assert (run.early_stopping_patience, run.eval_strategy, run.load_best_model_at_end) == (None, "no", False)
+    assert "training without early stopping" in caplog.text
+    # a dict of settings (train_stage's callers) reads the same way, `seed` defaulting to the stage's
+    run = run_arguments({"learning_rate": 1e-3}, str(tmp_path / "d"), "elicitation", num_rows=20_000, has_dev=False,
+                        seed=5)
+    assert (run.num_train_epochs, run.early_stopping_patience, run.eval_strategy, run.seed) == (15, None, "no", 5)

@@ -131,8 +131,8 @@ def test_gpu_recipe_parses_with_the_train_command():
         raw = yaml.safe_load(handle)
     assert raw["bf16"] is True and raw["dtype"] == "auto" and raw["calibration_trainable"] == "all"
     # bf16 mixed precision needs a GPU (TrainingArguments refuses it on a CPU); everything else parses as written.
-    options, training = make_parser().parse_with_config(["--config", config, "--bf16", "false"])
-    assert options.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct" and options.num_labels == 1000
+    options, model, training = make_parser().parse_with_config(["--config", config, "--bf16", "false"])
+    assert model.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct" and options.num_labels == 1000
     assert training.per_device_train_batch_size * training.gradient_accumulation_steps * 4 == 512  # the paper's batch
     assert training.learning_rate == 5e-5 and training.calibration_trainable == "all"
 

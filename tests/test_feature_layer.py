@@ -17,7 +17,7 @@ from peft import LoraConfig
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, convert_official
 from elical_hf.cli import main as cli_main
 from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, resolve_feature_layer
-from elical_hf.data import encode_prompts, pad_batch
+from elical_hf.encoding import encode_prompts, pad_batch
 from tests.conftest import save_tiny_base
 
 
@@ -269,8 +269,9 @@ def test_train_command_passes_the_layer_and_refuses_one_out_of_range_before_writ
     assert cli_main([*argv, "--feature_layer", "-3"]) == 0
     assert cli_main([*argv, "--config", str(tmp_path / "run.yaml")]) == 0
     assert cli_main(argv) == 0
-    assert [call["model_init_kwargs"].get("feature_layer") for call in calls] == [-3, -2, None]
-    assert "feature_layer" not in calls[2]["model_init_kwargs"]  # an older run's manifest still matches
+    init = [call["training_args"].model_init_kwargs for call in calls]
+    assert [kwargs.get("feature_layer") for kwargs in init] == [-3, -2, None]
+    assert "feature_layer" not in init[2]  # an older run's manifest still matches
 
 
 def test_converted_paper_checkpoints_name_the_final_layer(tiny_llama, tmp_path):

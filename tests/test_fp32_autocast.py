@@ -47,4 +47,5 @@ def test_train_command_passes_float32_weights_and_bf16_autocast(tmp_path, monkey
     assert cli_main(["train", "--elicitation_data", str(data), "--calibration_data", str(data), "--output_dir",
                      str(tmp_path / "o"), "--dtype", "float32", "--bf16", "--use_cpu"]) == 0  # --use_cpu: no GPU here
     (kwargs,) = calls
-    assert kwargs["model_init_kwargs"]["dtype"] == torch.float32 and kwargs["training_args"]["bf16"] is True
+    args = kwargs["training_args"]
+    assert args.model_init_kwargs["dtype"] == torch.float32 and args.bf16 is True

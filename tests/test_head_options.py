@@ -121,7 +121,7 @@ def test_train_command_passes_the_head_options_only_when_set(tmp_path, monkeypat
             "--output_dir", str(tmp_path / "o")]
     assert cli_main([*base, "--head_type", "mlp", "--head_init", "torch_default"]) == 0
     assert cli_main(base) == 0
-    chosen, default = (call["model_init_kwargs"] for call in calls)
+    chosen, default = (call["training_args"].model_init_kwargs for call in calls)
     assert (chosen["head_type"], chosen["head_init"]) == ("mlp", "torch_default")
     assert "head_type" not in default and "head_init" not in default  # an older run's manifest still matches
     with pytest.raises(SystemExit):

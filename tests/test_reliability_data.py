@@ -132,12 +132,15 @@ def test_train_killed_twice_resumes_to_the_uninterrupted_models(tiny_llama, tmp_
         assert [h["global_steps"] for h in history] == [h["global_steps"] for h in expected]
 
 
-def small_run(tmp_path, tiny_llama, output_dir, **overrides):
+def small_run(tmp_path, tiny_llama, output_dir, seed=0, **overrides):
+    from elical_hf import ConfidenceTrainingArguments
+
     rows = make_rows(8, seed=0)
-    settings = dict(num_labels=None, cal_only=False, dev_fraction=0.0, seed=0,
-                    training_args={"num_train_epochs": 1, "per_device_train_batch_size": 4, "report_to": "none",
-                                   "use_cpu": True, "disable_tqdm": True, "save_strategy": "no"},
-                    model_init_kwargs={"dtype": torch.float32})
+    args = ConfidenceTrainingArguments(output_dir=str(output_dir), seed=seed, num_train_epochs=1,
+                                       per_device_train_batch_size=4, report_to="none", use_cpu=True,
+                                       disable_tqdm=True, save_strategy="no")
+    args.model_init_kwargs = {"dtype": torch.float32}
+    settings = dict(num_labels=None, cal_only=False, dev_fraction=0.0, training_args=args)
     settings.update(overrides)
     return train_elical(tiny_llama, rows, rows, str(output_dir), **settings)
 

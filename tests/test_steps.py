@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from elical_hf import steps
+from elical_hf import ConfidenceTrainingArguments, steps
 from elical_hf.cli import main as cli_main
 from elical_hf.evaluation import evaluate_table, paired_difference_over_draws, paired_differences
 from elical_hf.signals.records import load_records, read_records
@@ -64,9 +64,10 @@ def test_a_missing_judgement_names_the_judge_option(records, tmp_path):
         steps.evaluate(unjudged)
     train = [{**r, "split": "train", "dataset": "nq"} for r in unjudged]
     with pytest.raises(ValueError, match=r"found 0 \(judge them: `elical-hf judge --correctness has_answer"):
-        steps.threshold(str(tmp_path / "no-model"), train)  # refused before any model is loaded
+        steps.threshold(steps.ThresholdArguments(model=str(tmp_path / "no-model"), records=train))  # before any model
     with pytest.raises(ValueError, match=r"'consistency' target .*`elical-hf judge --consistency embedding"):
-        steps.train(unjudged, unjudged, str(tmp_path / "out"))
+        steps.train(steps.TrainArguments(elicitation_data=unjudged, calibration_data=unjudged),
+                    ConfidenceTrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=None))
     assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,8 @@ import sys
 COMMANDS = {
     "demo": ("elical_hf.cli.demo", "Run the whole method offline on the embedded default model and real questions."),
     "push": ("elical_hf.cli.push", "Publish a model, HonestyBench records or a metric Space to the Hub in one commit."),
+    "install-metrics": ("elical_hf.cli.install_metrics", "Make evaluate.load(\"honesty_auroc\") (and _ece, _alignment) "
+                        "work offline."),
     "convert-official": ("elical_hf.cli.convert", "Convert a released checkpoint of the paper to a confidence model."),
     "train": ("elical_hf.cli.train", "Train stage 1 (elicitation), stage 2 (calibration) and Cal-Only."),
     "judge": ("elical_hf.cli.judge", "Add or redo correctness / consistency judgements (lexical, embedding, LLM)."),

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.arguments import LexicalScoringArguments, RecordArguments, only
 from elical_hf.default_model import DEFAULT_MODEL
 
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field
 
 
-@dataclass
-class BaselinesArguments:
-    """Options of `elical-hf baselines` (also settable from `--config file.yaml`)."""
+@dataclass(kw_only=True)
+class BaselinesArguments(only(RecordArguments, "records", "allow_incomplete", "batch_size"), LexicalScoringArguments):
+    """Options of `elical-hf baselines` (also settable from `--config file.yaml`); `--batch_size` is the verbal
+    baselines' prompts per batch."""
 
-    records: str = field(metadata={"help": "Judged records file (.jsonl/.parquet) or a folder of them."})
     output: str = field(metadata={"help": "Where to write the records with `confidence_<name>` columns."})
     which: str = field(
         default="prob,n_prob,consis_lex,consis_sem",
@@ -32,19 +32,12 @@ class BaselinesArguments:
     model: str = field(default=DEFAULT_MODEL, metadata={"help": "Answering model (Hub id or folder) of verbal0/10."})
     parser: str = field(default="paper", metadata={"help": "Verbal score parser: 'paper' (its regex) or 'robust'."})
     seed: int = field(default=42, metadata={"help": "Seed of the demonstration draw."})
-    batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the verbal baselines."})
-    lexical_scoring: str = field(
-        default="rouge_score",
-        metadata={"help": "Consis-Lex's ROUGE-L: the `rouge_score` package, or `reference` (the paper's code: the "
-                  "`rouge` package, split at '.', case- and punctuation-sensitive, distinct words).",
-                  "choices": ["rouge_score", "reference"]},
-    )
-    allow_incomplete: bool = allow_incomplete_field()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         from elical_hf.signals.baselines import BASELINES, SCORE_PARSERS
         from elical_hf.signals.records import record_format
 
+        super().__post_init__()
         self.names = [name.strip() for name in self.which.split(",") if name.strip()]
         unknown = [name for name in self.names if name not in BASELINES]
         if not self.names or unknown:

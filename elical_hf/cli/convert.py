@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .parser import TOKEN_HELP, ElicalArgumentParser, warn_token_on_command_line
+from .parser import ElicalArgumentParser, HubArguments, warn_token_on_command_line
 
 
-@dataclass
-class ConvertArguments:
+@dataclass(kw_only=True)
+class ConvertArguments(HubArguments):
     """Options of `elical-hf convert-official` (also settable from `--config file.yaml`)."""
 
     src: str = field(metadata={"positional": True, "help": "Release folder or Hub id (lora_epoch_best/ + "
@@ -17,7 +17,6 @@ class ConvertArguments:
     base_model: str | None = field(default=None, metadata={"help": "Base model (Hub id or folder); defaults to the release's."})
     subfolder: str | None = field(default=None, metadata={"help": "Folder of the release inside SRC when it holds several."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision of SRC."})
-    token: str | None = field(default=None, metadata={"help": TOKEN_HELP})
     prompt_template: str | None = field(
         default=None, metadata={"help": "Prompt with a {question} field (default: the paper's QA prompt)."}
     )

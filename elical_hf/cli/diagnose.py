@@ -11,22 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.arguments import RecordArguments, only
+
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field
 
 
-@dataclass
-class DiagnoseArguments:
+@dataclass(kw_only=True)
+class DiagnoseArguments(only(RecordArguments, "records", "allow_incomplete")):
     """Options of `elical-hf diagnose` (also settable from `--config file.yaml`)."""
 
-    records: str = field(metadata={"help": "Judged records file (.jsonl/.parquet) or a folder of them."})
     split: str | None = field(default=None, metadata={"help": "Only records of this split/partition (e.g. train)."})
     bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the 95%% interval (>= 1)."})
     seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resamples."})
     output: str | None = field(default=None, metadata={"help": "Also write the diagnosis as JSON here."})
-    allow_incomplete: bool = allow_incomplete_field()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.bootstrap < 1:
             raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}.")
 

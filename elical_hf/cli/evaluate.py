@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from elical_hf.arguments import RecordArguments
+
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field
 
 
-@dataclass
-class EvaluateArguments:
-    """Options of `elical-hf evaluate` (also settable from `--config file.yaml`)."""
+@dataclass(kw_only=True)
+class EvaluateArguments(RecordArguments):
+    """Options of `elical-hf evaluate` (also settable from `--config file.yaml`); `--records` are the test records."""
 
-    records: str = field(metadata={"help": "Test records: a file or folder (HonestyBench layout or `elical-hf sample` output)."})
     output_dir: str = field(metadata={"help": "Where results.json, report.md and the plots go."})
     model: list[str] = field(
         default_factory=list,
@@ -49,11 +49,6 @@ class EvaluateArguments:
     probe_cache: str | None = field(default=None, metadata={"help": "A folder caching the probes' features across "
                                                             "runs (default: a temporary folder)."})
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
-    batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring models."})
-    allow_other_model: bool = field(
-        default=False, metadata={"help": "Score records of another model than the confidence model's base (e.g. "
-                                 "the model it was fine-tuned from)."})
-    allow_incomplete: bool = allow_incomplete_field()
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "Write into an --output_dir that already holds results (they are replaced). Without it such "
@@ -66,10 +61,9 @@ class EvaluateArguments:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.bootstrap < 0:
             raise ValueError(f"--bootstrap must be >= 0 (0: no intervals), got {self.bootstrap}.")
-        if self.batch_size < 1:
-            raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}.")
         if bool(self.probes) != (self.probe_model is not None):
             raise ValueError("--probes and --probe_model go together: the probes read --probe_model's features.")
         if self.num_labels < 0:

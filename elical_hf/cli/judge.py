@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.arguments import LexicalScoringArguments, RecordArguments, ShardArguments, only
 from elical_hf.default_model import DEFAULT_MODEL
 
-from .parser import ElicalArgumentParser, slurm_array_task
-from .records_command import allow_incomplete_field
+from .parser import ElicalArgumentParser, api_key_env_help, slurm_array_task
 
 
 CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
@@ -35,11 +35,12 @@ CONSISTENCY_CHOICES = ("lexical", "embedding", "llm")
 import torch (a test keeps them equal)."""
 
 
-@dataclass
-class JudgeArguments:
-    """Options of `elical-hf judge` (also settable from `--config file.yaml`)."""
+@dataclass(kw_only=True)
+class JudgeArguments(only(RecordArguments, "records", "allow_incomplete", "batch_size"), LexicalScoringArguments,
+                     ShardArguments):
+    """Options of `elical-hf judge` (also settable from `--config file.yaml`); `--batch_size` is the LLM judge's
+    prompts per batch, `--lexical_scoring` the ROUGE-L of `--consistency lexical`."""
 
-    records: str = field(metadata={"help": "Records file (.jsonl/.parquet) or a folder of them."})
     output: str = field(metadata={"help": "Where to write the judged records: a .jsonl or .parquet file, or a folder "
                                   "(no extension: manifest.json and shards/, as `sample` writes)."})
     correctness: str | None = field(
@@ -55,29 +56,19 @@ class JudgeArguments:
                                 "a hosted API, vLLM, `elical-hf serve --mode completion`) instead of loading "
                                 "--judge_model. It gets a bearer token only with --judge_api_key_env (OPENAI_API_KEY "
                                 "is not sent unless named)."})
-    judge_api_key_env: str | None = field(
-        default=None, metadata={"help": "The NAME of the environment variable holding the --judge_endpoint's bearer "
-                                "token (e.g. OPENAI_API_KEY; the token itself never goes on the command line, where "
-                                "`ps` shows it). Default: no token."})
+    judge_api_key_env: str | None = field(default=None, metadata={"help": api_key_env_help("--judge_endpoint")})
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
     strip_thinking: bool = field(
         default=True, metadata={"help": "Judge answers (and read LLM judge replies) without their <think>...</think> "
                                 "reasoning blocks (reasoning models such as Qwen3); --no_strip_thinking keeps them."})
     f1_threshold: float = field(default=0.5, metadata={"help": "`f1` correctness: correct when token F1 >= this."})
     lexical_threshold: float = field(default=0.5, metadata={"help": "`lexical`: equivalent when ROUGE-L >= this."})
-    lexical_scoring: str = field(
-        default="rouge_score",
-        metadata={"help": "`lexical`: ROUGE-L of the `rouge_score` package, or `reference` (the paper's code: the "
-                  "`rouge` package, split at '.', case- and punctuation-sensitive, distinct words).",
-                  "choices": ["rouge_score", "reference"]},
-    )
     embedding_model: str | None = field(
         default=None, metadata={"help": "Sentence-transformers folder (default: the bundled all-MiniLM-L6-v2)."}
     )
     embedding_threshold: float | None = field(
         default=None, metadata={"help": "`embedding`: equivalent when cosine >= this (default: DEFAULT_THRESHOLD)."}
     )
-    batch_size: int = field(default=16, metadata={"help": "Prompts per batch of the LLM judge."})
     max_new_tokens: int = field(
         default=64, metadata={"help": "Longest LLM judge reply in tokens (the paper's reference code: 64; a reply cut "
                               "before its verdict is read without it)."}
@@ -92,7 +83,6 @@ class JudgeArguments:
         default=1.05, metadata={"help": "Repetition penalty of the LLM judge's greedy decoding (the reference code's "
                                 "1.05; 1.0: plain argmax)."}
     )
-    shard_size: int = field(default=64, metadata={"help": "Records per shard (the unit of resumption)."})
     num_workers: int | None = field(
         default=None,
         metadata={"aliases": ["--num_shards"], "help": "Split the records across N workers by a hash of their id (each "
@@ -103,9 +93,9 @@ class JudgeArguments:
         default=None, metadata={"aliases": ["--shard_index"], "help": "Which of the N workers this is (0 to N-1). "
                                 "Default: this Slurm array task's (SLURM_ARRAY_TASK_ID), else 0."}
     )
-    allow_incomplete: bool = allow_incomplete_field()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.correctness is None and self.consistency is None:
             raise ValueError("Nothing to do: pass --correctness and/or --consistency.")
         if self.max_new_tokens < 1 or self.judge_repetition_penalty <= 0:
@@ -131,8 +121,6 @@ class JudgeArguments:
             raise ValueError("--judge_api_key_env names the --judge_endpoint's token: pass --judge_endpoint too.")
         from elical_hf.steps.judging import judge_output_is_folder
 
-        if self.shard_size < 1:
-            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
         folder = judge_output_is_folder(self.output)  # a folder, or a .jsonl / .parquet file
         self._set_workers()
         if self.num_workers > 1 and not folder:

@@ -1,24 +1,36 @@
-"""`ElicalArgumentParser`: `HfArgumentParser` that also reads defaults from a YAML file (`--config x.yaml`)."""
+"""`ElicalArgumentParser`: `HfArgumentParser` that also reads defaults from a YAML file (`--config x.yaml`), and the
+options of the commands that talk to the Hub or to an OpenAI-compatible server."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from transformers import HfArgumentParser
 
 
-_NOT_GIVEN = object()
+@dataclass(kw_only=True)
+class HubArguments:
+    """The Hub token option of the commands that talk to the Hub (`push`, `convert-official`)."""
+
+    token: str | None = field(
+        default=None,
+        metadata={"help": "Hub token; better left out: without it, the HF_TOKEN environment variable or the token of "
+                  "`hf auth login` is used. A token given here is visible to other users of the machine (`ps`) and "
+                  "stays in the shell history."},
+    )
 
 
-TOKEN_HELP = (
-    "Hub token; better left out: without it, the HF_TOKEN environment variable or the token of `hf auth login` is "
-    "used. A token given here is visible to other users of the machine (`ps`) and stays in the shell history."
-)
-"""The `--token` help of the commands that talk to the Hub."""
+def api_key_env_help(endpoint_option: str) -> str:
+    """The help of the option that names the environment variable holding `endpoint_option`'s bearer token
+    (`judge --judge_api_key_env`, `sample --api_key_env`: two flags, one text)."""
+    return (f"The NAME of the environment variable holding the {endpoint_option}'s bearer token (e.g. OPENAI_API_KEY; "
+            "the token itself never goes on the command line, where `ps` shows it). Default: no token.")
 
 
 def warn_token_on_command_line(argv: list[str] | None) -> None:
@@ -49,36 +61,32 @@ def slurm_array_task() -> tuple[int | None, int | None]:
     return values["COUNT"], index
 
 
-def check_dtype_option(value: str) -> str:
-    """Return a `--dtype` value (`auto`, `float32`, `bfloat16`, `float16`, ...) once it is known to name a dtype,
-    so that a typo fails when the options are parsed, before any data or model is loaded."""
-    from elical_hf.precision import AUTO, parse_dtype
-
-    if value != AUTO:
-        try:
-            parse_dtype(value)
-        except ValueError as error:
-            raise ValueError(f"--dtype: {error}") from None
-    return value
-
-
 class ElicalArgumentParser(HfArgumentParser):
     """
     Parse dataclasses from the command line; `--config file.yaml` sets defaults that flags then override.
 
     Unknown YAML keys are an error, so a typo never silently does nothing. A dataclass field with
     `metadata={"positional": True}` is a positional argument (`elical-hf push FOLDER REPO_ID`) instead of an option.
+    `overrides` changes what a command declares differently from the dataclass it parses (`elical-hf train`: its
+    `--output_dir` is required, and its `--num_train_epochs` defaults to `None`, the recipe's rule), e.g.
+    `{"output_dir": {"required": True, "help": ...}}`.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, overrides: Mapping[str, Mapping[str, Any]] | None = None, **kwargs: Any) -> None:
+        self.overrides = dict(overrides or {})  # read by add_argument, which the base class calls
         super().__init__(*args, **kwargs)
+        names = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype)}
+        unknown = sorted(set(self.overrides) - names)
+        if unknown:
+            raise ValueError(f"overrides of options the parser does not have: {unknown}.")
         # Read by `parse_with_config` before anything else; declared here so that `--help` lists it.
         self.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE.yaml",
                           help="YAML file of option values; options given on the command line override it.")
 
     def add_argument(self, *names: str, positional: bool = False, **kwargs: Any) -> argparse.Action:
         """`argparse.ArgumentParser.add_argument`, plus the `positional` metadata key of dataclass fields (which
-        `HfArgumentParser` passes on here as a keyword)."""
+        `HfArgumentParser` passes on here as a keyword) and this parser's `overrides`."""
+        kwargs.update(self.overrides.get(names[0].lstrip("-"), {}) if names else {})
         if positional:
             kwargs.pop("required", None)  # positionals are required unless they have a default
             if "default" in kwargs:
@@ -86,23 +94,19 @@ class ElicalArgumentParser(HfArgumentParser):
             names = (names[0].lstrip("-"),)
         return super().add_argument(*names, **kwargs)
 
-    def parse_with_config(self, argv: list[str] | None = None, return_given: bool = False) -> tuple[Any, ...]:
+    def parse_with_config(self, argv: list[str] | None = None) -> tuple[Any, ...]:
         """
         Parse `argv` into the dataclasses, with the values of `--config FILE.yaml` as defaults.
 
         Args:
             argv (`list[str]`, *optional*): The arguments; defaults to `sys.argv[1:]`.
-            return_given (`bool`, *optional*, defaults to `False`): Also return the fields set explicitly, on the
-                command line or in the YAML file, rather than left at their defaults: a dict of their values as
-                parsed, before the dataclasses' `__post_init__` derives anything from them.
 
         Returns:
-            `tuple`: one instance per dataclass, then the dict of given values when `return_given`.
+            `tuple`: one instance per dataclass.
         """
         pre = argparse.ArgumentParser(add_help=False)
         pre.add_argument("--config", default=None)
         known, rest = pre.parse_known_args(argv)
-        from_file: set[str] = set()
         if known.config is not None:
             try:
                 with open(known.config, encoding="utf-8") as handle:
@@ -111,7 +115,7 @@ class ElicalArgumentParser(HfArgumentParser):
                 raise ValueError(f"{known.config} is not a valid YAML file: {error}") from None
             if not isinstance(values, dict):
                 raise ValueError(f"{known.config} must hold a mapping of option names to values.")
-            fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype)}
+            fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype) if f.init}
             unknown = sorted(set(values) - fields)
             if unknown:
                 raise ValueError(f"Unknown option(s) in {known.config}: {unknown}.")
@@ -119,13 +123,4 @@ class ElicalArgumentParser(HfArgumentParser):
             for action in self._actions:  # values from the file satisfy required options
                 if action.dest in values:
                     action.required = False
-            from_file = set(values)
-        outputs = self.parse_args_into_dataclasses(args=rest)
-        if not return_given:
-            return outputs
-        # argparse fills in a default only where the namespace lacks the attribute: what keeps the marker was not given.
-        probe = argparse.Namespace(**{action.dest: _NOT_GIVEN for action in self._actions})
-        self.parse_known_args(rest, namespace=probe)
-        on_command_line = {name for name, value in vars(probe).items() if value is not _NOT_GIVEN}
-        parsed = vars(self.parse_known_args(rest)[0])  # what the dataclasses were built from
-        return (*outputs, {name: parsed[name] for name in sorted(from_file | on_command_line)})
+        return self.parse_args_into_dataclasses(args=rest)

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.arguments import ModelArguments, ShardArguments, only
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.settings import SamplingSettings
 from elical_hf.steps.sampling import load_questions  # noqa: F401 (its import path before the steps)
 
-from .parser import ElicalArgumentParser, check_dtype_option
+from .parser import ElicalArgumentParser, api_key_env_help
 
 
-@dataclass
-class SampleCommandArguments:
+@dataclass(kw_only=True)
+class SampleCommandArguments(only(ModelArguments, "dtype"), ShardArguments):
     """Options of `elical-hf sample` (also settable from `--config file.yaml`); decoding options follow below."""
 
     questions: str = field(
@@ -51,10 +52,8 @@ class SampleCommandArguments:
         default=None, metadata={"help": "'openai' backend: the server's base URL (http://host:port/v1); prompts are "
                                 "rendered here with --model's chat template and sent to /v1/completions. It gets a "
                                 "bearer token only with --api_key_env (OPENAI_API_KEY is not sent unless named)."})
-    api_key_env: str | None = field(
-        default=None, metadata={"help": "'openai' backend: the NAME of the environment variable holding the "
-                                "--endpoint's bearer token (e.g. OPENAI_API_KEY; the token itself never goes on the "
-                                "command line, where `ps` shows it). Default: no token."})
+    api_key_env: str | None = field(default=None,
+                                    metadata={"help": "'openai' backend: " + api_key_env_help("--endpoint")})
     served_model: str | None = field(
         default=None, metadata={"help": "'openai' backend: the model name the server serves (default: its only one); "
                                 "the records name it."})
@@ -66,7 +65,6 @@ class SampleCommandArguments:
     max_retries: int | None = field(
         default=None, metadata={"help": "'openai' backend: retries of a failed request: 429, 5xx, timeouts, dropped "
                                 "connections, unreadable replies (default 4), with exponential backoff."})
-    shard_size: int = field(default=64, metadata={"help": "Questions per shard (the unit of resumption)."})
     dataset: str | None = field(
         default=None,
         metadata={
@@ -75,11 +73,6 @@ class SampleCommandArguments:
         },
     )
     limit: int | None = field(default=None, metadata={"help": "Sample only the first N questions."})
-    dtype: str = field(
-        default="auto",
-        metadata={"help": "Weights dtype: 'auto' (the precision policy: bf16 where it is native and faster, else "
-                  "float32 on a CPU), or 'float32' / 'bfloat16' / 'float16'."},
-    )
     num_workers: int = field(
         default=1,
         metadata={"aliases": ["--num_shards"], "help": "Split the questions across N workers by a hash of their id "
@@ -96,11 +89,9 @@ class SampleCommandArguments:
     )
 
     def __post_init__(self) -> None:
-        check_dtype_option(self.dtype)
+        super().__post_init__()
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1 (questions to sample), got {self.limit}.")
-        if self.shard_size < 1:
-            raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
         if self.backend == "openai":
             from elical_hf.signals.openai_client import api_key_from, base_url
 

@@ -9,29 +9,9 @@ seeded uniform sample; `quantile` stratifies across confidence quantiles and `un
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from elical_hf.label_selection import DEFAULT_STRATEGY
+from elical_hf.steps.training import SelectLabelsArguments
 
 from .parser import ElicalArgumentParser
-
-
-@dataclass
-class SelectLabelsArguments:
-    """Options of `elical-hf select-labels` (also settable from `--config file.yaml`)."""
-
-    model: str = field(metadata={"positional": True, "help": "The stage-1 (elicitation) confidence model folder."})
-    records: str = field(metadata={"help": "The pool: a records file or folder (.jsonl / .parquet)."})
-    output: str = field(metadata={"help": "Where the chosen records go (.parquet or .jsonl)."})
-    num_labels: int = field(default=250, metadata={"help": "How many questions to choose."})
-    strategy: str = field(default=DEFAULT_STRATEGY, metadata={"help": "random, quantile or uniform (see elical_hf.label_selection)."})
-    split: str | None = field(default=None, metadata={"help": "Only records whose `split` is this (e.g. train)."})
-    seed: int = field(default=0, metadata={"help": "Seed of the draw."})
-    batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring."})
-    allow_other_model: bool = field(
-        default=False, metadata={"help": "Score records of another model than the confidence model's base (e.g. "
-                                 "the model it was fine-tuned from)."})
-    overwrite: bool = field(default=False, metadata={"help": "Replace an existing --output file."})
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -39,11 +19,9 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dataclasses
-
     from elical_hf.atomic import json_text
     from elical_hf.steps import select_labels
 
     (options,) = make_parser().parse_with_config(argv)
-    print(json_text(select_labels(**dataclasses.asdict(options))))
+    print(json_text(select_labels(options)))
     return 0

@@ -17,14 +17,17 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from .parser import ElicalArgumentParser, check_dtype_option
+from elical_hf.arguments import ModelArguments, only
+from elical_hf.prompts import ABSTAIN_MESSAGE
+
+from .parser import ElicalArgumentParser
 
 
 MODES = ("gate", "completion")
 
 
-@dataclass
-class ServeArguments:
+@dataclass(kw_only=True)
+class ServeArguments(only(ModelArguments, "dtype")):
     """Options of `elical-hf serve` (also settable from `--config file.yaml`)."""
 
     model: str = field(metadata={"positional": True, "help": "A saved confidence model (folder or Hub repo); with "
@@ -48,7 +51,7 @@ class ServeArguments:
         default=None, metadata={"help": "module:function called with each question in the retrieve band; returns "
                                 "context (str) or None (the working directory is importable)."})
     abstain_message: str = field(
-        default="I am not confident enough to answer this question.",
+        default=ABSTAIN_MESSAGE,
         metadata={"help": "The answer of an abstention (finish_reason 'abstain')."})
     allow_request_thresholds: bool = field(
         default=False, metadata={"help": "Let a request set any thresholds ('elical': {'threshold': ...}); by "
@@ -66,13 +69,11 @@ class ServeArguments:
     max_batch_size: int = field(default=16, metadata={"help": "Most requests scored and decoded in one batch."})
     batch_wait_ms: float = field(
         default=5.0, metadata={"help": "How long a batch's first request waits for others (milliseconds)."})
-    dtype: str = field(default="auto", metadata={"help": "Weights dtype: 'auto' (the precision policy), 'float32', "
-                                                 "'bfloat16' or 'float16'."})
     device: str | None = field(default=None, metadata={"help": "Where to run the model ('cuda', 'cpu', ...)."})
     log_level: str = field(default="info", metadata={"help": "uvicorn's log level (warning: no access log)."})
 
     def __post_init__(self) -> None:
-        check_dtype_option(self.dtype)
+        super().__post_init__()
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {MODES}, got {self.mode!r}.")
         if not 0 <= self.port <= 65535:
@@ -100,7 +101,8 @@ def make_parser() -> ElicalArgumentParser:
 
 def build_engine(options: ServeArguments):
     """The engine `options` describe, with its model loaded."""
-    from elical_hf.serve.engine import CompletionEngine, GateEngine, load_entry_point
+    from elical_hf.serve.completion import CompletionEngine
+    from elical_hf.serve.engine import GateEngine, load_entry_point
 
     from elical_hf.prompts import check_prompt_texts
 
@@ -115,7 +117,7 @@ def build_engine(options: ServeArguments):
         backend = HFBackend(_causal_lm_of(options.model), dtype=options.dtype, device=options.device)
         return CompletionEngine(backend.model, backend.tokenizer, name, **common)
     from elical_hf import AutoModelForConfidence
-    from elical_hf.auto import find_saved_model
+    from elical_hf.saved_model import find_saved_model
 
     retriever = load_entry_point(options.retriever) if options.retriever else None  # before the model loads
     if find_saved_model(options.model) is None:

@@ -13,31 +13,10 @@ model's `confidence_config.json` (and its generated card), where `model.answer`,
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+
+from elical_hf.steps.training import ThresholdArguments
 
 from .parser import ElicalArgumentParser
-from .records_command import allow_incomplete_field
-
-
-@dataclass
-class ThresholdArguments:
-    """Options of `elical-hf threshold` (also settable from `--config file.yaml`)."""
-
-    model: str = field(metadata={"positional": True, "help": "A saved confidence model folder (gets decision_threshold); "
-                                 "`--model FOLDER` is accepted too."})
-    records: str = field(metadata={"help": "Judged records: a file or folder (HonestyBench layout or our records)."})
-    split: str = field(default="train", metadata={"help": "Which split of the records to choose it on (not your test set)."})
-    alpha: float | None = field(
-        default=None,
-        metadata={"help": "Guarantee an error rate among answered questions of at most ALPHA (with probability "
-                  "1 - DELTA); without it, the alignment rule."},
-    )
-    delta: float = field(default=0.1, metadata={"help": "Allowed probability that the --alpha guarantee fails."})
-    batch_size: int = field(default=16, metadata={"help": "Questions per forward pass when scoring."})
-    allow_other_model: bool = field(
-        default=False, metadata={"help": "Score records of another model than the confidence model's base (e.g. "
-                                 "the model it was fine-tuned from)."})
-    allow_incomplete: bool = allow_incomplete_field()
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -45,8 +24,6 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dataclasses
-
     from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
     from elical_hf.steps import threshold
 
@@ -55,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         at = argv.index("--model")
         argv = [argv[at + 1], *argv[:at], *argv[at + 2 :]]
     (options,) = make_parser().parse_with_config(argv)
-    chosen = threshold(**dataclasses.asdict(options), say=print)
+    chosen = threshold(options, say=print)
     print(f"decision_threshold = {chosen['threshold']:.2f} written to {options.model}/{CONFIDENCE_CONFIG_NAME} "
           f"(on {chosen['rows']} {options.split} records: answers {chosen['answered']} of them).")
     if options.alpha is None:

@@ -15,17 +15,28 @@ demo and the replication script compose.
 
 Every records input goes through [`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset or
 records in memory.
+
+The steps that only commands run take the command's parsed options, as TRL's scripts take theirs: [`train`] takes
+([`TrainArguments`], [`~elical_hf.ConfidenceTrainingArguments`], [`~elical_hf.arguments.ModelArguments`]);
+[`threshold`], [`select_labels`] and [`probe_layers`] their `*Arguments` dataclass (which holds the shared
+[`~elical_hf.arguments.RecordArguments`]). The steps the demo and the replication script also call with records,
+confidences or a backend in memory ([`sample`], [`judge`], [`score_baselines`], [`diagnose`], [`evaluate`]) take
+keyword arguments, which their commands fill from their parsed options.
 """
 
+from .diagnosing import diagnose
 from .evaluating import TEST_SPLITS, Evaluation, check_trained_model, evaluate, test_records, write_evaluation
-from .judging import Filled, diagnose, judge, score_baselines
-from .probing import ProbeSettings, probe_confidences, probe_layers, probe_layers_to_markdown
+from .judging import Filled, judge, score_baselines
+from .probing import ProbeLayersArguments, ProbeSettings, probe_confidences, probe_layers, probe_layers_to_markdown
 from .sampling import Sampled, load_questions, sample
-from .training import select_labels, threshold, train, training_table
+from .training import (
+    SelectLabelsArguments, ThresholdArguments, TrainArguments, select_labels, threshold, train, training_table,
+)
 
 
 __all__ = [
-    "TEST_SPLITS", "Evaluation", "Filled", "ProbeSettings", "Sampled", "check_trained_model", "diagnose", "evaluate",
-    "judge", "load_questions", "probe_confidences", "probe_layers", "probe_layers_to_markdown", "sample",
-    "score_baselines", "select_labels", "test_records", "threshold", "train", "training_table", "write_evaluation",
+    "TEST_SPLITS", "Evaluation", "Filled", "ProbeLayersArguments", "ProbeSettings", "Sampled", "SelectLabelsArguments",
+    "ThresholdArguments", "TrainArguments", "check_trained_model", "diagnose", "evaluate", "judge", "load_questions",
+    "probe_confidences", "probe_layers", "probe_layers_to_markdown", "sample", "score_baselines", "select_labels",
+    "test_records", "threshold", "train", "training_table", "write_evaluation",
 ]

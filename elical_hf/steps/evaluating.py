@@ -132,7 +132,7 @@ def check_trained_model(path: str, what: str) -> None:
     """Refuse what is not a trained confidence model: a base model (no `confidence_config.json`: it would get a
     freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
     converted release)."""
-    from ..auto import find_saved_model
+    from ..saved_model import find_saved_model
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
     from ..model_card import ConfidenceModelCardData
 

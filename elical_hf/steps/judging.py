@@ -1,9 +1,8 @@
-"""The steps that fill records in: the judges, the training-free baselines, and the teacher's diagnosis.
+"""The steps that fill records in: the judges and the training-free baselines.
 
 [`judge`] and [`score_baselines`] take any records input and give the records back with their judgements or
 `confidence_<name>` columns (written atomically to `output` when given; [`judge`] writes resumable shards on the
-way, [`~elical_hf.signals.judge_runner.judge_records`]); [`diagnose`] says, from judged records, whether stage 1's
-teacher tracks correctness.
+way, [`~elical_hf.signals.judge_runner.judge_records`]).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from ..default_model import DEFAULT_MODEL
 from ..files import check_output_extension, refuse_output_over_inputs
 
 
-__all__ = ["Filled", "diagnose", "judge", "judge_output_is_folder", "score_baselines"]
+__all__ = ["Filled", "judge", "judge_output_is_folder", "score_baselines"]
 
 
 @dataclass
@@ -243,30 +242,3 @@ def score_baselines(
         if "auroc_skipped" not in report:
             report["auroc"][name] = 100 * auroc(values, [int(bool(label)) for label in labels])
     return _records_out(Filled(rows, report, scores), output)
-
-
-def diagnose(
-    records: Any,
-    *,
-    split: str | None = None,
-    bootstrap: int = 1000,
-    seed: int = 0,
-    output: str | None = None,
-    allow_incomplete: bool = False,
-) -> dict[str, Any]:
-    """
-    Will elicitation help? The teacher's AUROC (consistency vs greedy correctness) per dataset and overall, with a
-    verdict each ([`~elical_hf.diagnosis.diagnose`]), from any records input; also written as JSON to `output`.
-    """
-    from ..atomic import atomic_write_json
-    from ..diagnosis import diagnose as diagnose_records
-    from ..signals.records import load_records
-
-    if output:
-        refuse_output_over_inputs(output, {"--records": records})
-        check_output_extension(output, (".json",))
-    report = diagnose_records(load_records(records, allow_incomplete=allow_incomplete), bootstrap=bootstrap, seed=seed,
-                              split=split)
-    if output:
-        atomic_write_json(output, report)
-    return report

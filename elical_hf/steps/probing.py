@@ -14,14 +14,16 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..arguments import RecordArguments
 from ..files import check_output_extension, refuse_output_over_inputs
+from ..loading import unwrap_peft
 
 
-__all__ = ["ProbeSettings", "feature_model", "probe_confidences", "probe_layers", "probe_layers_to_markdown",
-           "probe_name"]
+__all__ = ["ProbeLayersArguments", "ProbeSettings", "feature_model", "probe_confidences", "probe_layers",
+           "probe_layers_to_markdown", "probe_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ PLOT_NAME = "auroc_vs_layer.png"
 def feature_model(model: str) -> Any:
     """The confidence model whose features the probes read: a base model's frozen states (`use_lora=False`: no
     adapter changes them), or a saved confidence model as saved (its LoRA is part of its features)."""
-    from ..auto import AutoModelForConfidence, find_saved_model
+    from ..auto import AutoModelForConfidence
+    from ..saved_model import find_saved_model
 
     if find_saved_model(model) is not None:
         return AutoModelForConfidence.from_pretrained(model)
@@ -42,7 +45,7 @@ def feature_model(model: str) -> Any:
 def _backbone_layers(model: Any) -> int:
     from ..feature_layer import num_layers
 
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = unwrap_peft(model)
     return num_layers(getattr(inner, inner.base_model_prefix))
 
 
@@ -65,6 +68,34 @@ def probe_name(kind: str, layer: int, num_labels: int | str | None = None) -> st
     return f"{name}@{num_labels}" if PROBES[kind].supervised and num_labels is not None else name
 
 
+@dataclass(kw_only=True)
+class ProbeLayersArguments(RecordArguments):
+    """Options of [`probe_layers`] (`elical-hf probe-layers`); `records` is the labelled pool."""
+
+    model: str = field(metadata={"positional": True, "help": "A base model (its frozen features) or a saved "
+                                 "confidence model."})
+    layers: list[int] = field(default_factory=list, metadata={
+        "help": "Layers to probe (hidden-state indices, 1 to the number of layers; negative counts from the end); "
+                "all by default. The final layer is always added."})
+    folds: int = field(default=5, metadata={"help": "Cross-validation folds (>= 2)."})
+    split: str = field(default="train", metadata={"help": "The paper split of the pool (train, in_domain_test, ...)."})
+    bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the 95%% intervals (>= 1)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the folds and the resamples."})
+    output: str | None = field(default=None, metadata={
+        "help": "A folder for probe_layers.json and auroc_vs_layer.png."})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "The feature cache, reused by later runs (default: OUTPUT/features, or a temporary folder)."})
+
+    def __post_init__(self) -> None:
+        from ..signals.records import PAPER_SPLITS
+
+        super().__post_init__()
+        if self.split not in PAPER_SPLITS:
+            raise ValueError(f"--split must be one of {PAPER_SPLITS}, got {self.split!r}.")
+        if self.bootstrap < 1:
+            raise ValueError(f"--bootstrap must be >= 1, got {self.bootstrap}.")
+
+
 def _train_records(records: Any, split: str, allow_incomplete: bool) -> list[dict[str, Any]]:
     """The records of paper split `split`, with their training columns; a `ValueError` when there are none."""
     from ..signals.records import load_records
@@ -76,44 +107,17 @@ def _train_records(records: Any, split: str, allow_incomplete: bool) -> list[dic
     return rows
 
 
-def probe_layers(
-    model: str,
-    records: Any,
-    *,
-    layers: Sequence[int] | None = None,
-    folds: int = 5,
-    split: str = "train",
-    bootstrap: int = 1000,
-    seed: int = 0,
-    batch_size: int = 16,
-    cache_dir: str | None = None,
-    output: str | None = None,
-    allow_other_model: bool = False,
-    allow_incomplete: bool = False,
-    say: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+def probe_layers(args: ProbeLayersArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Which layer to read: the cross-validated AUROC of a logistic probe on each layer's last-prompt-token state, for
     the correctness target (greedy correctness) and the label-free consistency target (the stage-1 target), against
     greedy correctness, with 95% bootstrap intervals ([`~elical_hf.probes.layer_curve`]).
 
-    Args:
-        model (`str`): A base model (its frozen features) or a saved confidence model.
-        records: Any records input; its `split` records with a judged greedy answer are the pool.
-        layers (`list[int]`, *optional*): Layers to probe (negative from the end); all by default. The final layer is
-            always added: the recommended layer is compared with it.
-        folds (`int`, *optional*, defaults to 5), bootstrap (`int`, *optional*, defaults to 1000), seed (`int`,
-            *optional*, defaults to 0): Cross-validation folds, resamples of the intervals, and their seed.
-        split (`str`, *optional*, defaults to `"train"`): The paper split the pool comes from (never a test split for a
-            layer you then evaluate).
-        batch_size (`int`, *optional*, defaults to 16): Questions per forward pass.
-        cache_dir (`str`, *optional*): The feature cache (reused by later runs); defaults to `output/features`, or a
-            temporary folder without `output`.
-        output (`str`, *optional*): A folder for `probe_layers.json` and the plot `auroc_vs_layer.png`; not an input,
-            nor inside or around one.
-        allow_other_model (`bool`, *optional*): Probe records of another model than `model`.
-        allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
-        say (`Callable[[str], None]`, *optional*): Where progress lines go (default: the log).
+    The pool is the `args.split` records of `args.records` (any records input; never a test split for a layer you
+    then evaluate) with a judged greedy answer. The final layer is always probed besides `args.layers` (all when
+    empty): the recommended layer is compared with it. The feature cache `args.cache_dir` defaults to
+    `args.output/features`, or a temporary folder without an `output` (not an input, nor inside or around one).
+    `say` is where progress lines go (default: the log).
 
     Returns:
         `dict`: the curve of [`~elical_hf.probes.layer_curve`] plus `model`, `split`, `targets` and `skipped` (pool
@@ -123,19 +127,17 @@ def probe_layers(
     from ..layer_features import cache_layer_features, resolve_layers
     from ..plots import auroc_vs_layer_plot
     from ..probes import check_folds, layer_curve
-    from ..signals.records import JUDGE_OPTIONS, PAPER_SPLITS, check_records_match, judged_records
+    from ..signals.records import JUDGE_OPTIONS, check_records_match, judged_records
 
     say = say or logger.info
-    if split not in PAPER_SPLITS:
-        raise ValueError(f"--split must be one of {PAPER_SPLITS}, got {split!r}.")
-    if bootstrap < 1:
-        raise ValueError(f"--bootstrap must be >= 1, got {bootstrap}.")
+    model, records, split, output, cache_dir, folds = (args.model, args.records, args.split, args.output,
+                                                       args.cache_dir, args.folds)
     if output is not None:
         refuse_output_over_inputs(output, {"--records": records, "MODEL": model})
         check_output_extension(output, None)
     writing = one_writer(output) if output is not None else contextlib.nullcontext()
     with writing:
-        pool = _train_records(records, split, allow_incomplete)
+        pool = _train_records(records, split, args.allow_incomplete)
         judged = judged_records(pool, split, say)
         correct = [int(r["greedy_correctness"]) for r in judged]
         check_folds(correct, folds)  # before any model is loaded
@@ -147,15 +149,16 @@ def probe_layers(
                 f"(`{JUDGE_OPTIONS['consistency']}` adds the label-free one).")
         loaded = feature_model(model)
         total = _backbone_layers(loaded)
-        chosen = sorted(set(resolve_layers(layers, total)) | {total})
-        check_records_match(judged, loaded.confidence_config.base_model_name_or_path, str(records), allow_other_model)
+        chosen = sorted(set(resolve_layers(args.layers or None, total)) | {total})
+        check_records_match(judged, loaded.confidence_config.base_model_name_or_path, str(records),
+                            args.allow_other_model)
         if cache_dir is None and output is not None:
             cache_dir = os.path.join(output, "features")
         with _cache_folder(cache_dir) as folder:
             features = cache_layer_features(loaded, [r["question"] for r in judged], folder, layers=chosen,
-                                            batch_size=batch_size)
+                                            batch_size=args.batch_size)
             del loaded
-            report = layer_curve(features, correct, targets, folds=folds, bootstrap=bootstrap, seed=seed)
+            report = layer_curve(features, correct, targets, folds=folds, bootstrap=args.bootstrap, seed=args.seed)
         report.update(model=model, split=split, targets=list(targets), skipped=len(pool) - len(judged), paths={})
         if output is not None:
             os.makedirs(output, exist_ok=True)

@@ -6,14 +6,97 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from ..default_model import DEFAULT_MODEL
+from ..arguments import ModelArguments, RecordArguments, only
+from ..label_selection import DEFAULT_STRATEGY
 
 
-__all__ = ["select_labels", "threshold", "train", "training_table"]
+if TYPE_CHECKING:
+    from ..training_args import ConfidenceTrainingArguments
+
+
+__all__ = ["SelectLabelsArguments", "ThresholdArguments", "TrainArguments", "select_labels", "threshold", "train",
+           "training_table"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class TrainArguments(only(RecordArguments, "allow_other_model")):
+    """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.arguments.ModelArguments`] and
+    [`~elical_hf.ConfidenceTrainingArguments`] (TRL's script arguments)."""
+
+    elicitation_data: str = field(metadata={"help": "Judged records (an `elical-hf judge` output, a judged sample or "
+                                  "HonestyBench folder, a Hub dataset) or a table with `question` and `consistency` "
+                                  "(jsonl/parquet/csv/json/arrow/saved dataset)."})
+    calibration_data: str = field(metadata={"help": "Judged records, or a table with `question` and `correctness`."})
+    num_labels: int | None = field(default=None, metadata={"help": "Stage-2 label budget (default: all rows)."})
+    num_elicitation: int | None = field(
+        default=None, metadata={"help": "Stage-1 budget: a seeded random subset of this many elicitation rows "
+                                "(default: all rows)."}
+    )
+    num_samples_used: int | None = field(
+        default=None, metadata={"help": "Derive the consistency and correctness targets of judged records from their "
+                                "first N samples only (the paper's k ablation; default: every sample)."}
+    )
+    cal_only: bool = field(default=True, metadata={"help": "Also train Cal-Only on the same labels."})
+    dev_fraction: float = field(default=0.1,
+                                metadata={"help": "Share of rows held out (by question) for early stopping."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train anew in an --output_dir that is not empty or holds a run with other data or options "
+                  "(its models are replaced). Without it such a folder is refused, and the same run is resumed."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.dev_fraction < 1.0:  # checked before any file is read or written
+            raise ValueError(f"--dev_fraction must lie in [0, 1), got {self.dev_fraction}.")
+        if self.num_labels is not None and self.num_labels < 2:
+            raise ValueError(f"--num_labels must be at least 2, got {self.num_labels}.")
+        if self.num_elicitation is not None and self.num_elicitation < 2:
+            raise ValueError(f"--num_elicitation must be at least 2, got {self.num_elicitation}.")
+        if self.num_samples_used is not None and self.num_samples_used < 1:
+            raise ValueError(f"--num_samples_used must be at least 1, got {self.num_samples_used}.")
+
+
+@dataclass(kw_only=True)
+class ThresholdArguments(RecordArguments):
+    """Options of [`threshold`] (`elical-hf threshold`)."""
+
+    model: str = field(metadata={"positional": True, "help": "A saved confidence model folder (gets "
+                                 "decision_threshold); `--model FOLDER` is accepted too."})
+    split: str = field(default="train",
+                       metadata={"help": "Which split of the records to choose it on (not your test set)."})
+    alpha: float | None = field(
+        default=None,
+        metadata={"help": "Guarantee an error rate among answered questions of at most ALPHA (with probability "
+                  "1 - DELTA); without it, the alignment rule."},
+    )
+    delta: float = field(default=0.1, metadata={"help": "Allowed probability that the --alpha guarantee fails."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.alpha is not None and not 0.0 < self.alpha < 1.0:  # before any file or model is read
+            raise ValueError(f"--alpha must lie in (0, 1) (an error rate among answered questions), got {self.alpha}.")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"--delta must lie in (0, 1) (the probability the guarantee fails), got {self.delta}.")
+
+
+@dataclass(kw_only=True)
+class SelectLabelsArguments(only(RecordArguments, "records", "allow_other_model", "batch_size")):
+    """Options of [`select_labels`] (`elical-hf select-labels`); `records` is the pool."""
+
+    model: str = field(metadata={"positional": True, "help": "The stage-1 (elicitation) confidence model folder."})
+    output: str = field(metadata={"help": "Where the chosen records go (.parquet or .jsonl)."})
+    num_labels: int = field(default=250, metadata={"help": "How many questions to choose."})
+    strategy: str = field(default=DEFAULT_STRATEGY,
+                          metadata={"help": "random, quantile or uniform (see elical_hf.label_selection)."})
+    split: str | None = field(default=None, metadata={"help": "Only records whose `split` is this (e.g. train)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the draw."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an existing --output file."})
 
 
 def training_table(source: Any, target: str, name: str, num_samples: int | None = None) -> Any:
@@ -32,38 +115,24 @@ def training_table(source: Any, target: str, name: str, num_samples: int | None 
 
 
 def train(
-    elicitation_data: Any,
-    calibration_data: Any,
-    output_dir: str,
-    *,
-    model_name_or_path: str = DEFAULT_MODEL,
-    num_labels: int | None = None,
-    num_elicitation: int | None = None,
-    num_samples_used: int | None = None,
-    cal_only: bool = True,
-    dev_fraction: float = 0.1,
-    calibration_trainable: str = "all",
-    seed: int = 42,
-    training_args: dict[str, Any] | None = None,
-    model_init_kwargs: dict[str, Any] | None = None,
-    overwrite_output_dir: bool = False,
-    allow_other_model: bool = False,
+    args: TrainArguments, training_args: ConfidenceTrainingArguments, model_args: ModelArguments | None = None
 ) -> dict[str, Any]:
     """
-    Train EliCal from records: stage 1 on the consistency targets, stage 2 on `num_labels` correctness labels, and
-    Cal-Only on the same labels ([`~elical_hf.recipe.train_elical`], whose arguments these are), holding
-    `output_dir`'s one-writer lock.
+    Train EliCal from records, as TRL's scripts do `main(script_args, training_args, model_args)`: stage 1 on the
+    consistency targets, stage 2 on `args.num_labels` correctness labels, and Cal-Only on the same labels
+    ([`~elical_hf.recipe.train_elical`]) in `training_args.output_dir`, holding its one-writer lock.
 
     Args:
-        elicitation_data, calibration_data: Any records input (`elical-hf judge` output, a judged `sample` folder, a
-            HonestyBench folder or Hub dataset) or training table (`question` and the stage's target). Both are read
-            and checked before stage 1 trains, so a bad target fails in seconds: records must be the answers of
-            `model_name_or_path` (unless `allow_other_model`), and records of a test split are trained on with a
-            warning that counts them.
-        output_dir (`str`): Not an input, nor inside or around an input folder.
-        num_samples_used (`int`, *optional*): Derive the targets of judged records from their first N samples only.
-        allow_other_model (`bool`, *optional*): Train on records of another model than `model_name_or_path` (e.g. of
-            the model it was fine-tuned from).
+        args ([`TrainArguments`]): The records, any records input (`elical-hf judge` output, a judged `sample`
+            folder, a HonestyBench folder or Hub dataset) or training tables (`question` and the stage's target),
+            both read and checked before stage 1 trains, so a bad target fails in seconds: records must be the
+            answers of the base model (unless `allow_other_model`), and records of a test split are trained on with
+            a warning that counts them. Its `output_dir` is not an input, nor inside or around an input folder.
+        training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run ([`~elical_hf.recipe.
+            train_elical`]: `None` epochs or patience follow the recipe's rules); its `model_init_kwargs` are set to
+            `model_args.model_init_kwargs()`.
+        model_args ([`~elical_hf.arguments.ModelArguments`], *optional*): The base model and how it loads (default:
+            the embedded default model, the precision policy's dtype).
 
     Returns:
         `dict`: `models` (the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`) and
@@ -75,22 +144,25 @@ def train(
     from ..files import check_output_extension, refuse_output_over_inputs
     from ..training_options import DEFAULT_LABEL_COLUMNS, Stage
 
-    refuse_output_over_inputs(output_dir, {"--elicitation_data": elicitation_data,
-                                           "--calibration_data": calibration_data,
+    recipe.check_recipe_arguments(training_args)
+    model_args = model_args if model_args is not None else ModelArguments()
+    output_dir, model_name_or_path = training_args.output_dir, model_args.model_name_or_path
+    refuse_output_over_inputs(output_dir, {"--elicitation_data": args.elicitation_data,
+                                           "--calibration_data": args.calibration_data,
                                            "--model_name_or_path": model_name_or_path}, "--output_dir")
     check_output_extension(output_dir, None, "--output_dir")
+    training_args.model_init_kwargs = model_args.model_init_kwargs()
     tables = {}
-    for stage, source, option in ((Stage.ELICITATION, elicitation_data, "elicitation_data"),
-                                  (Stage.CALIBRATION, calibration_data, "calibration_data")):
+    for stage, source, option in ((Stage.ELICITATION, args.elicitation_data, "elicitation_data"),
+                                  (Stage.CALIBRATION, args.calibration_data, "calibration_data")):
         name = f"--{option} ({source})" if isinstance(source, (str, os.PathLike)) else f"the {option}"
-        tables[stage] = training_table(source, DEFAULT_LABEL_COLUMNS[stage], name, num_samples_used)
-        _check_training_records(tables[stage], name, model_name_or_path, allow_other_model)
+        tables[stage] = training_table(source, DEFAULT_LABEL_COLUMNS[stage], name, args.num_samples_used)
+        _check_training_records(tables[stage], name, model_name_or_path, args.allow_other_model)
     with one_writer(output_dir):
         models = recipe.train_elical(
             model_name_or_path, tables[Stage.ELICITATION], tables[Stage.CALIBRATION], output_dir,
-            num_labels=num_labels, num_elicitation=num_elicitation, calibration_trainable=calibration_trainable,
-            cal_only=cal_only, dev_fraction=dev_fraction, seed=seed, training_args=training_args,
-            model_init_kwargs=model_init_kwargs, overwrite_output_dir=overwrite_output_dir,
+            training_args=training_args, num_labels=args.num_labels, num_elicitation=args.num_elicitation,
+            cal_only=args.cal_only, dev_fraction=args.dev_fraction, overwrite_output_dir=args.overwrite_output_dir,
         )
     return {"models": models, "diagnosis": _label_diagnosis(tables[Stage.CALIBRATION])}
 
@@ -133,28 +205,15 @@ def _label_diagnosis(labels: Any) -> dict[str, Any] | None:
         return None
 
 
-def threshold(
-    model: str,
-    records: Any,
-    *,
-    split: str = "train",
-    alpha: float | None = None,
-    delta: float = 0.1,
-    batch_size: int = 16,
-    allow_other_model: bool = False,
-    allow_incomplete: bool = False,
-    say: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Choose a saved model's answer/abstain threshold on labelled records and write it into the model folder
-    ([`~elical_hf.evaluation.set_decision_threshold`]): the alignment rule, or with `alpha` the lowest threshold
+    ([`~elical_hf.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
     whose error rate among answered questions is at most `alpha` with probability `1 - delta`.
 
-    Args:
-        model (`str`): A saved, trained confidence model folder (a base model, or one never trained, is refused
-            before anything is scored).
-        records: Any records input; its records of the paper's split `split` with a judged greedy answer are used
-            (at least 5). Choose it on a split that is not the test set you report.
+    `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
+    anything is scored); the records of `args.records` of the paper's split `args.split` with a judged greedy answer
+    are used (at least 5). Choose it on a split that is not the test set you report.
 
     Returns:
         `dict`: `threshold`, `rows` (records used), `answered` (of them), and `accuracy` (the alignment rule's, in
@@ -162,17 +221,14 @@ def threshold(
     """
     from ..auto import AutoModelForConfidence
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from ..evaluation import set_decision_threshold
+    from ..saved_model import set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
     from .evaluating import check_trained_model
 
     say = say or logger.info
-    if alpha is not None and not 0.0 < alpha < 1.0:  # before any file or model is read
-        raise ValueError(f"--alpha must lie in (0, 1) (an error rate among answered questions), got {alpha}.")
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"--delta must lie in (0, 1) (the probability the guarantee fails), got {delta}.")
-    loaded = load_records(records, splits=True, allow_incomplete=allow_incomplete)
+    model, records, split, alpha = args.model, args.records, args.split, args.alpha
+    loaded = load_records(records, splits=True, allow_incomplete=args.allow_incomplete)
     parts = loaded["paper_split"] if len(loaded) else []
     if split not in parts:
         raise ValueError(f"{records} has no {split!r} records (found {list(dict.fromkeys(parts))}).")
@@ -186,10 +242,10 @@ def threshold(
         say(f"warning: choosing the threshold on {split!r}: do not report results on these records")
     confidence_model = AutoModelForConfidence.from_pretrained(model)
     check_records_match(rows, confidence_model.confidence_config.base_model_name_or_path, str(records),
-                        allow_other_model)
-    confidences = confidence_model.confidence([r["question"] for r in rows], batch_size=batch_size, progress=True)
+                        args.allow_other_model)
+    confidences = confidence_model.confidence([r["question"] for r in rows], batch_size=args.batch_size, progress=True)
     correct = [int(r["greedy_correctness"]) for r in rows]
-    chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=delta,
+    chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=args.delta,
                                               source={"records": str(records), "split": split})
     out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows),
                            "answered": sum(c >= chosen_threshold for c in confidences)}
@@ -204,30 +260,17 @@ def threshold(
     return out
 
 
-def select_labels(
-    model: str,
-    records: Any,
-    output: str,
-    *,
-    num_labels: int = 250,
-    strategy: str | None = None,
-    split: str | None = None,
-    seed: int = 0,
-    batch_size: int = 16,
-    allow_other_model: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
+def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
     """
-    Choose which `num_labels` questions of a pool to send for correctness labels: score them with the stage-1 model
-    and draw them ([`~elical_hf.label_selection.select_for_labelling`]), then write the chosen records to `output`.
+    Choose which `args.num_labels` questions of a pool to send for correctness labels: score them with the stage-1
+    model and draw them ([`~elical_hf.label_selection.select_for_labelling`]), then write the chosen records to
+    `args.output`.
 
-    Args:
-        model (`str`): The stage-1 (elicitation) confidence model folder (trained: a base model is refused).
-        records: The pool, any records input (records without labels are fine: only `question` is needed); only
-            those whose `split` is `split`, when given.
-        output (`str`): Where the chosen records go (`.parquet` or `.jsonl`); not the pool itself, nor inside its
-            folder, and an existing file only with `overwrite`. Checked, as `model` is, before anything is read.
-        strategy (`str`, *optional*): `"random"` (the default), `"quantile"` or `"uniform"`.
+    `args.model` is the stage-1 (elicitation) confidence model folder (trained: a base model is refused); the pool,
+    `args.records`, is any records input (records without labels are fine: only `question` is needed), only those
+    whose `split` is `args.split` when given. `args.output` (`.parquet` or `.jsonl`) is not the pool itself, nor
+    inside its folder, and an existing file only with `overwrite`; it is checked, as the model is, before anything is
+    read.
 
     Returns:
         `dict`: `pool`, `chosen`, `strategy`, `output` and the stage-1 confidences' `pool_mean`, `chosen_mean`,
@@ -235,27 +278,27 @@ def select_labels(
     """
     from ..auto import AutoModelForConfidence
     from ..files import check_output_extension, refuse_output_over_inputs
-    from ..label_selection import DEFAULT_STRATEGY, SELECTION_STRATEGIES, select_for_labelling
+    from ..label_selection import SELECTION_STRATEGIES, select_for_labelling
     from ..signals.records import RECORD_EXTENSIONS, check_records_match, load_records, save_records
     from .evaluating import check_trained_model
 
-    strategy = strategy or DEFAULT_STRATEGY
+    model, records, output, num_labels, strategy = args.model, args.records, args.output, args.num_labels, args.strategy
     if strategy not in SELECTION_STRATEGIES:  # before any model is loaded
         raise ValueError(f"--strategy must be one of {SELECTION_STRATEGIES}, got {strategy!r}.")
     refuse_output_over_inputs(output, {"--records": records, "MODEL": model})
     check_output_extension(output, RECORD_EXTENSIONS)
-    if os.path.exists(output) and not overwrite:
+    if os.path.exists(output) and not args.overwrite:
         raise ValueError(f"--output {output} exists; pass --overwrite to replace it.")
     check_trained_model(model, model)
     pool = load_records(records, derive=False).to_list()
-    if split is not None:
-        pool = [r for r in pool if r.get("split") == split]
+    if args.split is not None:
+        pool = [r for r in pool if r.get("split") == args.split]
     if not 1 <= num_labels <= len(pool):
         raise ValueError(f"--num_labels must lie in [1, {len(pool)}] (the pool's size), got {num_labels}.")
     stage1 = AutoModelForConfidence.from_pretrained(model)
-    check_records_match(pool, stage1.confidence_config.base_model_name_or_path, str(records), allow_other_model)
-    confidences = stage1.confidence([r["question"] for r in pool], batch_size=batch_size, progress=True)
-    chosen = select_for_labelling(confidences, num_labels, strategy, seed)
+    check_records_match(pool, stage1.confidence_config.base_model_name_or_path, str(records), args.allow_other_model)
+    confidences = stage1.confidence([r["question"] for r in pool], batch_size=args.batch_size, progress=True)
+    chosen = select_for_labelling(confidences, num_labels, strategy, args.seed)
     save_records([pool[i] for i in chosen], output)
     picked = [confidences[i] for i in chosen]
     return {"pool": len(pool), "chosen": len(chosen), "strategy": strategy, "output": output,

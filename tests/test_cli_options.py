@@ -1,0 +1,170 @@
+"""Each command-line option is declared once: no option name in two of the commands' dataclasses (but the homonyms
+below, one word for different options), and every command accepts exactly the flags, with the defaults, it accepted
+before the option groups (`tests/data/cli_options.json`, written by `tests/data/cli_options.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pytest
+
+from elical_hf.arguments import ModelArguments, RecordArguments, only
+from elical_hf.cli import COMMANDS
+from elical_hf.cli.parser import ElicalArgumentParser
+
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+sys.path.insert(0, DATA)
+from cli_options import FIXTURE, command_options  # noqa: E402
+
+
+CHANGED_DEFAULTS = {
+    ("train", "--num_train_epochs"): None, ("train", "--num-train-epochs"): None,
+}
+"""Defaults that changed on purpose: `train --num_train_epochs` is `None`, the recipe's rule (the paper's epochs for
+the data size), which the recipe applied to an unset value before too."""
+
+HOMONYMS = {
+    "base_model": "push: the Hub id a local base path stands for; convert-official: the model a release sits on",
+    "baselines": "demo: a list of baselines to run live; evaluate: the comma-separated baselines to score",
+    "batch_size": "sample: SamplingSettings' decoding batch (None: the backend's choice), not RecordArguments' (16)",
+    "bootstrap": "evaluate: 0 (no intervals) by default; demo, diagnose, probe-layers: 1000 resamples of their own",
+    "learning_rate": "demo: its head calibration's (1e-3); train: TrainingArguments' (5e-5)",
+    "log_level": "serve: uvicorn's log level; train: TrainingArguments' logging level",
+    "max_new_tokens": "demo: answer length (24); judge: LLM judge reply length (64); sample: answer length (256)",
+    "model": "a different model in each: positional folder (threshold, select-labels, probe-layers, serve), NAME=PATH "
+             "list (evaluate), verbal baselines' model (baselines), optional sampler (sample)",
+    "model_name_or_path": "demo: DemoSettings (elical_hf/demo.py), the demo's single settings object, not folded here",
+    "num_labels": "train: stage-2 budget (None: all); evaluate: probes' labels (0: all); select-labels: 250 to choose; "
+                  "demo: 100",
+    "num_samples": "demo: 4 live samples; sample: SamplingSettings' k (20)",
+    "num_workers": "judge: from a Slurm array by default; sample: 1 by default",
+    "output": "a different file or folder per command (judged records, scored records, a diagnosis, a probe report, "
+              "chosen records)",
+    "output_dir": "a different folder per command (report, shards, merged shards, training runs, the demo)",
+    "overwrite_output_dir": "train: train anew over another run (the same run resumes); evaluate: replace results",
+    "prompt_template": "convert-official: None (the paper's QA prompt); sample: SamplingSettings' prompt",
+    "records": "demo: its committed records by default; RecordArguments' is required",
+    "revision": "push: the branch to commit to; convert-official: the revision of SRC",
+    "seed": "the seed of each command's own draws (default 42 or 0)",
+    "split": "threshold / probe-layers: the paper split to use (train); diagnose / select-labels: a filter (None)",
+    "system_prompt": "convert-official: the converted model's; sample: SamplingSettings' (the chat template's)",
+    "worker_index": "judge: from a Slurm array by default; sample: 0 by default",
+}
+"""One word, different options: the same flag name in two commands' dataclasses for options that differ in default or
+meaning. Anything else declared twice is one option written twice: fold it into a group of `elical_hf.arguments`."""
+
+
+def declaring_class(dtype: type, name: str) -> type:
+    """The class that declares field `name` of dataclass `dtype` (the first of its MRO that annotates it)."""
+    return next(cls for cls in dtype.__mro__ if name in cls.__dict__.get("__annotations__", {}))
+
+
+def declarations(parsers: dict[str, list[ElicalArgumentParser]]) -> dict[str, set[str]]:
+    """Option name -> the classes that declare it, over the dataclasses of `{command: [its parsers]}`."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for command_parsers in parsers.values():
+        for parser in command_parsers:
+            for dtype in parser.dataclass_types:
+                for f in dataclasses.fields(dtype):
+                    if f.init:
+                        cls = declaring_class(dtype, f.name)
+                        found[f.name].add(f"{cls.__module__}.{cls.__qualname__}")
+    return found
+
+
+def command_parsers() -> dict[str, list[ElicalArgumentParser]]:
+    parsers = {}
+    for command, (module_name, _) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        helper = [module.make_help_parser()] if hasattr(module, "make_help_parser") else []
+        parsers[command] = [module.make_parser(), *helper]
+    return parsers
+
+
+FOLDED = {
+    "dtype": {"elical_hf.arguments.ModelArguments"},  # was train's, sample's and serve's
+    "batch_size": {"elical_hf.arguments.RecordArguments", "elical_hf.signals.settings.SamplingSettings"},  # 6 + sample
+    "records": {"elical_hf.arguments.RecordArguments", "elical_hf.demo.DemoSettings"},
+    "allow_incomplete": {"elical_hf.arguments.RecordArguments"},
+    "allow_other_model": {"elical_hf.arguments.RecordArguments"},
+    "shard_size": {"elical_hf.arguments.ShardArguments"},
+    "lexical_scoring": {"elical_hf.arguments.LexicalScoringArguments"},
+    "token": {"elical_hf.cli.parser.HubArguments"},
+}
+"""Where the options that several commands share are declared now."""
+
+
+def test_no_option_is_declared_in_two_dataclasses():
+    found = declarations(command_parsers())
+    twice = {name for name, classes in found.items() if len(classes) > 1}
+    again = {name: found[name] for name in twice - set(HOMONYMS)}
+    assert again == {}, f"declared twice: {again}"
+    assert set(HOMONYMS) - twice == set(), "no longer homonyms (leave HOMONYMS): " + str(set(HOMONYMS) - twice)
+    assert {name: found[name] for name in FOLDED} == FOLDED
+
+
+def test_the_two_api_key_options_share_one_help():
+    from elical_hf.cli.judge import JudgeArguments
+    from elical_hf.cli.parser import api_key_env_help
+    from elical_hf.cli.sample import SampleCommandArguments
+
+    helps = {f.name: f.metadata["help"] for dtype in (JudgeArguments, SampleCommandArguments)
+             for f in dataclasses.fields(dtype)}
+    assert helps["judge_api_key_env"] == api_key_env_help("--judge_endpoint")
+    assert helps["api_key_env"] == "'openai' backend: " + api_key_env_help("--endpoint")
+
+
+@dataclass(kw_only=True)
+class _Again:
+    """A command dataclass that declares `batch_size` once more."""
+
+    records: str = field(metadata={"help": "x"})
+    batch_size: int = 8
+
+
+def test_the_check_sees_an_option_declared_again():
+    parsers = {"a": [ElicalArgumentParser(only(RecordArguments, "records", "batch_size"))],
+               "b": [ElicalArgumentParser(_Again)]}
+    found = declarations(parsers)
+    assert found["batch_size"] == {"elical_hf.arguments.RecordArguments", f"{__name__}._Again"}
+    assert len(found["records"]) == 2 and "allow_incomplete" not in found  # left out by `only`
+
+
+def test_every_command_accepts_the_flags_it_accepted_before():
+    with open(FIXTURE, encoding="utf-8") as handle:
+        before = json.load(handle)
+    now = command_options()
+    for parser_name, options in before.items():
+        assert sorted(now[parser_name]) == sorted(options), parser_name
+        for option, declared in options.items():
+            expected = dict(declared)
+            if (parser_name, option) in CHANGED_DEFAULTS:
+                expected["default"] = CHANGED_DEFAULTS[parser_name, option]
+            assert now[parser_name][option] == expected, (parser_name, option)
+
+
+def test_only_gives_a_command_part_of_a_group():
+    part = only(RecordArguments, "records", "batch_size")
+    assert part is only(RecordArguments, "records", "batch_size") and issubclass(part, RecordArguments)
+    assert [f.name for f in dataclasses.fields(part)] == ["records", "batch_size"]
+    options = part(records="r.jsonl", batch_size=4)
+    assert (options.allow_incomplete, options.allow_other_model) == (False, False)  # constants at their defaults
+    assert dataclasses.asdict(options) == {"records": "r.jsonl", "batch_size": 4}
+    with pytest.raises(TypeError):
+        part(records="r.jsonl", allow_other_model=True)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):  # the group's checks still run
+        part(records="r.jsonl", batch_size=0)
+    with pytest.raises(ValueError, match=r"not used .*'--allow_other_model'"):  # not an option of the command
+        ElicalArgumentParser(part).parse_with_config(["--records", "r", "--allow_other_model", "true"])
+    assert only(RecordArguments, "allow_other_model")().records is None  # a required option left out: None
+    with pytest.raises(ValueError, match=r"no option\(s\) \['nope'\]"):
+        only(RecordArguments, "nope")
+    with pytest.raises(ValueError, match="--dtype: Unknown dtype"):
+        only(ModelArguments, "dtype")(dtype="float33")
