@@ -84,7 +84,7 @@ def build_table(root: str, cache_dir: str, tokenize: bool) -> dict:
     result = {"rows": len(table), "train_rows": len(train), "dev_rows": len(dev) if dev is not None else 0,
               "load_seconds": loaded - start}
     if tokenize:
-        from elical_hf.data import load_tokenizer
+        from elical_hf.encoding import load_tokenizer
         from elical_hf.default_model import DEFAULT_MODEL, resolve_model_path
 
         tokenizer = load_tokenizer(resolve_model_path(DEFAULT_MODEL)[0])

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
     from elical_hf.bundled import load_bundled_questions
-    from elical_hf.data import encode_prompts, pad_batch
+    from elical_hf.encoding import encode_prompts, pad_batch
     from elical_hf.memory import release_memory
 
     print_machine()

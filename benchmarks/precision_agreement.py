@@ -55,7 +55,7 @@ def confidences_both(stage1: str, test: list[dict], labels: list[dict], epochs: 
     from transformers import set_seed
 
     from elical_hf import AutoModelForConfidence, calibrate_head
-    from elical_hf.head_calibration import confidence_head_module
+    from elical_hf.head_calibration import head_confidences
 
     test_q = [r["question"] for r in test]
     questions = list(dict.fromkeys(test_q + [r["question"] for r in labels]))
@@ -67,15 +67,11 @@ def confidences_both(stage1: str, test: list[dict], labels: list[dict], epochs: 
         cache = dict(zip(questions, model.prompt_features(questions, batch_size=32, progress=False)))
         feature_seconds = time.perf_counter() - start
 
-        def scores() -> list[float]:
-            with torch.no_grad():
-                head = confidence_head_module(model)
-                return torch.sigmoid(head(torch.stack([cache[q] for q in test_q]).float()).squeeze(-1)).tolist()
-
-        eli_only = scores()
+        eli_only = head_confidences(model, cache, test_q)
         calibrate_head(model, labels, dev_fraction=0.0, seed=seed, features=cache, num_train_epochs=epochs,
                        learning_rate=learning_rate)
-        out[name] = {"Eli-Only": eli_only, "EliCal (head)": scores(), "feature_seconds": feature_seconds}
+        out[name] = {"Eli-Only": eli_only, "EliCal (head)": head_confidences(model, cache, test_q),
+                     "feature_seconds": feature_seconds}
         del model, cache
     return out
 

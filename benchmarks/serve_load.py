@@ -140,7 +140,7 @@ def long_beside_short(server, questions: list[str], long_tokens: int, args: argp
 def run_long_scenario(args: argparse.Namespace, questions: list[str]) -> None:
     """The long-beside-short table: the short requests' latency with the server's token limit and without it."""
     from elical_hf.serve.engine import MAX_TOKENS_LIMIT
-    from elical_hf.serve.process import ServerProcess
+    from tests.serving import ServerProcess
 
     limit = args.max_tokens_limit or MAX_TOKENS_LIMIT
     if args.long_tokens <= limit:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from elical_hf.bundled import load_bundled_questions
-    from elical_hf.serve.process import ServerProcess
+    from tests.serving import ServerProcess
 
     print_machine()
     print(f"CPU (lscpu): {lscpu_model()}")

@@ -48,12 +48,11 @@ def main() -> None:
     from elical_hf.auto import AutoModelForConfidence
     from elical_hf.demo import DemoSettings, demo_partitions
     from elical_hf.memory import release_memory
-    from elical_hf.signals.records import read_records
 
     print_machine()
     peak = Peak()
     settings = DemoSettings()
-    questions = [r["question"] for r in demo_partitions(read_records(settings.records), settings)["stage1"]]
+    questions = [r["question"] for r in demo_partitions(settings.records, settings)["stage1"]]
     model = AutoModelForConfidence.from_pretrained(settings.model_name_or_path)
     tokenizer = model.tokenizer  # loaded with the model
 

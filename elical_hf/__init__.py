@@ -25,21 +25,25 @@ _LAZY = {
     "ConfidenceTrainingArguments": ".training_args",
     "DEFAULT_MODEL": ".default_model",
     "ForConfidenceMixin": ".modeling",
-    "HubPublishError": ".hub",
+    "HubPublishError": ".publishing.hub",
+    "ModelArguments": ".arguments",
     "PeftModelForConfidence": ".auto",
+    "RecordArguments": ".arguments",
     "Stage": ".training_options",
     "calibrate_head": ".head_calibration",
     "confidence_metrics": ".trainer",
     "convert_official": ".convert",
     "diagnose": ".diagnosis",
-    "push_folder": ".hub",
-    "push_gate_space": ".hub",
-    "push_honestybench": ".hub",
-    "push_metric_space": ".hub",
-    "push_model": ".hub",
+    "install_metrics": ".publishing.metric_modules",
+    "metric_module_path": ".publishing.metric_modules",
+    "push_folder": ".publishing.hub",
+    "push_gate_space": ".publishing.hub",
+    "push_honestybench": ".publishing.hub",
+    "push_metric_space": ".publishing.hub",
+    "push_model": ".publishing.hub",
     "register_pipeline": ".pipeline",
     "train_elical": ".recipe",
-    "write_honestybench": ".dataset_card",
+    "write_honestybench": ".publishing.dataset_card",
 }
 """Public name -> the module that defines it (imported on first access)."""
 
@@ -50,19 +54,23 @@ __getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
+    from .arguments import ModelArguments, RecordArguments
     from .auto import AutoModelForConfidence, PeftModelForConfidence
     from .callbacks import ConfidenceCardCallback
     from .configuration import ConfidenceConfig
     from .convert import convert_official
     from .data import ConfidenceDataCollator
-    from .dataset_card import write_honestybench
     from .default_model import DEFAULT_MODEL
     from .diagnosis import diagnose
     from .head_calibration import calibrate_head
-    from .hub import HubPublishError, push_folder, push_gate_space, push_honestybench, push_metric_space, push_model
     from .model_card import ConfidenceModelCardData
     from .modeling import ConfidenceModelOutput, ForConfidenceMixin
     from .pipeline import ConfidenceEstimationPipeline, register_pipeline
+    from .publishing.dataset_card import write_honestybench
+    from .publishing.hub import (
+        HubPublishError, push_folder, push_gate_space, push_honestybench, push_metric_space, push_model,
+    )
+    from .publishing.metric_modules import install_metrics, metric_module_path
     from .recipe import train_elical
     from .trainer import ConfidenceTrainer, confidence_metrics
     from .training_args import ConfidenceTrainingArguments

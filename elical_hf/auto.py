@@ -6,12 +6,14 @@ A saved confidence model is an adapter folder, never a backbone copy:
 - `adapter_config.json`: the PEFT config, naming the base model,
 - tokenizer files (the chat template the prompts were rendered with),
 - `confidence_config.json`: prompt template, pooling, provenance; written last, so its presence marks a complete save.
+
+What a saved model was trained on is checked against what it is loaded with in [`~elical_hf.provenance`]; a saved
+folder is found, and its decision rule rewritten, in [`~elical_hf.saved_model`].
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
 from collections import OrderedDict
 from typing import Any
@@ -26,19 +28,19 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from .atomic import umask_permissions
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature, resolve_feature_layer
-from .data import load_tokenizer
+from .encoding import load_tokenizer
 from .feature_layer import blocks_with_lora, num_layers
 from .files import looks_local
-from .default_model import hub_offline, resolve_model_path
-from .hub_ids import hub_id_of_local_copy, is_hub_id
-from .loading import load_pretrained
+from .default_model import resolve_model_path
+from .hub_ids import hub_id_of_local_copy
+from .loading import load_model, load_pretrained
 from .model_card import ConfidenceModelCardData, write_model_card
 from .precision import resolve_dtype
 from .prompts import chat_template_kwargs_for
 from .modeling import CONFIDENCE_BACKBONES, confidence_class_for, confidence_class_name, default_lora_targets
+from .provenance import base_of_saved_model, check_loaded_base, check_saved_chat_template
+from .saved_model import find_saved_model
 
-
-logger = logging.getLogger(__name__)
 
 HEAD_MODULE = "confidence_head"
 HUB_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "force_download")
@@ -117,8 +119,8 @@ class PeftModelForConfidence(PeftModel):
         write_model_card(self, output_dir)
 
     def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
-        """Publish this model to the Hub in one commit; see [`elical_hf.hub.push_model`] for the arguments."""
-        from .hub import push_model
+        """Publish this model to the Hub in one commit; see [`elical_hf.push_model`] for the arguments."""
+        from .publishing.hub import push_model
 
         return push_model(self, repo_id, **kwargs)
 
@@ -334,7 +336,7 @@ class AutoModelForConfidence(_BaseAutoModelClass):
         kwargs["dtype"] = resolve_dtype(kwargs.get("dtype"), "cuda" if four_bit else device)
         if four_bit:
             kwargs["quantization_config"] = four_bit_config(kwargs["dtype"])
-        model = load_pretrained(super().from_pretrained, path, weights=True, config=config, **kwargs)
+        model = load_model(cls._model_mapping[type(config)], path, config=config, **kwargs)
         if four_bit:
             from peft import prepare_model_for_kbit_training
 
@@ -374,47 +376,22 @@ class AutoModelForConfidence(_BaseAutoModelClass):
                 "saved confidence model (its adapter was not copied, or was deleted). Copy the whole folder again, or "
                 "save the model again."
             )
-        adapter_config = PeftConfig.from_pretrained(folder)
-        trained_on = saved_config.base_model_name_or_path or adapter_config.base_model_name_or_path
-        base = base_model_name_or_path or trained_on
-        if base is None:
-            raise ValueError(f"{folder} does not name its base model; pass `base_model_name_or_path=`.")
-        if not os.path.isdir(base) and (looks_local(base) or not is_hub_id(base)):  # a path, not there
-            if base_model_name_or_path is not None:
-                raise FileNotFoundError(2, "No such model folder", base)
-            raise ValueError(
-                f"{folder} was trained on the base model in the folder {base}, which is not there any more (moved or "
-                "deleted?). Pass the folder it is in now as `base_model_name_or_path=`, or set "
-                f"`base_model_name_or_path` in {os.path.join(folder, CONFIDENCE_CONFIG_NAME)} to it."
-            )
-        _check_requested_base(folder, trained_on, base_model_name_or_path)
+        trained_on = saved_config.base_model_name_or_path or PeftConfig.from_pretrained(folder).base_model_name_or_path
+        base = base_of_saved_model(folder, trained_on, base_model_name_or_path)
         loading_config = ConfidenceConfig.from_dict(saved_config.to_dict())
         kwargs.pop("revision", None)  # the revision of the adapter's repo, not of the base model's
         model = cls._load_base(base, loading_config, fresh_head=False, **kwargs)
-        expected, found = saved_config.base_model_signature, loading_config.base_model_signature
-        if expected is not None and expected != found:
-            raise ValueError(
-                f"The adapter in {folder} was trained on {saved_config.base_model_name_or_path!r} {expected}, "
-                f"but the base {base!r} is {found}. Load it onto the base it was trained on."
-            )
+        check_loaded_base(folder, saved_config, loading_config, base)
         if feature_layer is not None and resolve_feature_layer(
                 feature_layer, num_layers(getattr(model, model.base_model_prefix))) != model.feature_layer_index:
             raise ValueError(f"{folder} holds a trained model that reads layer {model.feature_layer_index}; "
                              f"feature_layer={feature_layer} applies to a fresh model only.")
-        if base != saved_config.base_model_name_or_path:
-            logger.warning("Loading an adapter trained on %s onto %s.", saved_config.base_model_name_or_path, base)
         # What the adapter was trained with wins; only the provenance of this load's weights is new.
         saved_config.base_weights_source = loading_config.base_weights_source
         model.confidence_config = saved_config
         base_tokenizer = model.tokenizer
         model.tokenizer = load_tokenizer(folder, fallback=base_tokenizer)  # the adapter's own, else the base's
-        if saved_config.use_chat_template and base_tokenizer.chat_template and not model.tokenizer.chat_template:
-            raise ValueError(
-                f"{folder} holds a tokenizer without its chat template (no chat_template.jinja), but the model was "
-                f"trained on chat-templated prompts: scoring with another template gives other confidences. Put the "
-                f"chat_template.jinja it was trained with back into {folder} (from its base model {base!r} if it was "
-                "trained with that one's)."
-            )
+        check_saved_chat_template(folder, saved_config, base_tokenizer, model.tokenizer, base)
         saved_config.check_renders_question(model.tokenizer, folder)
         model.model_card_data = ConfidenceModelCardData.from_folder(folder)  # evaluations etc. of the saved card
         try:
@@ -462,40 +439,3 @@ def switch_off_unused_lora(model: PeftModelForConfidence) -> PeftModelForConfide
                 module.enable_adapters(False)
         model.set_trainable(lora=False, head=any(p.requires_grad for p in model.trainable_parts()["head"]))
     return model
-
-
-def _check_requested_base(folder: str, trained_on: str | None, requested: str | None) -> None:
-    """Refuse a base model that is another Hub model than the one the adapter was trained on.
-
-    A local folder is accepted as the base (a copy of the same model, e.g. downloaded elsewhere); its architecture is
-    checked after loading. A Hub id, or a folder known to be a copy of one (a Hub cache snapshot, the dequantized
-    embedded default), must name the adapter's own base model.
-    """
-    if requested is None or trained_on is None or not is_hub_id(trained_on):
-        return
-    if os.path.isdir(requested):
-        known = hub_id_of_local_copy(requested)
-        asked = known[0] if known is not None else None
-    else:
-        asked = requested if is_hub_id(requested) else None
-    if asked is not None and asked.lower() != trained_on.lower():
-        raise ValueError(
-            f"The adapter in {folder} was trained on {trained_on!r}, but its base model was asked to be {asked!r}: "
-            "an adapter only works on the base model it was trained on. Load it without `base_model_name_or_path`, "
-            f"or pass a local folder that holds the weights of {trained_on!r}."
-        )
-
-
-def find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
-    """The local folder of a saved confidence model at `name` (downloading a Hub repo), or `None`."""
-    if os.path.isdir(name):
-        return name if os.path.isfile(os.path.join(name, CONFIDENCE_CONFIG_NAME)) else None
-    from huggingface_hub import hf_hub_download, snapshot_download
-    from huggingface_hub.errors import HFValidationError
-
-    hub_kwargs.setdefault("local_files_only", hub_offline())
-    try:
-        hf_hub_download(name, CONFIDENCE_CONFIG_NAME, **hub_kwargs)
-    except (OSError, HFValidationError):  # not a confidence repo, or not reachable: treat as a base model
-        return None
-    return snapshot_download(name, **hub_kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from .loading import unwrap_peft
 from .model_card import get_card_data
 from .metrics import METRIC_NAMES
 from .training_args import ConfidenceTrainingArguments, Stage
@@ -164,8 +165,7 @@ class ConfidenceCardCallback(TrainerCallback):
 
 
 def _inner(model: Any) -> Any:
-    model = getattr(model, "module", model)
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
+    return unwrap_peft(getattr(model, "module", model))  # DDP / accelerate wrappers, then PEFT's
 
 
 def _current_stage(model: Any) -> str | None:

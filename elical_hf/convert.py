@@ -236,7 +236,7 @@ def convert_official(
     from .auto import HEAD_MODULE
     from .model_card import ConfidenceModelCardData, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature, resolve_feature_layer
-    from .data import load_tokenizer
+    from .encoding import load_tokenizer
     from .default_model import hub_offline, resolve_model_path
     from .files import looks_local
     from .hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id

@@ -36,7 +36,11 @@ CONSISTENCY_JUDGES = ("auto", "embedding", "lexical")
 DEMO_ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "demo")
 DEMO_RECORDS = os.path.join(DEMO_ASSETS, "records.parquet")
 DEMO_STAGE1 = os.path.join(DEMO_ASSETS, "stage1-smollm2-135m-instruct")
+DEMO_CALIBRATED = os.path.join(DEMO_ASSETS, "elical-smollm2-135m-instruct")
+"""A calibrated confidence model of the embedded default with its decision threshold, for the gate example."""
 RECORD_BASELINES = ("prob", "n_prob", "consis_lex", "consis_sem")
+REPORT_TEMPLATE = "report_notes.md"
+"""The Jinja template (in `DEMO_ASSETS`) of the report's text before its tables ([`demo_notes`])."""
 
 
 @dataclass
@@ -91,13 +95,16 @@ class DemoSettings:
             raise ValueError(f"test_questions must be >= 0 (0: all), got {self.test_questions}.")
 
 
-def demo_partitions(records: list[dict], settings: DemoSettings) -> dict[str, list[dict]]:
-    """The committed records split for the demo: `test` (in-domain test, in file order within each dataset, at most
-    `test_questions` spread evenly over datasets), `pool` (train questions to draw labels from) and `stage1` (train
-    questions for the live stage-1 run), disjoint by question."""
-    test_all = [r for r in records if (r.get("split") or r.get("source_split")) == "in_domain_test"]
-    train = sorted((r for r in records if (r.get("split") or r.get("source_split")) == "train"),
-                   key=lambda r: (r["dataset"], str(r["id"])))
+def demo_partitions(records: Any, settings: DemoSettings) -> dict[str, list[dict]]:
+    """The committed records (a path or records, read with their paper split by
+    [`~elical_hf.signals.records.load_records`]) split for the demo: `test` (in-domain test, in file order within each
+    dataset, at most `test_questions` spread evenly over datasets), `pool` (train questions to draw labels from) and
+    `stage1` (train questions for the live stage-1 run), disjoint by question."""
+    from .signals.records import load_records
+
+    records = load_records(records, derive=False, splits=True).to_list()
+    test_all = [r for r in records if r["paper_split"] == "in_domain_test"]
+    train = sorted((r for r in records if r["paper_split"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
     if settings.test_questions and settings.test_questions < len(test_all):
         datasets = list(dict.fromkeys(r["dataset"] for r in test_all))
         per = -(-settings.test_questions // len(datasets))
@@ -170,18 +177,21 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
 
 
 def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models_dir: str) -> dict[str, Any]:
-    """Eli-Only, and EliCal / Cal-Only (head only, on cached features) for every budget and label draw; the first
-    draw of the headline budget is saved as models `elical` and `cal-only`."""
+    """Eli-Only, and EliCal / Cal-Only (head only, on cached features) for every budget and label draw
+    ([`~elical_hf.head_calibration.label_budget_sweep`]); the first draw of the headline budget is saved as models
+    `elical` and `cal-only`."""
     import torch
     from transformers import set_seed
 
     from .auto import AutoModelForConfidence
-    from .head_calibration import calibrate_head, confidence_head_module
+    from .head_calibration import head_confidences, label_budget_sweep
     from .signals.records import load_records
 
     test_q = [r["question"] for r in parts["test"]]
     pool_rows = load_records(parts["pool"]).to_list()  # judged records with their training columns
     questions = list(dict.fromkeys(test_q + [r["question"] for r in pool_rows]))
+    budgets = dict.fromkeys([settings.num_labels, *settings.label_budgets])
+    draws = [(n, settings.seed + draw) for n in budgets for draw in range(settings.num_draws)]
 
     def load(path: str) -> tuple[Any, dict[str, torch.Tensor]]:
         set_seed(settings.seed)  # a fresh head (Cal-Only) is drawn from the global RNG
@@ -189,38 +199,28 @@ def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models
         features = model.prompt_features(questions, batch_size=64, progress=True)
         return model, dict(zip(questions, features))
 
-    def scores(model: Any, cache: dict[str, torch.Tensor]) -> list[float]:
-        with torch.no_grad():
-            logits = confidence_head_module(model)(torch.stack([cache[q] for q in test_q])).squeeze(-1)
-        return torch.sigmoid(logits).tolist()
-
     out: dict[str, Any] = {"budgets": {}}
     for method, path in (("EliCal", settings.stage1_model), ("Cal-Only", settings.model_name_or_path)):
         model, cache = load(path)
-        head = confidence_head_module(model)
-        start_state = {k: v.clone() for k, v in head.state_dict().items()}
         if method == "EliCal":
-            out["Eli-Only"] = scores(model, cache)
+            out["Eli-Only"] = head_confidences(model, cache, test_q)
             out["stage1_questions"] = sum(e.get("num_examples", 0) for e in model.confidence_config.training_history
                                           if e.get("stage") == "elicitation")
-        history = list(model.confidence_config.training_history)
-        for n in dict.fromkeys([settings.num_labels, *settings.label_budgets]):
-            runs = []
-            for draw in range(settings.num_draws):
-                labels = random.Random(settings.seed + draw).sample(pool_rows, n)
-                head.load_state_dict(start_state)
-                if method == "Cal-Only":  # a fresh head per draw: the training seed varies with the labels
-                    torch.manual_seed(settings.seed + draw)
-                    head.reset_parameters()
-                model.confidence_config.training_history = list(history)
-                save = n == settings.num_labels and draw == 0
-                calibrate_head(model, labels, os.path.join(models_dir, method.lower()) if save else None,
-                               dev_fraction=0.0, seed=settings.seed + draw, features=cache,
-                               num_train_epochs=settings.head_epochs, learning_rate=settings.learning_rate)
-                runs.append(scores(model, cache))
-            out["budgets"].setdefault(n, {})[method] = runs
+        # Cal-Only gets a fresh head per draw: the training seed varies with the labels
+        runs = label_budget_sweep(model, pool_rows, draws, cache, test_q, draw_labels=_sample_labels,
+                                  fresh_head="torch_default" if method == "Cal-Only" else None, dev_fraction=0.0,
+                                  num_train_epochs=settings.head_epochs, learning_rate=settings.learning_rate)
+        for run in runs:
+            if run.num_labels == settings.num_labels and run.seed == settings.seed:  # the headline's first draw
+                model.save_pretrained(os.path.join(models_dir, method.lower()))
+            out["budgets"].setdefault(run.num_labels, {}).setdefault(method, []).append(run.confidences)
         del model, cache
     return out
+
+
+def _sample_labels(pool: list[dict], num_labels: int, seed: int) -> list[dict]:
+    """The demo's label draw: `num_labels` records of the pool in the order `random.Random(seed).sample` gives."""
+    return random.Random(seed).sample(pool, num_labels)
 
 
 def warn_if_busy() -> float | None:
@@ -254,7 +254,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     """Run the demo end to end. Writes to `settings.output_dir`: `report.md` (headline, tables, plots),
     `results.json`, `run.json` (settings, sizes, timings, precision), `live_records.parquet` (the live judged answers)
     and `models/` (the live stage-1 model, EliCal and Cal-Only of the first draw). Returns the run summary."""
-    from .signals.records import read_records, save_records
+    from .signals.records import save_records
     from .steps import diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
@@ -269,7 +269,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
         raise FileNotFoundError(f"No demo records at {settings.records}; build them with examples/build_demo_assets.py.")
     os.makedirs(settings.output_dir, exist_ok=True)
     models_dir = os.path.join(settings.output_dir, "models")
-    parts = demo_partitions(read_records(settings.records), settings)
+    parts = demo_partitions(settings.records, settings)
 
     live = run_live(settings, parts["test"], parts["pool"])
     save_records(live.pop("records"), os.path.join(settings.output_dir, "live_records.parquet"))
@@ -327,49 +327,14 @@ def demo_notes(settings: DemoSettings, sizes: dict[str, int], sentence: str, dif
                curves: dict[str, dict[int, float]], by_budget: dict[int, dict[str, Any]],
                teacher: dict[str, Any]) -> str:
     """The report's text before its tables: the headline, AUROC by label budget, what ran live and what came from
-    committed files."""
-    per_draw = ", ".join(f"{v:+.1f}" for v in diff["in-domain avg"]["auroc_per_draw"])
-    accuracy = next(iter(table.values()))["in-domain avg"]["accuracy"]
-    verbal = ", ".join(f"{name} {sum(v) / len(v):.2f}" for name, v in live["baselines"].items())
-    budgets = "\n".join(
-        f"| {n} | {100 * curves['EliCal'][n]:.1f} | {100 * curves['Cal-Only'][n]:.1f} | {d['auroc']:+.1f} "
-        f"[{d['auroc_ci'][0]:.1f}, {d['auroc_ci'][1]:.1f}] |" for n, d in sorted(by_budget.items()))
-    why = "\n".join(
-        f"- {name}: {cell['verdict']} (teacher AUROC on {cell['questions']} label-pool questions, {cell['positives']} "
-        f"correct); EliCal - Cal-Only on its test questions {diff[name]['auroc']:+.1f} "
-        f"[{diff[name]['auroc_ci'][0]:+.1f}, {diff[name]['auroc_ci'][1]:+.1f}]."
-        for name, cell in teacher["datasets"].items() if name in diff)
-    return f"""**{sentence}** Per draw: {per_draw}.
+    committed files ([`REPORT_TEMPLATE`] rendered with Jinja)."""
+    import jinja2
 
-Why, per dataset: stage 1 teaches self-consistency, which helps only where it tracks correctness (`elical-hf diagnose`
-computes this from the labels alone):
-
-{why}
-
-Both calibrate the head only, on frozen features: EliCal on the stage-1 model's, Cal-Only on the base model's. What
-elicitation can add here is a better starting head and LoRA features shaped by stage 1 — and stage 1 can only teach
-what its teacher knows: where the model's self-consistency does not track its correctness, it teaches the wrong
-signal. `docs/results.md` runs the paper's LoRA + head recipe on the full sets with 3 seeds and finds no in-domain
-few-label advantage at this model size either, and explains it per dataset.
-
-| labels | EliCal AUROC (mean of {settings.num_draws} draws) | Cal-Only AUROC | EliCal - Cal-Only [95%] |
-|---:|---:|---:|---:|
-{budgets}
-
-## What ran live, and what came from committed files
-
-| step | how | size |
-|---|---|---|
-| sampling + judging | live: `{settings.model_name_or_path}` ({live['precision']['dtype']}), greedy + k={settings.num_samples} samples, gold-alias correctness, {live['consistency_judge']} consistency | {live['questions']} questions, {live['tokens_per_second']:.0f} tokens/s; greedy accuracy {live['accuracy']:.0f}%; {live['greedy_same_as_committed']} of {live['questions']} greedy answers identical to the committed ones (greedy answers move with batch composition and precision: `benchmarks/precision_agreement.py` measures how much) |
-| six baselines | live, on the live questions (mean confidence: {verbal}); too few questions to rank them | {live['questions']} questions |
-| stage 1 (elicitation) | live, on consistency targets, 1 epoch: MSE {stage1_live['first_loss']:.3f} (first step) -> {stage1_live['last_loss']:.3f} (last) | {stage1_live['questions']} questions |
-| stage-1 model of the tables | shipped: `{os.path.basename(settings.stage1_model)}`, the same training on more questions (its card says how; `examples/build_demo_assets.py` rebuilds it) | {stage1_questions} questions |
-| stage 2 (EliCal) and Cal-Only | live, head only on cached prompt features, {settings.head_epochs} epochs, no dev split; the same labels for both | {settings.num_draws} draws of {settings.num_labels} labels from a pool of {sizes['label pool']} |
-| test records | committed (`{os.path.basename(settings.records)}`: judged greedy answers and samples of the replication) | {sizes['test (in-domain)']} in-domain questions, greedy accuracy {accuracy:.1f}% |
-
-Prob, N-Prob, Consis-Lex and Consis-Sem in the tables are computed from the committed samples; Verbal-0 and Verbal-10
-ran on the live questions only (in the replication, `docs/results.md`, Verbal-0 is at chance on this 135M model;
-Verbal-10 was not rerun there).
-Intervals: 95% bootstrap over test questions ({settings.bootstrap} resamples); the differences' also over label
-draws. Reproduce with `elical-hf demo`.
-"""
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(DEMO_ASSETS), undefined=jinja2.StrictUndefined,
+                                     keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    return environment.get_template(REPORT_TEMPLATE).render(
+        settings=settings, sizes=sizes, sentence=sentence, diff=diff, live=live, stage1_live=stage1_live,
+        stage1_questions=stage1_questions, curves=curves, by_budget=by_budget, teacher=teacher,
+        accuracy=next(iter(table.values()))["in-domain avg"]["accuracy"],
+        stage1_name=os.path.basename(settings.stage1_model), records_name=os.path.basename(settings.records),
+    )

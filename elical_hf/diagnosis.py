@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .columns import CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN, upgrade_row
+from .columns import CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN
 
 __all__ = ["HELPFUL_AUROC", "MIN_CLASS_SIZE", "diagnose", "diagnosis_to_markdown", "teacher_verdict"]
 
@@ -52,8 +52,8 @@ def _rows(records: Any) -> list[dict[str, Any]]:
 
         return load_records(records).to_list()
     if hasattr(records, "to_list"):  # datasets.Dataset
-        records = records.to_list()
-    return [upgrade_row(r, "A diagnosed row") for r in records]
+        return records.to_list()
+    return [dict(r) for r in records]
 
 
 def _scores(rows: Iterable[Mapping[str, Any]]) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -14,10 +14,8 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_write_json, atomic_write_text
-from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-from .metrics import (
-    METRIC_NAMES, alignment, auroc, bootstrap_indices, ece, percentile_interval, select_threshold,
-)
+from .configuration import ConfidenceConfig
+from .metrics import METRIC_NAMES, alignment, auroc, bootstrap_indices, ece, percentile_interval
 from .metrics.resampled import resampled_alignment, resampled_auroc, resampled_ece
 
 
@@ -411,60 +409,3 @@ def decision_table_to_markdown(decisions: Mapping[str, Mapping[str, Any]]) -> st
             lines.append(f"| {name} | {entry['threshold']:.2f} | {guarantee} | {column} ({cell['n']}) | "
                          f"{cell['answered']} | {100 * cell['coverage']:.1f}% | {_fmt(cell['risk'])} |")
     return "\n".join(lines)
-
-
-def set_decision_threshold(
-    model_dir: str,
-    confidences: Sequence[float],
-    correct: Sequence[int],
-    *,
-    alpha: float | None = None,
-    delta: float = 0.1,
-    source: Mapping[str, Any] | None = None,
-) -> float:
-    """
-    Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
-    as `decision_threshold` in the saved model's `confidence_config.json` (and its generated card); returns it.
-
-    Args:
-        model_dir (`str`): A saved confidence model folder.
-        confidences (`list[float]`), correct (`list[int]`): The model's confidences and 0/1 correctness of the rows.
-        alpha (`float`, *optional*): With it, the threshold guarantees an error rate among answered questions of at
-            most `alpha` with probability `1 - delta` ([`~elical_hf.metrics.risk_controlling_threshold`]), recorded as
-            `risk_control`. Without it, the alignment rule ([`~elical_hf.metrics.select_threshold`]); an earlier
-            `risk_control` record is removed.
-        delta (`float`, *optional*, defaults to 0.1): The guarantee's failure probability (with `alpha`).
-        source (`dict`, *optional*): Where the rows came from (e.g. `{"records": ..., "split": ...}`), kept in
-            `risk_control`.
-
-    Raises:
-        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified at `alpha` (nothing is
-        written then).
-    """
-    from .model_card import GENERATED_MARKER, write_folder_card
-    from .metrics import risk_controlling_threshold
-
-    path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
-    if not os.path.isfile(path):
-        raise ValueError(f"{model_dir} is not a saved confidence model (no {CONFIDENCE_CONFIG_NAME}).")
-    config = ConfidenceConfig.from_json_file(path)
-    if alpha is None:
-        threshold, record = select_threshold(confidences, correct), None
-    else:
-        record = {**risk_controlling_threshold(confidences, correct, alpha=alpha, delta=delta), **(source or {})}
-        threshold = record.pop("threshold")
-        if threshold is None:
-            raise ValueError(
-                f"No threshold keeps the error rate among answered questions below alpha={alpha} with probability "
-                f"1 - delta = {1 - delta:.2f} on these {len(confidences)} rows: use more labelled rows, or a larger "
-                "alpha or delta. Nothing was written."
-            )
-    config.decision_threshold = threshold
-    config.risk_control = record
-    if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
-        config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
-    config.save_pretrained(model_dir)
-    readme = os.path.join(model_dir, "README.md")
-    if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
-        write_folder_card(model_dir)
-    return threshold

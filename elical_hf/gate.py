@@ -35,9 +35,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .data import encode_prompts
+from .encoding import encode_prompts
 from .feature_layer import last_position_states
 from .kv_prefix import cache_kwarg
+from .loading import unwrap_peft
 from .prompts import CONTEXT_QA_PROMPT
 from .signals.decoding import Decoder, check_prompt_lengths, context_length, decode_all
 from .signals.generation import SamplingSettings, build_prompt_ids
@@ -206,7 +207,7 @@ def one_call_per_model(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def locked(model: Any, *args: Any, **kwargs: Any) -> Any:
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        inner = unwrap_peft(model)
         with _MODEL_LOCKS_GUARD:
             lock = _MODEL_LOCKS.get(inner)
             if lock is None:
@@ -261,7 +262,7 @@ def answer_questions(
 
     The answers are decoded in the model's own dtype (no autocast), like its confidences.
     """
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = unwrap_peft(model)
     config, tokenizer = inner.confidence_config, inner.tokenizer
     if config is None or tokenizer is None:
         raise ValueError("`answer` needs a confidence model loaded with AutoModelForConfidence (config and tokenizer).")

@@ -11,6 +11,10 @@ the defaults of the learning rate, epochs and patience differ ([`HEAD_TRAINING_D
 Trainer instead runs the whole backbone forward at every step of every epoch; with the same rows in the same order
 (`train_sampling_strategy="sequential"`, or one batch of all rows) both give the same head
 (`tests/test_head_calibration.py` checks it).
+
+The few-label comparisons (the demo, `examples/reproduce_paper.py`, `examples/label_selection.py`) calibrate one head
+on many label draws from the same cached features: [`label_budget_sweep`] draws the labels, puts the head back where
+it started, calibrates it and scores the test questions with [`head_confidences`], once per draw.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,12 +34,18 @@ from transformers import EvalPrediction, Trainer, get_scheduler
 from .callbacks import complete_history_entry, history_entry
 from .model_card import get_card_data
 from .data import EVAL_LABEL_COLUMN, as_dataset, split_dev
+from .loading import unwrap_peft
+from .modeling import initialize_confidence_head
 from .precision import precision_report
+from .recipe import take_labels
 from .trainer import confidence_metrics
 from .training_args import CalibrationTrainable, ConfidenceTrainingArguments, Stage
 
 
-__all__ = ["HEAD_TRAINING_DEFAULTS", "calibrate_head", "confidence_head_module", "fit_head", "head_training_args"]
+__all__ = [
+    "HEAD_TRAINING_DEFAULTS", "LabelDraw", "calibrate_head", "confidence_head_module", "fit_head", "head_confidences",
+    "head_training_args", "label_budget_sweep",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +83,10 @@ def head_training_args(args: ConfidenceTrainingArguments | None = None, **overri
     return ConfidenceTrainingArguments(**{**HEAD_TRAINING_DEFAULTS, **overrides})
 
 
-def _inner(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def confidence_head_module(model: Any) -> nn.Module:
     """The head module (`nn.Linear`, or the `nn.Sequential` of an MLP head) that a (PEFT-wrapped) confidence model's
     forward uses."""
-    head = _inner(model).confidence_head
+    head = unwrap_peft(model).confidence_head
     copies = getattr(head, "modules_to_save", None)
     if copies is not None:  # PEFT's ModulesToSaveWrapper: the active adapter's trainable copy
         adapter = getattr(head, "active_adapter", None) or "default"
@@ -88,6 +95,29 @@ def confidence_head_module(model: Any) -> nn.Module:
         raise TypeError(f"Expected the confidence head to be an nn.Linear or nn.Sequential, found "
                         f"{type(head).__name__}.")
     return head
+
+
+def head_confidences(
+    model: Any, features: Mapping[str, torch.Tensor] | torch.Tensor, questions: Sequence[str] | None = None
+) -> list[float]:
+    """
+    What a confidence model's head says now, from cached prompt features: `sigmoid(head(features))`, without a
+    backbone forward (equal to `model.confidence(questions)` when the features are the model's own `prompt_features`
+    of those questions, computed in the same batches).
+
+    Args:
+        model ([`PeftModelForConfidence`]): The model whose head ([`confidence_head_module`]) scores.
+        features (`dict[str, torch.Tensor]` or `torch.Tensor`): Features keyed by question text (with `questions`),
+            or stacked in a tensor of shape `(n, hidden_size)` (without `questions`).
+        questions (`list[str]`, *optional*): The questions to score, looked up in `features`.
+
+    Returns:
+        `list[float]`: one confidence in [0, 1] per question (per row of `features`).
+    """
+    head = confidence_head_module(model)
+    stacked = features if questions is None else torch.stack([features[q] for q in questions])
+    with torch.no_grad():
+        return torch.sigmoid(head(stacked.to(next(head.parameters()))).squeeze(-1)).tolist()
 
 
 def _mse(head: nn.Module, features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -281,7 +311,7 @@ def calibrate_head(
     """
     named = {"label_column": label_column, "question_column": question_column, "seed": seed}
     args = head_training_args(args, **{k: v for k, v in named.items() if v is not None}, **fit_kwargs)
-    uses_lora = getattr(getattr(_inner(model), "confidence_config", None), "use_lora", True)
+    uses_lora = getattr(getattr(unwrap_peft(model), "confidence_config", None), "use_lora", True)
     if uses_lora and (args.stage != Stage.CALIBRATION or args.calibration_trainable != CalibrationTrainable.HEAD):
         raise ValueError("calibrate_head trains the head alone: `args` must have stage='calibration' and "
                          f"calibration_trainable='head', got {args.stage.value!r} and {args.calibration_trainable.value!r}"
@@ -303,13 +333,13 @@ def calibrate_head(
         return torch.stack([cache[q] for q in rows[question_column]])
 
     head = confidence_head_module(model)
-    inner = _inner(model)
+    inner = unwrap_peft(model)
     precision = precision_report(inner.get_input_embeddings().weight.dtype, next(head.parameters()).device)
     entry = {**history_entry(args, len(train), precision, uses_lora=uses_lora), "method": "cached-features"}
     dev_features = stack(dev) if dev is not None else None
     summary = fit_head(head, stack(train), train[label_column], dev_features,
                        dev[label_column] if dev is not None else None, args=args)
-    dev_metrics = _dev_metrics(head, dev_features, dev, label_column, summary) if dev is not None else {}
+    dev_metrics = _dev_metrics(model, dev_features, dev, label_column, summary) if dev is not None else {}
     complete_history_entry(entry, args, epochs=summary["epochs"], global_steps=summary["global_steps"],
                            dev_metrics=dev_metrics)
     inner.confidence_config.training_history.append(entry)
@@ -343,22 +373,96 @@ def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questio
     fresh = model.prompt_features([probe], batch_size=1)[0].float()
     gap = ((cache[probe].float().cpu() - fresh.cpu()).norm() / fresh.norm().clamp_min(1e-12)).item()
     if gap > FEATURE_MISMATCH:
-        layer = getattr(getattr(_inner(model), "confidence_config", None), "feature_layer", None)
+        layer = getattr(getattr(unwrap_peft(model), "confidence_config", None), "feature_layer", None)
         raise ValueError(f"The cached features are not this model's: for {probe!r} they differ by {gap:.0%} from what "
                          f"it computes now (feature_layer={layer}). Recompute them with this model's `prompt_features` "
                          "(a cache from another layer, adapter or model cannot be reused).")
 
 
 def _dev_metrics(
-    head: nn.Module, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
+    model: Any, dev_features: torch.Tensor, dev: Any, label_column: str, summary: dict[str, Any]
 ) -> dict[str, float]:
     """The Trainer's dev metrics of the final head (`loss`, and with `greedy_correctness` labels the quality
     metrics)."""
     metrics = {"loss": float(summary["eval_loss"])}
     if EVAL_LABEL_COLUMN in dev.column_names:
-        with torch.no_grad():
-            confidences = torch.sigmoid(head(dev_features.to(next(head.parameters()))).squeeze(-1)).cpu().numpy()
+        confidences = np.asarray(head_confidences(model, dev_features), dtype=np.float32)
         correct = np.array([np.nan if v is None else v for v in dev[EVAL_LABEL_COLUMN]], dtype=np.float64)
         labels = np.asarray(dev[label_column], dtype=np.float64)
         metrics.update(confidence_metrics(EvalPrediction(predictions=confidences, label_ids=(labels, correct))))
     return metrics
+
+
+@dataclass
+class LabelDraw:
+    """One run of [`label_budget_sweep`]: the labels drawn, what the calibrated head says about the scored questions
+    (`confidences`) and [`calibrate_head`]'s training summary."""
+
+    num_labels: int
+    seed: int
+    labels: Any
+    confidences: list[float]
+    summary: dict[str, Any]
+
+
+def label_budget_sweep(
+    model: Any,
+    pool: Any,
+    draws: Iterable[tuple[int, int]],
+    features: Mapping[str, torch.Tensor],
+    scored: Sequence[str] | torch.Tensor,
+    *,
+    draw_labels: Callable[[Any, int, int], Any] | None = None,
+    start_head: Mapping[str, torch.Tensor] | None = None,
+    fresh_head: str | None = None,
+    **calibrate_kwargs: Any,
+) -> Iterator[LabelDraw]:
+    """
+    Calibrate a model's head on one label draw after another, each from the same start, and score it: how EliCal
+    (a stage-1 head) and Cal-Only (a fresh head) compare over label budgets and draws, head-only on cached features.
+
+    For each `(num_labels, seed)` of `draws`: draw `num_labels` labelled rows of `pool` with `seed`, set the head to
+    `start_head` and its `training_history` back to what it was when the sweep started (with `fresh_head`, draw a new
+    head instead, from `torch.manual_seed(seed)`), calibrate it on those rows ([`calibrate_head`] with `seed`,
+    `features` and `calibrate_kwargs`) and score `scored` ([`head_confidences`]). Runs are made as the iterator is
+    consumed; the model keeps a run's calibrated head until the next run starts, and the last run's after the sweep
+    (save it with `model.save_pretrained`, or read it with [`confidence_head_module`], before asking for the next).
+
+    Args:
+        model ([`PeftModelForConfidence`]): The model whose head is calibrated (its backbone and LoRA never change).
+        pool: The labelled rows the labels are drawn from (what `draw_labels` takes).
+        draws (iterable of `(int, int)`): `(num_labels, seed)` of each run, in order.
+        features (`dict[str, torch.Tensor]`): The model's [`prompt_features`] keyed by question, for every question
+            of `pool` (and of `scored`, when it names questions).
+        scored (`list[str]` or `torch.Tensor`): The questions each calibrated head scores (looked up in `features`),
+            or their features stacked.
+        draw_labels (`Callable`, *optional*): `draw_labels(pool, num_labels, seed)` -> the rows to calibrate on;
+            defaults to a seeded random subset ([`~elical_hf.recipe.take_labels`]).
+        start_head (`dict[str, torch.Tensor]`, *optional*): The head's `state_dict` every run starts from; defaults to
+            the head as it is when the sweep starts.
+        fresh_head (`str`, *optional*): Give every run a new head drawn with this `head_init` (`"normal"` or
+            `"torch_default"`, [`~elical_hf.modeling.initialize_confidence_head`]) instead of the starting one: a
+            Cal-Only whose head seed varies with the labels.
+        calibrate_kwargs: More arguments of [`calibrate_head`] (`dev_fraction`, `num_train_epochs`,
+            `learning_rate`, `batch_size`, `stage`, ...).
+
+    Yields:
+        [`LabelDraw`]: one per `(num_labels, seed)`.
+    """
+    draw_labels = draw_labels or take_labels
+    head, config = confidence_head_module(model), unwrap_peft(model).confidence_config
+    start = {key: value.clone() for key, value in (start_head or head.state_dict()).items()}
+    history = list(config.training_history)
+    for num_labels, seed in draws:
+        labels = draw_labels(pool, num_labels, seed)
+        head.load_state_dict(start)
+        config.training_history = list(history)
+        if fresh_head is not None:
+            torch.manual_seed(seed)
+            initialize_confidence_head(head, fresh_head)
+        summary = calibrate_head(model, labels, None, seed=seed, features=features, **calibrate_kwargs)
+        if isinstance(scored, torch.Tensor):
+            confidences = head_confidences(model, scored)
+        else:
+            confidences = head_confidences(model, features, scored)
+        yield LabelDraw(num_labels, seed, labels, confidences, summary)

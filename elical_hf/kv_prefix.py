@@ -22,6 +22,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .loading import unwrap_peft
 from .prefix_attention import prefix_attention, supports_prefix_attention
 
 
@@ -34,7 +35,7 @@ PADDING_SIDES = ("left", "right")
 def forward_parameters(model: Any) -> Mapping[str, inspect.Parameter]:
     """The parameters of `model.forward` (of the wrapped model for a PEFT wrapper, whose own `forward` passes its
     keyword arguments on)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = unwrap_peft(model)
     return inspect.signature(base.forward).parameters
 
 

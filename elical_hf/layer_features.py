@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from .loading import unwrap_peft
+
 
 __all__ = ["FEATURE_DTYPE", "LayerFeatures", "cache_layer_features", "features_fingerprint", "resolve_layers"]
 
@@ -95,7 +97,7 @@ def features_fingerprint(model: Any, encoded: Sequence[Sequence[int]]) -> str:
     rounding."""
     import torch
 
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = unwrap_peft(model)
     digest = hashlib.sha256()
     config = {key: value for key, value in inner.config.get_text_config().to_dict().items()
               if key not in ("_name_or_path", "transformers_version", "_commit_hash")}  # where it lies changes nothing
@@ -159,11 +161,11 @@ def cache_layer_features(
         `ValueError`: a layer out of range, no questions, an unknown template, or a state beyond float16's range.
     """
     from .atomic import atomic_write_json, cache_lock
-    from .data import encode_prompts
+    from .encoding import encode_prompts
     from .feature_layer import num_layers
     from .modeling import UNKNOWN_CONFIDENCE_CONFIG
 
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = unwrap_peft(model)
     chosen = resolve_layers(layers, num_layers(getattr(inner, inner.base_model_prefix)))
     if inner.confidence_config is None:
         raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
@@ -208,7 +210,7 @@ def _compute(inner: Any, encoded: list[list[int]], layers: list[int], folder: st
     import torch
     from tqdm.auto import tqdm
 
-    from .data import length_batches
+    from .encoding import length_batches
     from .modeling import PROMPT_BATCH_TOKENS
     from .prompts import shared_prefix_length
 

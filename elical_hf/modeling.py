@@ -361,7 +361,7 @@ class ForConfidenceMixin:
         `layer` (eval mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
         from tqdm.auto import tqdm
 
-        from .data import encode_prompts, length_batches, pad_batch
+        from .encoding import encode_prompts, length_batches, pad_batch
 
         if self.confidence_config is None:
             raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)

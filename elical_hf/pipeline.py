@@ -30,11 +30,12 @@ import torch
 from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence, find_saved_model
-from .data import encode_prompts, ensure_pad_token
+from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence
+from .encoding import encode_prompts, ensure_pad_token
 from .files import looks_local
 from .gate import answer_questions, check_threshold, decide
 from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
+from .saved_model import find_saved_model
 
 
 TASK = "confidence-estimation"

@@ -27,6 +27,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from .loading import unwrap_peft
+
 
 __all__ = ["ATTENTION_NAME", "prefix_attention", "shared_prefix_attention", "supports_prefix_attention"]
 
@@ -36,15 +38,11 @@ ATTENTION_NAME = "elical_shared_prefix"
 _PREFIX: ContextVar[Any | None] = ContextVar("elical_shared_prefix", default=None)
 
 
-def _base_model(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def supports_prefix_attention(model: Any) -> bool:
     """Whether `model` can attend to a separate, unrepeated prefix cache: a transformers model whose attention goes
     through `AttentionInterface` (`_supports_attention_backend`), causal, with full attention at every layer (no
     sliding window) and no soft-capped attention logits."""
-    base = _base_model(model)
+    base = unwrap_peft(model)
     config = getattr(base, "config", None)
     if config is None or not getattr(type(base), "_supports_attention_backend", False):
         return False
@@ -65,7 +63,7 @@ def prefix_attention(model: Any, prefix: Any) -> Iterator[None]:
     the rows' own tokens only; positions stay counted from the prefix's start (pass `position_ids`). The switch is
     made on the model's config, so another thread must not run the same model meanwhile (the library's server runs
     its model on one worker thread)."""
-    config = _base_model(model).config
+    config = unwrap_peft(model).config
     previous = config._attn_implementation
     token = _PREFIX.set(prefix)
     config._attn_implementation = ATTENTION_NAME

@@ -48,6 +48,10 @@ VERBAL_CONFIDENCE_PROMPT = (
 )
 """Verbalized-confidence prompt (Verbal-0; Verbal-10 prepends ten demonstrations)."""
 
+ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
+"""What the gate answers by default when it abstains: `elical-hf serve --abstain_message`, the LangChain gate's
+`abstain_message`."""
+
 
 def check_prompt_texts(texts: Any, names: Any = None) -> None:
     """Refuse a text that no tokenizer can read: one holding an unpaired surrogate (`"who \\udcff wrote"`, what

@@ -102,12 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             if init != "normal":
                 torch.manual_seed(replication.seed)
                 initialize_confidence_head(confidence_head_module(model), init)
-            initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-            for seed in seeds:
+            started = time.perf_counter()
+            for run in reproduce_paper.head_only_runs(replication, model, train, [(args.labels, s) for s in seeds],
+                                                      features, test_features):
+                save(run_key("-head", init, run.seed), run.confidences, started)
                 started = time.perf_counter()
-                scores, _ = reproduce_paper.head_only_run(replication, model, initial, label_sets[seed], features,
-                                                          test_features, seed)
-                save(run_key("-head", init, seed), scores, started)
         del model
 
     for seed in args.seeds:  # the replication's own head-only runs, remade here: how closely they match

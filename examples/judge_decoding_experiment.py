@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 
-    stored = [r for r in load_records(args.records, derive=False).to_list() if r["partition"] == "test"]
+    stored = [r for r in load_records(args.records, derive=False, split=["in_domain_test", "ood_test"]).to_list()]
     chosen = sorted(random.Random(args.seed).sample(range(len(stored)), min(args.num_records, len(stored))))
     judged, seconds = {}, {}
     for name, decoding in DECODINGS.items():

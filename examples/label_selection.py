@@ -42,21 +42,22 @@ def replication_records(path: str, correctness: str = "has_answer") -> tuple[lis
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 
-    records = load_records(path, derive=False).to_list()  # as stored: they are judged again
+    records = load_records(path, derive=False, splits=True).to_list()  # as stored: they are judged again
     if correctness != "keep":
         apply_judges(records, correctness=correctness)
+    # `partition` is the replication's own train / dev / test: its dev questions come from the paper's train split
     train = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
-    test = sorted((r for r in records if r["partition"] == "test"),  # stable: file order within a dataset
-                  key=lambda r: (r["source_split"] != "in_domain_test", r["dataset"]))
+    test = sorted((r for r in records if r["paper_split"] in ("in_domain_test", "ood_test")),  # stable: file order
+                  key=lambda r: (r["paper_split"] != "in_domain_test", r["dataset"]))  # within a dataset
     return train, test
 
 
 def training_rows(records: list[dict], num_samples: int | None = None) -> list[dict]:
-    """Rows (`question`, `dataset`, `split`, training columns) of `records`; with `num_samples`, the targets come from
-    each record's first `num_samples` samples."""
+    """Rows (`question`, `dataset`, `split`: the paper's, training columns) of `records` (read with their paper split,
+    [`replication_records`]); with `num_samples`, the targets come from each record's first `num_samples` samples."""
     from elical_hf.signals import training_columns
 
-    return [{"question": r["question"], "dataset": r["dataset"], "split": r["source_split"],
+    return [{"question": r["question"], "dataset": r["dataset"], "split": r["paper_split"],
              **training_columns(r, num_samples=num_samples)} for r in records]
 
 
@@ -95,17 +96,6 @@ def cached_features(model: Any, questions: list[str], path: str) -> dict[str, An
     return cache
 
 
-def head_confidences(model: Any, features: dict[str, Any], questions: list[str]) -> list[float]:
-    """What the model's current head says about `questions`, from their cached features."""
-    import torch
-
-    from elical_hf.head_calibration import confidence_head_module
-
-    with torch.no_grad():
-        stacked = torch.stack([features[q] for q in questions])
-        return torch.sigmoid(confidence_head_module(model)(stacked).squeeze(-1)).tolist()
-
-
 def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[str, float]]:
     """AUROC, ECE and alignment (x100) of the in-domain and OOD averages."""
     from elical_hf.evaluation import evaluate_table
@@ -119,20 +109,13 @@ def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[s
 def calibrated_confidences(model: Any, initial_head: dict, features: dict, rows: list[dict], questions: list[str],
                            seed: int, head_settings: dict[str, Any], stage: str = "calibration") -> list[float]:
     """Reset the head to `initial_head`, train it on `rows` (head-only, cached features; `stage="elicitation"`, stage
-    1 on consistency targets, for a model without LoRA) and return what it says about `questions`."""
-    from elical_hf.head_calibration import calibrate_head, confidence_head_module
+    1 on consistency targets, for a model without LoRA) and return what it says about `questions`: one run of
+    `label_budget_sweep` on labels already drawn."""
+    from elical_hf.head_calibration import label_budget_sweep
 
-    confidence_head_module(model).load_state_dict(initial_head)
-    calibrate_head(model, rows, None, features=features, seed=seed, stage=stage, **head_settings)
-    return head_confidences(model, features, questions)
-
-
-def calibrated(model: Any, initial_head: dict, features: dict, labels: list[dict], test: list[dict], seed: int,
-               head_settings: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Reset the head to `initial_head`, calibrate it on `labels` (head-only, cached features), score the test."""
-    questions = [r["question"] for r in test]
-    return test_metrics(test, calibrated_confidences(model, initial_head, features, labels, questions, seed,
-                                                     head_settings))
+    runs = label_budget_sweep(model, rows, [(len(rows), seed)], features, questions,
+                              draw_labels=lambda pool, n, s: pool, start_head=initial_head, stage=stage, **head_settings)
+    return next(runs).confidences
 
 
 def summarize(runs: list[dict], baseline: str, methods: list[str], budgets: list[int]) -> dict[str, Any]:
@@ -201,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from elical_hf import AutoModelForConfidence
-    from elical_hf.head_calibration import confidence_head_module
+    from elical_hf.head_calibration import confidence_head_module, head_confidences, label_budget_sweep
     from elical_hf.label_selection import SELECTION_STRATEGIES, select_for_labelling
 
     os.makedirs(args.output_dir, exist_ok=True)
@@ -211,16 +194,23 @@ def main(argv: list[str] | None = None) -> int:
                                os.path.join(args.output_dir, "features-stage1.pt"))
     initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
     pool_confidences = head_confidences(model, features, [r["question"] for r in train])
+    confidence_of = dict(zip((r["question"] for r in train), pool_confidences))
     settings = {**HEAD_SETTINGS, "num_train_epochs": args.head_epochs}
+    test_questions = [r["question"] for r in test]
     runs = [{"method": "Eli-Only (stage 1)", "labels": 0, "seed": 0,
-             "metrics": test_metrics(test, head_confidences(model, features, [r["question"] for r in test]))}]
-    for budget in args.budgets:
-        for seed in args.seeds:
-            for strategy in SELECTION_STRATEGIES:
-                chosen = select_for_labelling(pool_confidences, budget, strategy, seed)
-                metrics = calibrated(model, initial, features, [train[i] for i in chosen], test, seed, settings)
-                runs.append({"method": strategy, "labels": budget, "seed": seed, "metrics": metrics,
-                             "chosen_mean_confidence": float(np.mean([pool_confidences[i] for i in chosen]))})
+             "metrics": test_metrics(test, head_confidences(model, features, test_questions))}]
+    draws = [(budget, seed) for budget in args.budgets for seed in args.seeds]
+    for strategy in SELECTION_STRATEGIES:
+
+        def chosen(pool: list[dict], budget: int, seed: int, strategy: str = strategy) -> list[dict]:
+            return [pool[i] for i in select_for_labelling(pool_confidences, budget, strategy, seed)]
+
+        sweep = label_budget_sweep(model, train, draws, features, test_questions, draw_labels=chosen,
+                                   start_head=initial, **settings)  # every run starts from the stage-1 head
+        for run in sweep:
+            runs.append({"method": strategy, "labels": run.num_labels, "seed": run.seed,
+                         "metrics": test_metrics(test, run.confidences),
+                         "chosen_mean_confidence": float(np.mean([confidence_of[r["question"]] for r in run.labels]))})
     summary = summarize(runs[1:], "random", list(SELECTION_STRATEGIES), args.budgets)
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),
               "train_pool": len(train), "test": len(test), "subset_seed": args.subset_seed, "head_settings": settings,

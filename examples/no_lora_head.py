@@ -25,8 +25,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
-    HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, calibrated, head_confidences,
-    load_replication, markdown, summarize, test_metrics, write_outputs,
+    HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, load_replication, markdown, summarize,
+    test_metrics, write_outputs,
 )
 
 
@@ -63,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
-    from elical_hf.head_calibration import confidence_head_module
-    from elical_hf.recipe import take_labels
+    from elical_hf.head_calibration import head_confidences, label_budget_sweep
 
     os.makedirs(args.output_dir, exist_ok=True)
     train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)
@@ -94,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         if method != "LoRA + head":  # stage 1 of a no-LoRA head: consistency targets, head only
             calibrate_head(model, stage1_rows, None, features=features, stage="elicitation", seed=STAGE1_SEED,
                            **settings)
-        initial = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
         runs.append({"method": method, "labels": 0, "seed": 0,
                      "metrics": test_metrics(test, head_confidences(model, features, test_questions))})
-        for budget in args.budgets:
-            for seed in args.seeds:
-                labels = take_labels(train, min(budget, len(train)), seed)
-                runs.append({"method": method, "labels": budget, "seed": seed,
-                             "metrics": calibrated(model, initial, features, labels.to_list(), test, seed, settings)})
+        jobs = [(budget, seed) for budget in args.budgets for seed in args.seeds]
+        # every run starts from the head as it is now (stage 1's), on a random draw of labels
+        sweep = label_budget_sweep(model, train, [(min(n, len(train)), seed) for n, seed in jobs], features,
+                                   test_questions, **settings)
+        for (budget, seed), run in zip(jobs, sweep):
+            runs.append({"method": method, "labels": budget, "seed": seed,
+                         "metrics": test_metrics(test, run.confidences)})
     eli_only = {r["method"]: r["metrics"] for r in runs if r["labels"] == 0}
     summary = summarize([r for r in runs if r["labels"]], args.methods[0], args.methods, args.budgets)
     result = {"records": os.path.relpath(args.records), "stage1": os.path.relpath(args.stage1),

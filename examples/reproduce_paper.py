@@ -207,9 +207,9 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     if os.path.exists(path):
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
-        records = load_records(args.records, derive=False).to_list()  # as stored: judged again below
-        for record in records:  # a HonestyBench folder keeps the paper split as `source_split`
-            record["split"] = record.get("split") or record.get("source_split")
+        records = load_records(args.records, derive=False, splits=True).to_list()  # as stored: judged again below
+        for record in records:  # `split` is the paper's split, as in a fresh run
+            record["split"] = record["paper_split"]
         if args.correctness != "keep":
             summary = apply_judges(records, correctness=args.correctness)
             logger.info("re-judged the correctness of %d records with %s: %s", len(records), args.correctness, summary)
@@ -387,7 +387,6 @@ def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> N
 def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
     from elical_hf import AutoModelForConfidence
-    from elical_hf.head_calibration import confidence_head_module
     from elical_hf.recipe import take_labels, train_stage
 
     train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
@@ -438,15 +437,13 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         cache = dict(zip(questions, model.prompt_features(questions, batch_size=32, progress=True)))
         # the same batches as `score()`, so the confidences equal what the calibrated model itself would output
         test_features = model.prompt_features(runs.test_questions, batch_size=32, progress=True)
-        initial_head = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
-        for n, seed in todo:
+        # every seed starts from the same head (stage 1's, or Cal-Only's fresh one); the label draw and the
+        # training order change with the seed
+        started = time.perf_counter()
+        for run in head_only_runs(args, model, train, todo, cache, test_features):
+            runs.save(run_name(method, run.num_labels, len(train), run.seed, args.seed), run.confidences, started,
+                      labels=len(run.labels), seed=run.seed, summary=run.summary)
             started = time.perf_counter()
-            # every seed starts from the same head (stage 1's, or Cal-Only's fresh one); the label draw and the
-            # training order change with the seed
-            labels = take_labels(train, n, seed)
-            confidences, summary = head_only_run(args, model, initial_head, labels, cache, test_features, seed)
-            runs.save(run_name(method, n, len(train), seed, args.seed), confidences, started, labels=len(labels),
-                      seed=seed, summary=summary)
 
     # LoRA + head calibration, in the order of --label_budgets (the largest runs are the slowest: list them last).
     for n, seed in lora_jobs:
@@ -553,22 +550,17 @@ def lora_calibration(
     return AutoModelForConfidence.from_pretrained(folder), trainer
 
 
-def head_only_run(
-    args: argparse.Namespace, model: Any, initial_head: dict[str, Any], labels: Any, features: dict[str, Any],
-    test_features: Any, seed: int,
-) -> tuple[list[float], dict[str, Any]]:
-    """One head-only calibration run (the replication's head settings): the head reset to `initial_head`, calibrated
-    on `labels` from cached `features`, then scored on `test_features`; the test confidences and the training summary."""
-    import torch
+def head_only_runs(
+    args: argparse.Namespace, model: Any, pool: Any, draws: list[tuple[int, int]], features: dict[str, Any],
+    test_features: Any,
+) -> Any:
+    """The head-only calibration runs of `draws` (`(labels, seed)`, the replication's head settings), each from the
+    model's head as it is now, on `take_labels(pool, labels, seed)` from cached `features`, scored on `test_features`:
+    [`elical_hf.head_calibration.label_budget_sweep`]'s runs."""
+    from elical_hf.head_calibration import label_budget_sweep
 
-    from elical_hf.head_calibration import calibrate_head, confidence_head_module
-
-    confidence_head_module(model).load_state_dict(initial_head)
-    summary = calibrate_head(model, labels, None, features=features, seed=seed, learning_rate=args.learning_rate,
-                             batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
-    with torch.no_grad():
-        confidences = torch.sigmoid(confidence_head_module(model)(test_features).squeeze(-1)).tolist()
-    return confidences, summary
+    return label_budget_sweep(model, pool, draws, features, test_features, learning_rate=args.learning_rate,
+                              batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
 
 
 def run_name(method: str, num_labels: int, total: int, seed: int, main_seed: int) -> str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import configparser
+import fnmatch
 import json
+import os
 
+import jinja2
 import pytest
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.cli import main as cli_main
-from elical_hf.demo import DEMO_RECORDS, DemoSettings, demo_partitions
+from elical_hf.demo import DEMO_ASSETS, DEMO_RECORDS, REPORT_TEMPLATE, DemoSettings, demo_notes, demo_partitions
 from elical_hf.signals.records import read_records
 
 
@@ -79,7 +83,7 @@ def test_demo_runs_every_step_and_reports_the_paired_difference(tiny_llama, tiny
 
 def test_demo_partitions_are_disjoint_and_sized():
     settings = DemoSettings(test_questions=100, label_pool=50, stage1_live_questions=20, num_labels=20, label_budgets=[10])
-    parts = demo_partitions(read_records(DEMO_RECORDS), settings)
+    parts = demo_partitions(DEMO_RECORDS, settings)
     assert len(parts["test"]) == 100 and len(parts["pool"]) == 50 and len(parts["stage1"]) == 20
     questions = [{r["question"] for r in part} for part in parts.values()]
     assert not (questions[0] & questions[1]) and not (questions[1] & questions[2]) and not (questions[0] & questions[2])
@@ -112,3 +116,58 @@ def test_a_busy_machine_is_named_before_the_demo_runs(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="elical_hf.demo"):
         demo.warn_if_busy()
     assert not caplog.text
+
+
+def test_the_report_text_is_the_packaged_template_rendered():
+    """`demo_notes` renders the Jinja template shipped in the package (setup.cfg's package data covers it) with the
+    run's numbers, formatted as the report shows them; a name the template uses and the run lacks is an error."""
+    settings = DemoSettings(label_budgets=[25, 100], num_draws=2)
+    cell = {"auroc": -1.25, "auroc_ci": [-3.0, 0.5], "auroc_per_draw": [-2.0, -0.5]}
+    live = {"precision": {"dtype": "float32"}, "consistency_judge": "lexical", "questions": 4, "tokens_per_second": 9.6,
+            "accuracy": 25.0, "greedy_same_as_committed": 3, "baselines": {"Prob": [0.25, 0.75], "Verbal-0": [1.0]}}
+    teacher = {"datasets": {"nq": {"verdict": "informative", "questions": 40, "positives": 9}, "other": {}}}
+    text = demo_notes(settings, {"label pool": 250, "test (in-domain)": 400}, "EliCal ties.",
+                      {"in-domain avg": cell, "nq": cell}, live,
+                      {"questions": 64, "first_loss": 0.25, "last_loss": 0.125}, {"Prob": {"in-domain avg":
+                      {"accuracy": 31.04}}}, 1600, {"EliCal": {25: 0.61, 100: 0.655}, "Cal-Only": {25: 0.6, 100: 0.66}},
+                      {100: cell, 25: {"auroc": 1.0, "auroc_ci": [-2.0, 4.0]}}, teacher)
+    assert text.startswith("**EliCal ties.** Per draw: -2.0, -0.5.\n")
+    assert ("- nq: informative (teacher AUROC on 40 label-pool questions, 9 correct); EliCal - Cal-Only on its test "
+            "questions -1.2 [-3.0, +0.5].\n\nBoth calibrate") in text  # `other` has no difference: no line
+    rows = "| 25 | 61.0 | 60.0 | +1.0 [-2.0, 4.0] |\n| 100 | 65.5 | 66.0 | -1.2 [-3.0, 0.5] |\n\n"
+    assert "|---:|---:|---:|---:|\n" + rows in text  # by budget, in order
+    assert "(mean confidence: Prob 0.50, Verbal-0 1.00)" in text and "MSE 0.250 (first step) -> 0.125 (last)" in text
+    assert "greedy accuracy 31.0% |" in text and text.endswith("Reproduce with `elical-hf demo`.\n")
+    with pytest.raises(jinja2.UndefinedError, match="first_loss"):  # never a blank in the report
+        demo_notes(settings, {}, "", {"in-domain avg": cell}, live, {}, {"P": {"in-domain avg": {"accuracy": 1}}},
+                   0, {}, {}, {"datasets": {}})
+
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(os.path.dirname(__file__), "..", "setup.cfg"))
+    patterns = [p.strip() for p in parser["options.package_data"]["*"].split(",")]
+    package = os.path.dirname(os.path.dirname(DEMO_ASSETS))  # elical_hf/ (DEMO_ASSETS is resources/demo in it)
+    shipped = os.path.relpath(os.path.join(DEMO_ASSETS, REPORT_TEMPLATE), package)
+    parts = shipped.split(os.sep)
+    assert any(len(p.split("/")) == len(parts) and all(map(fnmatch.fnmatch, parts, p.split("/"))) for p in patterns), \
+        f"{shipped} is not in setup.cfg's package_data"
+
+
+def test_the_shipped_calibrated_model_is_small_calibrated_and_carries_its_threshold():
+    """The README's quickstart model (`DEMO_CALIBRATED`): EliCal without LoRA on the embedded default, both stages
+    trained, its decision threshold saved; no weights over a few hundred KB and no tokenizer copy (the base's is
+    used)."""
+    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.default_model import DEFAULT_MODEL
+    from elical_hf.demo import DEMO_CALIBRATED
+
+    config = ConfidenceConfig.from_json_file(os.path.join(DEMO_CALIBRATED, "confidence_config.json"))
+    assert config.base_model_name_or_path == DEFAULT_MODEL and config.use_lora is False
+    assert config.trained_stages == ["elicitation", "calibration"]
+    assert 0.0 < config.decision_threshold < 1.0
+    assert config.training_history[-1]["num_examples"] >= 900  # stage 2 on 1,000 labels, less its 10% dev split
+    files = set(os.listdir(DEMO_CALIBRATED))
+    assert files == {"adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
+                     "confidence_config.json", "README.md"}
+    assert os.path.getsize(os.path.join(DEMO_CALIBRATED, "adapter_model.safetensors")) < 512 * 1024
+    card = open(os.path.join(DEMO_CALIBRATED, "README.md"), encoding="utf-8").read()
+    assert "## Provenance" in card and "examples/build_demo_assets.py --only calibrated" in card

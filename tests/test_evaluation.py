@@ -8,9 +8,9 @@ import pytest
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.evaluation import (
-    evaluate_table, paired_difference_over_draws, paired_differences, set_decision_threshold, table_to_markdown,
-    write_report,
+    evaluate_table, paired_difference_over_draws, paired_differences, table_to_markdown, write_report,
 )
+from elical_hf.saved_model import set_decision_threshold
 from elical_hf.metrics import auroc, ece
 
 

@@ -14,8 +14,12 @@ from elical_hf.head_calibration import (
     calibrate_head,
     confidence_head_module,
     fit_head,
+    head_confidences,
     head_training_args,
+    label_budget_sweep,
 )
+from elical_hf.loading import unwrap_peft
+from elical_hf.recipe import take_labels
 
 
 QUESTIONS = [f"who wrote book number {i} of the series" for i in range(24)]
@@ -268,3 +272,61 @@ def test_calibrate_head_records_dev_metrics_the_card_shows(tiny_llama, tmp_path)
     assert {"loss", "ece", "brier"} <= set(dev)
     readme = (tmp_path / "cal" / "README.md").read_text(encoding="utf-8")
     assert f"MSE {dev['loss']:.4f}" in readme
+
+
+def test_unwrap_peft_gives_the_confidence_model_under_the_wrapper(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    inner = unwrap_peft(model)
+    assert inner is model.get_base_model() and inner is not model and inner.confidence_config is not None
+    assert unwrap_peft(inner) is inner  # not wrapped: itself
+
+
+def test_head_confidences_are_the_models_confidences(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    features = model.prompt_features(QUESTIONS[:6], batch_size=3)
+    expected = model.confidence(QUESTIONS[:6], batch_size=3)
+    by_question = dict(zip(QUESTIONS[:6], features))
+    assert head_confidences(model, features) == pytest.approx(expected, abs=1e-5)
+    assert head_confidences(model, by_question, QUESTIONS[5::-1]) == pytest.approx(expected[::-1], abs=1e-5)
+
+
+SWEEP = {"num_train_epochs": 3, "learning_rate": 0.05, "dev_fraction": 0.0}
+
+
+def test_label_budget_sweep_starts_every_draw_from_the_same_head(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    cache = dict(zip(QUESTIONS, model.prompt_features(QUESTIONS)))
+    start = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    before = len(model.confidence_config.training_history)
+    runs = list(label_budget_sweep(model, _rows(), [(12, 0), (8, 1), (12, 0)], cache, QUESTIONS[:5], **SWEEP))
+    assert [(r.num_labels, r.seed, len(r.labels)) for r in runs] == [(12, 0, 12), (8, 1, 8), (12, 0, 12)]
+    assert runs[2].confidences == pytest.approx(runs[0].confidences, abs=1e-7)  # not from the second run's head
+    assert max(abs(a - b) for a, b in zip(runs[0].confidences, runs[1].confidences)) > 1e-4
+    assert len(model.confidence_config.training_history) == before + 1  # each run's history starts afresh
+    assert head_confidences(model, cache, QUESTIONS[:5]) == pytest.approx(runs[2].confidences, abs=1e-7)  # left
+
+    # one run is `calibrate_head` from the starting head on `take_labels`' draw, scored by `head_confidences`
+    confidence_head_module(model).load_state_dict(start)
+    calibrate_head(model, take_labels(_rows(), 8, 1), None, seed=1, features=cache, **SWEEP)
+    assert head_confidences(model, cache, QUESTIONS[:5]) == pytest.approx(runs[1].confidences, abs=1e-7)
+    # `start_head` puts the head back first, whatever it holds now; `draw_labels` picks the rows
+    again = next(label_budget_sweep(model, _rows(), [(8, 1)], cache, QUESTIONS[:5], start_head=start,
+                                    draw_labels=lambda pool, n, seed: take_labels(pool, n, seed), **SWEEP))
+    assert again.confidences == pytest.approx(runs[1].confidences, abs=1e-7)
+    first = next(label_budget_sweep(model, _rows(), [(5, 0)], cache, QUESTIONS[:5], start_head=start,
+                                    draw_labels=lambda pool, n, seed: pool[:n], **SWEEP))
+    assert first.labels == _rows()[:5]
+
+
+def test_label_budget_sweep_draws_a_fresh_head_per_seed(tiny_llama):
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    cache = dict(zip(QUESTIONS, model.prompt_features(QUESTIONS)))
+    start = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    settings = {**SWEEP, "num_train_epochs": 1}
+    fresh = list(label_budget_sweep(model, _rows(), [(12, 0), (12, 0), (12, 1)], cache, QUESTIONS[:5],
+                                    fresh_head="torch_default", **settings))
+    assert fresh[1].confidences == pytest.approx(fresh[0].confidences, abs=1e-7)  # one seed, one head
+    assert max(abs(a - b) for a, b in zip(fresh[0].confidences, fresh[2].confidences)) > 1e-4
+    # the model's own head on the same draw: the fresh runs did not start from it
+    kept = next(label_budget_sweep(model, _rows(), [(12, 0)], cache, QUESTIONS[:5], start_head=start, **settings))
+    assert max(abs(a - b) for a, b in zip(fresh[0].confidences, kept.confidences)) > 1e-4

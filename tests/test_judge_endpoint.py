@@ -13,7 +13,7 @@ from elical_hf.signals.generation import complete_prompts
 from elical_hf.signals.llm_judge import consistency_prompt, correctness_prompt
 from elical_hf.signals.records import read_records, save_records
 from tests.conftest import save_tiny_base
-from tests.serving import ServerProcess
+from tests.serving import QuietServer
 from tests.test_cli_judge import make_records
 
 
@@ -24,7 +24,7 @@ VERDICT_FIELDS = ("greedy_correctness", "sampling_correctness", "consistency_jud
 @pytest.fixture(scope="module")
 def judge_server(tmp_path_factory):
     base = save_tiny_base(tmp_path_factory.mktemp("judge"), "llama", seed=3, initializer_range=0.2)
-    server = ServerProcess(base, "--mode", "completion", "--served_model_name", "judge", "--batch_wait_ms", "20")
+    server = QuietServer(base, "--mode", "completion", "--served_model_name", "judge", "--batch_wait_ms", "20")
     yield server, base
     server.stop()
 
@@ -113,7 +113,7 @@ def test_the_embedded_model_judges_the_same_through_elical_hf_serve(tmp_path):
         record["sampling_response"] = record["sampling_response"][:1]
     local = copy.deepcopy(records)
     apply_judges(local, "llm", "llm", judge_model=DEFAULT_MODEL)
-    with ServerProcess(DEFAULT_MODEL, "--mode", "completion") as server:
+    with QuietServer(DEFAULT_MODEL, "--mode", "completion") as server:
         remote = copy.deepcopy(records)
         apply_judges(remote, "llm", "llm", judge_model=DEFAULT_MODEL, judge_endpoint=server.url)
     for a, b in zip(remote, local):

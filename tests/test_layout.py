@@ -50,14 +50,14 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("plumbing", ["atomic", "distributed", "extras", "files", "lazy", "loading", "memory", "version"]),
     ("settings", ["columns", "configuration", "precision", "prompts", "signals.settings", "training_options"]),
     ("metrics", ["metrics", "metrics.evaluate_mixin", "metrics.functional", "metrics.resampled", "metrics.risk_control"]),
-    ("data", ["bundled", "data"]),
-    ("model", ["auto", "default_model", "feature_layer", "hub_ids", "kv_prefix", "model_card", "modeling",
-               "prefix_attention"]),
+    ("data", ["bundled", "data", "encoding"]),
+    ("model", ["arguments", "auto", "default_model", "feature_layer", "hub_ids", "kv_prefix", "model_card", "modeling",
+               "prefix_attention", "provenance", "saved_model"]),
     ("training", ["callbacks", "head_calibration", "layer_features", "recipe", "trainer", "training_args"]),
     ("signals", ["signals", "signals.*"]),
     ("evaluation", ["diagnosis", "evaluation", "label_selection", "plots", "probes"]),
     ("steps", ["steps", "steps.*"]),
-    ("publishing", ["convert", "dataset_card", "hub", "metrics.metric_cards", "metrics.registration"]),
+    ("publishing", ["convert", "publishing", "publishing.*"]),
     ("entry points", ["", "cli", "cli.*", "demo", "gate", "pipeline", "serve", "serve.*", "integrations",
                       "integrations.*"]),
 ]
@@ -68,10 +68,10 @@ its own floor and of lower ones."""
 UPWARD_DOORS: dict[tuple[str, str], str] = {
     ("modeling", "gate"): "`model.answer(...)` is the gate's door on the model (ForConfidenceMixin.answer); the gate "
     "needs the model and the sampler, so it cannot sit below the model",
-    ("auto", "hub"): "transformers' API puts `push_to_hub` on the model: PeftModelForConfidence.push_to_hub is one "
-    "call of hub.push_model",
-    ("trainer", "hub"): "transformers' Trainer pushes with `push_to_hub=True`: ConfidenceTrainer.push_to_hub and "
-    "_push_from_checkpoint are calls of hub.push_folder",
+    ("auto", "publishing.hub"): "transformers' API puts `push_to_hub` on the model: PeftModelForConfidence.push_to_hub "
+    "is one call of hub.push_model",
+    ("trainer", "publishing.hub"): "transformers' Trainer pushes with `push_to_hub=True`: ConfidenceTrainer.push_to_hub "
+    "and _push_from_checkpoint are calls of hub.push_folder",
 }
 """The only imports of a higher floor: each inside a function (made when called, never when the lower module is
 imported), for the reason given; docs/architecture.md argues them."""
@@ -224,6 +224,43 @@ def test_the_doors_are_real_and_only_called():
     for (name, target), reason in UPWARD_DOORS.items():
         found = imports_of(name, modules[name], modules)
         assert found.get(target) is False, f"{name} -> {target} ({reason}) is not a call-time import"
+
+
+def metric_import_problems(package: Path) -> list[str]:
+    """What keeps `metrics/` from being the maths alone: a module of `metrics` importing a module of the package
+    outside `metrics` (publishing above all; at import time or inside a function, doors included), or a metric
+    module script (`metrics/<name>/<name>.py`, assembled elsewhere) importing more of the package than its two
+    siblings `functional` and `evaluate_mixin`."""
+    modules = package_modules(package)
+    problems = [f"{name} imports {target}" for name, path in modules.items() if name.split(".")[0] == "metrics"
+                for target in imports_of(name, path, modules, package.name) if target.split(".")[0] != "metrics"]
+    for script in sorted((package / "metrics").glob("*/*.py")):
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(package.name)):
+                if node.level != 1 or node.module not in ("functional", "evaluate_mixin"):
+                    problems.append(f"{script.relative_to(package)} imports {'.' * node.level}{node.module}")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == package.name for a in node.names):
+                problems.append(f"{script.relative_to(package)} imports {package.name}")
+    return problems
+
+
+def test_metrics_are_the_maths_and_import_nothing_from_publishing():
+    assert metric_import_problems(PACKAGE) == []
+
+
+def test_the_metrics_check_catches_what_it_must(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "metrics" / "m").mkdir(parents=True)
+    (package / "publishing").mkdir()
+    for name, text in {
+        "__init__.py": "", "publishing/__init__.py": "", "publishing/cards.py": "",
+        "metrics/__init__.py": "from .functional import f\n",
+        "metrics/functional.py": "def f():\n    from ..publishing import cards\n",  # inside a function: still out
+        "metrics/m/m.py": "from .functional import f\nfrom .evaluate_mixin import M\nfrom ..publishing import cards\n",
+    }.items():
+        (package / name).write_text(text)
+    assert metric_import_problems(package) == ["metrics.functional imports publishing.cards",
+                                               "metrics/m/m.py imports ..publishing"]
 
 
 def test_the_layering_check_catches_what_it_must(tmp_path):

@@ -11,7 +11,7 @@ from transformers import GPT2Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, ForConfidenceMixin, PeftModelForConfidence
-from elical_hf.data import encode_prompts, length_batches, pad_batch
+from elical_hf.encoding import encode_prompts, length_batches, pad_batch
 from elical_hf.modeling import CONFIDENCE_BACKBONES, default_lora_targets, last_token_indices
 from tests.conftest import save_tiny_base
 
@@ -328,12 +328,12 @@ def test_long_prompts_are_cut_with_a_counted_warning_and_new_models_use_the_cont
     assert ConfidenceConfig().max_length is None  # no limit unless a model sets one
     config = ConfidenceConfig(max_length=24)
     long_question = " ".join(["who wrote hamlet"] * 10)
-    with caplog.at_level("WARNING", logger="elical_hf.data"):
+    with caplog.at_level("WARNING", logger="elical_hf.encoding"):
         ids = encode_prompts([long_question, "who"], model.tokenizer, config)
     assert len(ids[0]) == 24 and len(ids[1]) < 24 and "1 of 2 prompts are longer than max_length=24" in caplog.text
     full = encode_prompts([long_question], model.tokenizer, ConfidenceConfig())[0]
     assert ids[0] == full[-24:]  # the end of the prompt (the question's end and the answer header) is kept
     caplog.clear()
-    with caplog.at_level("WARNING", logger="elical_hf.data"):
+    with caplog.at_level("WARNING", logger="elical_hf.encoding"):
         encode_prompts([long_question], model.tokenizer, ConfidenceConfig())
     assert not caplog.text

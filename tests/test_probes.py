@@ -14,7 +14,7 @@ import torch
 from elical_hf import AutoModelForConfidence
 from elical_hf import layer_features as cache_module
 from elical_hf.cli import main as cli_main
-from elical_hf.data import encode_prompts
+from elical_hf.encoding import encode_prompts
 from elical_hf.layer_features import cache_layer_features, resolve_layers
 from elical_hf.metrics import auroc
 from elical_hf.probes import (

@@ -18,7 +18,7 @@ from elical_hf.prompts import QA_PROMPT, chat_template_kwargs_for, render_prompt
 from elical_hf.signals import SamplingSettings, apply_judges, build_prompt_ids, judge_with_llm
 from elical_hf.signals.reasoning import strip_thinking, unfinished_thinking
 from tests.conftest import save_tiny_base
-from tests.serving import ServerProcess
+from tests.serving import QuietServer
 
 
 pytestmark = pytest.mark.float32
@@ -59,7 +59,7 @@ def test_a_new_qwen3_model_saves_its_chat_template_kwargs_and_scores_with_them(q
     assert saved["chat_template_kwargs"] == {"enable_thinking": False}
     reloaded = AutoModelForConfidence.from_pretrained(tmp_path / "m", dtype=torch.float32)
     assert reloaded.confidence_config.chat_template_kwargs == THINKING_OFF
-    from elical_hf.data import encode_prompts
+    from elical_hf.encoding import encode_prompts
 
     encoded = encode_prompts(QUESTIONS[:1], reloaded.tokenizer, reloaded.confidence_config)[0]
     assert encoded == rendered_ids(qwen3, QUESTIONS[0], enable_thinking=False)
@@ -129,7 +129,7 @@ def test_the_server_renders_prompts_with_the_kwargs(qwen3, tmp_path):
     model.confidence_config.chat_template_kwargs = {"enable_thinking": True}  # the model's own kwargs are used
     (reply,) = engine.run([engine.prepare(request)])
     assert reply.body["usage"]["prompt_tokens"] == len(rendered_ids(qwen3, QUESTIONS[0], enable_thinking=True))
-    with ServerProcess(qwen3, "--mode", "completion", "--served_model_name", "q3") as server:
+    with QuietServer(qwen3, "--mode", "completion", "--served_model_name", "q3") as server:
         counts = {}
         for kwargs in (None, {"enable_thinking": True}, {"enable_thinking": False}):
             body = {"messages": [{"role": "user", "content": "who wrote hamlet"}], "max_tokens": 2,

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from datasets import load_dataset
 
-from elical_hf import columns as columns_module
 from elical_hf.signals.records import layout as layout_module
 from elical_hf.signals.records import schema as schema_module
-from elical_hf.signals.honestybench import canonical_dataset, load_honestybench, paper_split, parse_record_path
+from elical_hf.signals.honestybench import load_honestybench
+from elical_hf.signals.records import canonical_dataset, paper_split, parse_record_path
 from elical_hf.signals.records import RECORD_FEATURES, normalize_record, read_records, save_records, training_columns
 
 
@@ -288,7 +288,7 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch):
 
 
 def test_docstring_examples():
-    for module in (schema_module, layout_module, columns_module):
+    for module in (schema_module, layout_module):
         result = doctest.testmod(module)
         assert result.attempted and not result.failed, module.__name__
 

@@ -1,15 +1,12 @@
 """The one reader of records (`signals.records.load_records`): every kind of records input gives the same rows, with
-the training columns where the judgements allow; one name for greedy correctness, the old one read with a warning."""
+the training columns where the judgements allow; one name for greedy correctness."""
 
 from __future__ import annotations
-
-import json
-import warnings
 
 import pytest
 from datasets import Dataset
 
-from elical_hf.columns import EVAL_LABEL_COLUMN, upgrade_row, upgrade_table
+from elical_hf.columns import EVAL_LABEL_COLUMN
 from elical_hf.signals.records import load_records, require_judgement, save_records, training_columns
 from tests.test_diagnosis import make_records
 
@@ -58,37 +55,3 @@ def test_as_stored_the_paper_splits_and_the_judgement_a_target_needs(tmp_path):
     with pytest.raises(ValueError, match=r"'correctness' target .*run `elical-hf judge --correctness has_answer"):
         require_judgement(table, "correctness", "--calibration_data")
     require_judgement(Dataset.from_list([{"question": "q", "consistency": 0.5}]), "correctness", "t")  # a table: later
-
-
-def test_the_old_column_name_is_read_with_a_future_warning(tmp_path):
-    with pytest.warns(FutureWarning, match="'greedy_correct' is now named 'greedy_correctness'"):
-        assert upgrade_row({"question": "q", "greedy_correct": 1}) == {"question": "q", "greedy_correctness": 1}
-    with pytest.warns(FutureWarning):  # both spellings: the new one is kept
-        assert upgrade_row({"greedy_correct": 0, "greedy_correctness": True}) == {"greedy_correctness": True}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # no warning without the old name
-        assert upgrade_row({"greedy_correctness": 1}) == {"greedy_correctness": 1}
-    old = tmp_path / "old_table.jsonl"  # a user's training table from before the rename
-    old.write_text("".join(json.dumps({"question": f"q{i}", "consistency": 0.5, "greedy_correct": i % 2}) + "\n"
-                           for i in range(4)))
-    with pytest.warns(FutureWarning, match="greedy_correct"):
-        table = load_records(str(old))
-    assert "greedy_correct" not in table.column_names and table[EVAL_LABEL_COLUMN] == [False, True, False, True]
-    with pytest.warns(FutureWarning, match="The train dataset"):
-        assert upgrade_table(Dataset.from_list([{"greedy_correct": 1}]), "The train dataset").column_names == [
-            EVAL_LABEL_COLUMN]
-
-
-def test_an_old_training_table_still_trains(tiny_llama, tmp_path):
-    """`greedy_correct` in a training table still gives the trainer its evaluation label (dev AUROC reported)."""
-    from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-
-    rows = [{"question": f"who wrote book {i}?", "correctness": float(i % 2), "greedy_correct": i % 2}
-            for i in range(8)]
-    args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "run"), stage="calibration", max_steps=1,
-                                       per_device_train_batch_size=4, report_to="none", save_strategy="no",
-                                       eval_strategy="no")
-    with pytest.warns(FutureWarning, match="greedy_correct"):
-        trainer = ConfidenceTrainer(AutoModelForConfidence.from_pretrained(tiny_llama), args=args, train_dataset=rows,
-                                    eval_dataset=rows)
-    assert "auroc" in {key.removeprefix("eval_") for key in trainer.evaluate()}

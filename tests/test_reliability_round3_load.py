@@ -15,7 +15,7 @@ from huggingface_hub import HfApi
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, push_folder
 from elical_hf.cli import main as cli_main
 from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
-from elical_hf.data import load_tokenizer
+from elical_hf.encoding import load_tokenizer
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
 from tests.test_hub import upload_base

@@ -150,7 +150,7 @@ def chat():
     raises when rendered with `refuse=true`; each forward pass sleeps 5 ms and appends its number of rows to `rows`.
     Yields its port, `rows` and the engine."""
     from elical_hf.serve.app import create_app
-    from elical_hf.serve.engine import CompletionEngine
+    from elical_hf.serve.completion import CompletionEngine
 
     tokenizer = make_tiny_tokenizer()
     tokenizer.chat_template = "{% if refuse %}{{ raise_exception('this template refuses') }}{% endif %}" + CHAT_TEMPLATE

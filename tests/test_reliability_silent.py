@@ -150,7 +150,7 @@ def test_over_long_questions_are_counted(tiny_llama, caplog):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     assert model.confidence_config.max_length == 512  # the tiny backbone's context
     long_question = " ".join(["paris"] * 3000)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.encoding"):
         scores = model.confidence(["who wrote hamlet", long_question])
     assert len(scores) == 2
     assert "1 of 2 prompts are longer than max_length=512 tokens (the longest: 30" in caplog.text

@@ -8,7 +8,8 @@ import torch
 
 from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, sample_records
 from elical_hf.signals.records import read_records, save_records
-from elical_hf.signals.runner import TIMING_FIELDS, shard_path
+from elical_hf.signals.runner import TIMING_FIELDS
+from elical_hf.signals.shards import shard_path
 from tests.killing import kill_once_written
 
 

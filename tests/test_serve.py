@@ -16,7 +16,7 @@ import torch
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
 from tests.conftest import save_tiny_base
-from tests.serving import ServerProcess, cut, gated_model
+from tests.serving import QuietServer, cut, gated_model
 
 
 pytestmark = pytest.mark.float32  # the server process runs in float32 too (ELICAL_HF_CPU_BF16=0)
@@ -53,7 +53,7 @@ def gate(tmp_path_factory):
     confidences = gated_model(base, root / "model", QUESTIONS, answered=2)
     retrieve_threshold = cut(confidences, 4)
     (root / "kb.py").write_text(KB_SOURCE)
-    server = ServerProcess(str(root / "model"), "--served_model_name", NAME, "--max_tokens", str(MAX_TOKENS),
+    server = QuietServer(str(root / "model"), "--served_model_name", NAME, "--max_tokens", str(MAX_TOKENS),
                            "--retrieve_threshold", repr(retrieve_threshold), "--retriever", "kb:lookup",
                            "--abstain_message", ABSTAIN, "--batch_wait_ms", "150", "--allow_request_thresholds", "true",
                            cwd=str(root))
@@ -69,7 +69,7 @@ def expected(gate):
     return model.answer(QUESTIONS, retrieve_threshold=retrieve_threshold, retrieve=lookup, max_new_tokens=MAX_TOKENS)
 
 
-def bugs(server: ServerProcess) -> list[str]:
+def bugs(server: QuietServer) -> list[str]:
     """What the server logged as its own failures (a route's exception, a failed batch), not a retriever's."""
     return [line for line in server.output().splitlines() if "Unexpected error" in line or "requests failed" in line]
 
@@ -212,7 +212,7 @@ def test_clients_that_go_away_mid_request_do_not_hurt_the_server(gate, expected)
     assert server.alive and not bugs(server)
 
 
-def health(server: ServerProcess) -> dict:
+def health(server: QuietServer) -> dict:
     with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health", timeout=30) as response:
         return json.loads(response.read())["batching"]
 

@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 
-from elical_hf.serve.process import ServerProcess
+from tests.serving import ServerProcess
 
 
 VLLM_VENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "vllm-venv")

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..extras import require_extra
+from ..loading import unwrap_peft
+from ..prompts import ABSTAIN_MESSAGE
 
 
 require_extra("langchain", "elical_hf.integrations.langchain")
@@ -50,7 +52,6 @@ from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
 __all__ = ["ConfidenceGate", "context_of", "question_of"]
 
-ABSTAIN_MESSAGE = "I am not confident enough to answer this question."
 
 def question_of(value: Any) -> str:
     """The question an input of [`ConfidenceGate`] asks; a `ValueError` saying why for anything else."""
@@ -137,7 +138,7 @@ class ConfidenceGate(Runnable):
             if value is not None and not isinstance(value, Runnable):
                 raise ValueError(f"`{name}` must be a LangChain Runnable, got a {type(value).__name__}.")
         self.model, self.retriever, self.abstain = model, retriever, abstain
-        self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.inner = unwrap_peft(model)
         self.threshold, self.retrieve_threshold = threshold, retrieve_threshold
         self.abstain_message, self.max_new_tokens, self.batch_size = abstain_message, max_new_tokens, batch_size
 

@@ -1,7 +1,8 @@
 """`elical-hf serve`: the gate behind an OpenAI-compatible HTTP server (the optional `serve` extra: fastapi, uvicorn).
 
 - [`~elical_hf.serve.schema`]: the chat-completions request schema, what is refused, the OpenAI error body;
-- [`~elical_hf.serve.engine`]: what a batch of requests computes (the gate, or a plain completion);
+- [`~elical_hf.serve.engine`]: what a batch of requests computes: the gate ([`~elical_hf.serve.completion`]: a plain
+  completion, `--mode completion`);
 - [`~elical_hf.serve.batching`]: the micro-batcher (requests of a few milliseconds in one call, on one thread);
 - [`~elical_hf.serve.app`]: the FastAPI routes (`create_app`).
 

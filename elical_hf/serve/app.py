@@ -143,7 +143,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
                allowed_hosts: Sequence[str] | None = None, max_request_bytes: int = MAX_REQUEST_BYTES) -> FastAPI:
     """
     The server's application for `engine` ([`~elical_hf.serve.engine.GateEngine`] or
-    [`~elical_hf.serve.engine.CompletionEngine`]).
+    [`~elical_hf.serve.completion.CompletionEngine`]).
 
     Args:
         engine ([`~elical_hf.serve.engine.Engine`]): What computes the answers.

@@ -13,10 +13,10 @@ _LAZY = {
     "BASELINES": ".baselines",
     "CORRECTNESS_JUDGES": ".lexical_judge",
     "ChatEndpoint": ".endpoint",
-    "DATASET_ALIASES": ".honestybench",
+    "DATASET_ALIASES": ".records",
     "EmbeddingJudge": ".embedding_judge",
     "HFBackend": ".backends",
-    "PAPER_SPLITS": ".honestybench",
+    "PAPER_SPLITS": ".records",
     "RECORD_FEATURES": ".records",
     "SamplingSettings": ".settings",
     "TIMING_FIELDS": ".runner",
@@ -24,7 +24,7 @@ _LAZY = {
     "apply_judges": ".judging",
     "apply_repetition_penalty": ".decoding",
     "build_prompt_ids": ".generation",
-    "canonical_dataset": ".honestybench",
+    "canonical_dataset": ".records",
     "complete_prompts": ".generation",
     "compute_baselines": ".baselines",
     "exact_match": ".lexical_judge",
@@ -46,7 +46,7 @@ _LAZY = {
     "merge_samples": ".runner",
     "normalize_answer": ".lexical_judge",
     "normalize_record": ".records",
-    "parse_record_path": ".honestybench",
+    "parse_record_path": ".records",
     "parse_verdict": ".llm_judge",
     "read_records": ".records",
     "reference_tokens": ".lexical_judge",
@@ -88,11 +88,14 @@ if TYPE_CHECKING:
         rouge_l,
         token_f1,
     )
-    from .honestybench import DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, load_honestybench, parse_record_path
+    from .honestybench import load_honestybench
     from .judge_runner import judge_records, merge_judged
     from .judging import apply_judges
     from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
-    from .records import RECORD_FEATURES, load_records, normalize_record, read_records, save_records, training_columns
+    from .records import (
+        DATASET_ALIASES, PAPER_SPLITS, RECORD_FEATURES, canonical_dataset, load_records, normalize_record,
+        parse_record_path, read_records, save_records, training_columns,
+    )
     from .runner import TIMING_FIELDS, merge_samples, sample_records
     from .shards import worker_of
     from .settings import SamplingSettings

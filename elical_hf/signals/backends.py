@@ -83,13 +83,12 @@ class HFBackend:
         if isinstance(model, str):
             from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-            from ..loading import load_pretrained
+            from ..loading import load_model, load_pretrained
 
             path, self.weights_source = resolve_model_path(model, revision)
             self.name = model
-            model = load_pretrained(AutoModelForCausalLM.from_pretrained, path, weights=True,
-                                    config=load_pretrained(AutoConfig.from_pretrained, path),
-                                    dtype=resolve_dtype(dtype, device))
+            model = load_model(AutoModelForCausalLM, path, config=load_pretrained(AutoConfig.from_pretrained, path),
+                               dtype=resolve_dtype(dtype, device))
             tokenizer = tokenizer if tokenizer is not None else load_pretrained(AutoTokenizer.from_pretrained, path)
         else:
             if tokenizer is None:

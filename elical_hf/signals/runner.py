@@ -7,9 +7,10 @@ questions and settings skips the finished shards; since every sample row is seed
 index), an interrupted run finished by a rerun ends with the same records as an uninterrupted one.
 
 Several workers (processes, GPUs or machines) share one question list with `num_workers=N, worker_index=i`: worker i
-samples the questions whose id hashes to i ([`worker_of`]: SHA-256 of the id, so the assignment does not depend on
-the order or number of the other questions), each into its own `output_dir`, and [`merge_samples`] checks that the N
-manifests agree and writes the records in the original question order, in the layout one worker would have written.
+samples the questions whose id hashes to i ([`~elical_hf.signals.shards.worker_of`]: SHA-256 of the id, so the
+assignment does not depend on the order or number of the other questions), each into its own `output_dir`, and
+[`merge_samples`] checks that the N manifests agree and writes the records in the original question order, in the
+layout one worker would have written.
 
 What a merge shares with one worker's run, and what it does not: the ids, the question fields, the record order, the
 shards and the seeds are the same (seeds are per question, so which worker samples a question does not change its
@@ -47,7 +48,7 @@ from tqdm.auto import tqdm
 from ..prompts import chat_template_kwargs_for, check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
-from .records import MANIFEST_FORMAT, MANIFEST_NAME, normalize_record, save_records
+from .records import MANIFEST_FORMAT, normalize_record, save_records
 from .shards import (
     ShardedKind, check_worker, finish_folder, load_shard, merge_folders, open_folder, shard_path, single_worker,
     worker_entry, worker_of, worker_positions,
@@ -55,8 +56,7 @@ from .shards import (
 
 
 __all__ = [
-    "MANIFEST_NAME", "SAMPLED", "TIMING_FIELDS", "check_unique_ids", "merge_samples", "questions_fingerprint",
-    "sample_records", "shard_path", "worker_of",
+    "SAMPLED", "TIMING_FIELDS", "check_unique_ids", "merge_samples", "questions_fingerprint", "sample_records",
 ]
 
 logger = logging.getLogger(__name__)

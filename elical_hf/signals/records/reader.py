@@ -189,8 +189,7 @@ def load_records(
         derive (`bool`, *optional*, defaults to `True`): Add the training columns
             ([`~elical_hf.signals.records.training_columns`]: `consistency`, `consistency_source`, `correctness`) to
             each record that lacks them; a record's own values win. Rows without answers or judgements (training
-            rows) are left as they are. The evaluation label is the record's own `greedy_correctness` (a training
-            table's old `greedy_correct` is read as it, with a `FutureWarning`).
+            rows) are left as they are. The evaluation label is the record's own `greedy_correctness`.
         splits (`bool`, *optional*, defaults to `False`): Give every record the paper's split (`paper_split`:
             `train`, `in_domain_test`, `ood_test`, `mmlu` or `other`, [`~elical_hf.signals.records.paper_split`]),
             with `dataset` (canonical), `model` and `source_split` (its own split word, else its path's) filled from

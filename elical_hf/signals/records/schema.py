@@ -16,7 +16,7 @@ import pyarrow as pa
 from datasets import Features, List, Value
 from datasets.features.features import generate_from_arrow_type
 
-from ...columns import CONSISTENCY_COLUMN, CORRECTNESS_COLUMN, DEPRECATED_COLUMNS, EVAL_LABEL_COLUMN, upgrade_row
+from ...columns import CONSISTENCY_COLUMN, CORRECTNESS_COLUMN, EVAL_LABEL_COLUMN
 from ...prompts import check_prompt_texts
 
 
@@ -161,7 +161,7 @@ _NORMALIZERS: dict[str, Callable[[Any], Any]] = {
 
 def normalize_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """Return the flat form of a HonestyBench record, official (wrapped) or ours (a training row too: its other
-    fields are kept; the old name `greedy_correct` is read as `greedy_correctness`, with a `FutureWarning`).
+    fields are kept).
 
     `greedy_response` `[str]` -> `str`, `greedy_tokens` `[[str]]` -> `list[str]`, `greedy_logprobs` `[[float]]` ->
     `list[float]`, `greedy_cumulative_logprobs` `[x]` -> `float`, `greedy_correctness` 1/0 -> `bool`,
@@ -179,7 +179,6 @@ def normalize_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
     ```
     """
-    record = upgrade_row(record, "A record") if DEPRECATED_COLUMNS.keys() & record.keys() else record
     return {key: _NORMALIZERS[key](value) if key in _NORMALIZERS else value for key, value in record.items()}
 
 
