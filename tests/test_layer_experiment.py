@@ -105,3 +105,96 @@ def test_the_layer_depth_summary_is_the_committed_probe_reports():
     assert [r["paper_split"] for r in chosen] == ["train"] * 5 + ["in_domain_test"] * 3
     with pytest.raises(SystemExit, match="only 10 in_domain_test records"):
         depth.choose_questions(records, 5, 11, seed=0)
+
+
+@pytest.mark.float32
+def test_layer_mean_check_chooses_a_window_on_dev(tiny_records, four_layers, tmp_path, capsys):
+    """`examples/layer_mean_check.py`: every window's mean is probed beside every single layer; the window is the one
+    of highest dev AUROC (the final layer competing), and its test differences are paired with both references."""
+    mean_check = load_example("layer_mean_check")
+    assert mean_check.windows(30, [5]) == [(1, 5), (1, 30), (6, 10), (11, 15), (16, 20), (21, 25), (26, 30)]
+    assert mean_check.windows(4, [2, 3]) == [(1, 2), (1, 3), (1, 4)]
+    out = tmp_path / "means"
+    assert mean_check.main(["--records", tiny_records, "--model", four_layers, "--output_dir", str(out),
+                            "--widths", "2", "--seeds", "42", "43", "--label_budgets", "10", "20",
+                            "--bootstrap", "20"]) == 0
+    result = json.loads((out / "layer_means.json").read_text())
+    assert result["windows"] == [[1, 2], [1, 4]] and result["final_layer"] == 4
+    assert [row["run"] for row in result["rows"]] == ["P(IK)@10", "DiM@10", "P(IK)@20", "DiM@20", "SEP"]
+    for row in result["rows"]:
+        dev = {k: -math.inf if math.isnan(v) else v for k, v in row["dev_auroc"].items()}
+        assert set(dev) == {"1–2", "1–4", "final layer"}
+        best = max(dev.values())
+        chosen = "final layer" if row["window"] is None else f"{row['window'][0]}–{row['window'][1]}"
+        assert dev[chosen] == best
+        assert 1 <= row["single_layer"] <= 4
+        for column in ("in-domain avg", "OOD avg"):
+            if row["window"] is None:  # the final layer chosen: no difference from itself
+                assert row["window_minus_final"][column]["auroc"] == 0
+    assert "| SEP |" in (out / "layer_means.md").read_text() and "| SEP |" in capsys.readouterr().out
+
+
+def test_the_range_mean_table_in_the_docs_is_the_committed_result():
+    """docs/results.md's range-mean table is `docs/results/layers/layer_means.json`, number for number."""
+    folder = os.path.join(EXAMPLES, "..", "docs")
+    with open(os.path.join(folder, "results", "layers", "layer_means.json"), encoding="utf-8") as handle:
+        result = json.load(handle)
+    with open(os.path.join(folder, "results.md"), encoding="utf-8") as handle:
+        text = handle.read().replace("−", "-")
+
+    def cell(value: dict) -> str:
+        low, high = value["auroc_ci"]
+        return f"{value['auroc']:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+    for row in result["rows"]:
+        window = "final layer" if row["window"] is None else f"{row['window'][0]}–{row['window'][1]}"
+        cells = [cell(row[f"window_minus_{ref}"][column]) for ref in ("single", "final")
+                 for column in ("in-domain avg", "OOD avg")]
+        assert f"| {row['run']} | {window} | {row['single_layer']} | " + " | ".join(cells) + " |" in text
+
+
+def test_layer_lora_check_pairs_runs_by_name(tmp_path):
+    """`examples/layer_lora_check.py`: each run is paired with the committed run of its name (seeds together); an
+    identical run differs by 0, a reversed one by its AUROC's mirror; other test questions are refused."""
+    check = load_example("layer_lora_check")
+    with open(check.COMMITTED, encoding="utf-8") as handle:
+        committed = json.load(handle)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    same = committed["confidences"]["Cal-Only@100"]
+    flipped = [1 - c for c in committed["confidences"]["EliCal@100~43"]]
+    for name, confidences in (("Cal-Only@100", same), ("EliCal@100~43", flipped)):
+        (runs / f"{name}.json").write_text(json.dumps({"name": name, "confidences": confidences,
+                                                       "test_ids": committed["ids"]}))
+    assert check.main(["--runs", str(runs), "--output_dir", str(tmp_path / "out"), "--bootstrap", "20"]) == 0
+    rows = {row["method"]: row for row in json.loads((tmp_path / "out" / "lora_layer.json").read_text())["rows"]}
+    assert set(rows) == {"Cal-Only@100", "EliCal@100"} and rows["EliCal@100"]["seeds"] == 1
+    for column in ("in-domain avg", "OOD avg"):
+        assert rows["Cal-Only@100"][column]["difference"] == 0 == rows["Cal-Only@100"][column]["interval"][0]
+        cell = rows["EliCal@100"][column]
+        assert cell["layer"] == pytest.approx(100 - cell["final"], abs=1e-6)
+        assert cell["difference"] == pytest.approx(cell["layer"] - cell["final"], abs=1e-6)
+    assert check.methods_of(["A@1~44", "A@1", "A@1~43", "B@2"]) == {"A@1": ["A@1", "A@1~43", "A@1~44"], "B@2": ["B@2"]}
+    (runs / "Cal-Only@100.json").write_text(json.dumps({"name": "Cal-Only@100", "confidences": same,
+                                                        "test_ids": committed["ids"][::-1]}))
+    with pytest.raises(SystemExit, match="other test questions"):
+        check.main(["--runs", str(runs), "--output_dir", str(tmp_path / "out2")])
+
+
+def test_the_lora_layer_table_in_the_docs_is_the_committed_result():
+    """docs/results.md's LoRA + head at layer 16 table is `docs/results/layers/lora_layer.json`, number for number."""
+    folder = os.path.join(EXAMPLES, "..", "docs")
+    with open(os.path.join(folder, "results", "layers", "lora_layer.json"), encoding="utf-8") as handle:
+        result = json.load(handle)
+    with open(os.path.join(folder, "results.md"), encoding="utf-8") as handle:
+        text = handle.read().replace("−", "-")
+    assert result["layer"] == 16 and len(result["rows"]) == 5
+    for row in result["rows"]:
+        cells = []
+        for column in ("in-domain avg", "OOD avg"):
+            value = row[column]
+            low, high = value["interval"]
+            cells += [f"{value['layer']:.1f}", f"{value['final']:.1f}",
+                      f"{value['difference']:+.1f} [{low:+.1f}, {high:+.1f}]",
+                      ", ".join(f"{x:+.1f}" for x in value["per_seed"])]
+        assert f"| {row['method']} | " + " | ".join(cells) + " |" in text
