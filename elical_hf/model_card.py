@@ -18,6 +18,7 @@ from typing import Any
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .hub_ids import is_hub_id
 from .metrics import METRIC_NAMES
+from .metrics.evaluate_mixin import CITATION as PAPER_CITATION
 
 
 MODEL_CARD_TEMPLATE = "confidence_model_card.md"
@@ -26,13 +27,7 @@ RELIABILITY_IMAGE = "reliability.png"
 
 PAPER_TITLE = "Annotation-Efficient Universal Honesty Alignment"
 PAPER_URL = "https://arxiv.org/abs/2510.17509"
-CITATION = """@article{ni2025annotation,
-  title={Annotation-Efficient Universal Honesty Alignment},
-  author={Ni, Shiyu and Bi, Keping and Guo, Jiafeng and Tang, Minghao and Wu, Jingtong and Han, Zengxin and
-          Cheng, Xueqi},
-  journal={arXiv preprint arXiv:2510.17509},
-  year={2025}
-}"""
+CITATION = PAPER_CITATION  # one citation: the metric modules' (they ship it inside their standalone copies)
 
 LIBRARY_NAME = "elical-hf"
 PIPELINE_TAG = "text-classification"  # the Hub's fixed task list has no confidence estimation: question in, score out
