@@ -12,7 +12,7 @@ Trainer instead runs the whole backbone forward at every step of every epoch; wi
 (`train_sampling_strategy="sequential"`, or one batch of all rows) both give the same head
 (`tests/test_head_calibration.py` checks it).
 
-The few-label comparisons (the demo, `examples/reproduce_paper.py`, `examples/label_selection.py`) calibrate one head
+The few-label comparisons (the demo, `examples/reproduce_paper.py`, `experiments/label_selection.py`) calibrate one head
 on many label draws from the same cached features: [`label_budget_sweep`] draws the labels, puts the head back where
 it started, calibrates it and scores the test questions with [`head_confidences`], once per draw.
 """

@@ -9,7 +9,7 @@ questions to label, given the stage-1 (elicitation) model's confidence for each:
 - `"uniform"`: stratified across confidence *values*: ten equal-width confidence bins share the labels as equally as
   their sizes allow, so rare confidence levels (usually the high ones) get more labels than random would give them.
 
-`examples/label_selection.py` measures whether either stratified strategy calibrates better than random on the
+`experiments/label_selection.py` measures whether either stratified strategy calibrates better than random on the
 committed replication records (`docs/gate.md`); [`DEFAULT_STRATEGY`] stays random unless that measurement shows a
 stratified strategy beating it.
 """
@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_STRATEGY", "SELECTION_STRATEGIES", "select_for_labelling"]
 SELECTION_STRATEGIES = ("random", "quantile", "uniform")
 DEFAULT_STRATEGY = "random"
 """The default of `elical-hf select-labels`: random (the paper's). A stratified strategy becomes the default only once
-`examples/label_selection.py` shows it beating random; `docs/gate.md` has the measurement."""
+`experiments/label_selection.py` shows it beating random; `docs/gate.md` has the measurement."""
 UNIFORM_BINS = 10
 
 

@@ -698,10 +698,11 @@ def seed_draws(
 
 def step_ablations(args: argparse.Namespace) -> None:
     """The paper's k and elicitation-data-size ablations, head-only on the frozen base model
-    (`examples/scaling_ablations.py`): `ablations.json` / `ablations.md` here and in docs/results/."""
+    (`experiments/scaling_ablations.py`): `ablations.json` / `ablations.md` here and in docs/results/."""
     import sys
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its sibling, also when loaded by path
+    # an experiment of experiments/ (research: it writes the ablation tables), also when this file is loaded by path
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
     import scaling_ablations
 
     records = args.records or os.path.join(args.output_dir, "honestybench")

@@ -81,7 +81,7 @@ def load_agreement_script():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "judge_agreement.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "judge_agreement.py"
     spec = importlib.util.spec_from_file_location("judge_agreement", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["judge_agreement"] = module

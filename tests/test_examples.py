@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 
@@ -15,11 +16,23 @@ from elical_hf.signals.records import read_records
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, f"{name}.py"))
+EXPERIMENTS = os.path.join(os.path.dirname(EXAMPLES), "experiments")
+
+
+def load_example(name: str, folder: str = EXAMPLES):
+    """The script `name` of `examples/` (usage), loaded by path as a module."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_experiment(name: str):
+    """The script `name` of `experiments/` (research behind docs/results.md), loaded by path; `experiments/` goes on
+    the path first, as running the script puts it, for its shared `common` module."""
+    if EXPERIMENTS not in sys.path:
+        sys.path.insert(0, EXPERIMENTS)
+    return load_example(name, EXPERIMENTS)
 
 
 TINY = ["--train_per_dataset", "20", "--dev_per_dataset", "5", "--test_per_dataset", "10", "--ood_per_dataset", "10",
@@ -146,7 +159,7 @@ def test_judge_rule_agreement_counts_by_hand(tmp_path, capsys):
         {"question": "q2", "answer": ["Paris", "The"], "greedy_response": "Paris-based", "sampling_response": ["London"]},
     ]
     save_records(records, tmp_path / "records.jsonl")
-    result = load_example("judge_rule_agreement").main(["--records", str(tmp_path / "records.jsonl")])
+    result = load_experiment("judge_rule_agreement").main(["--records", str(tmp_path / "records.jsonl")])
     # greedy: "U.S.A." has USA only under SQuAD rules; "Paris-based" has Paris only under the reference rule
     assert result["counts"]["greedy"] == {"answers": 2, "both_correct": 0, "only_reference": 1, "only_squad": 1,
                                           "both_wrong": 0, "disagree": 2, "disagree_rate": 1.0}
@@ -172,12 +185,12 @@ def test_gate_measurement_scripts_run(tiny_llama, tmp_path):
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
     common = ["--records", str(tmp_path / "records"), "--stage1", str(tmp_path / "stage1"), "--output_dir",
               str(tmp_path / "out"), "--seeds", "0", "1", "--head_epochs", "2"]
-    assert load_example("label_selection").main([*common, "--budgets", "10", "20"]) == 0
+    assert load_experiment("label_selection").main([*common, "--budgets", "10", "20"]) == 0
     result = json.loads((tmp_path / "out" / "label_selection.json").read_text())
     assert set(result["summary"]) == {f"{s}@{n}" for s in ("random", "quantile", "uniform") for n in (10, 20)}
     assert len(result["summary"]["quantile@10"]["in-domain auroc - random"]) == 2  # paired by seed
     assert (tmp_path / "out" / "features-stage1.pt").is_file()
-    assert load_example("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10",
+    assert load_experiment("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10",
                                               "--stage1_questions", "20"]) == 0
     result = json.loads((tmp_path / "out" / "no_lora_head.json").read_text())
     assert set(result["eli_only"]) == {"LoRA + head", "no LoRA", "no LoRA, MLP head"}
@@ -186,7 +199,7 @@ def test_gate_measurement_scripts_run(tiny_llama, tmp_path):
     # the MLP head reads the same cached base features as the linear one, but is its own head: other confidences
     assert result["eli_only"]["no LoRA, MLP head"] != result["eli_only"]["no LoRA"]
     # run alone, the linear no-LoRA rows come out as in the full run: its fresh head is drawn first either way
-    assert load_example("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10", "--stage1_questions",
+    assert load_experiment("no_lora_head").main([*common, "--base", tiny_llama, "--budgets", "10", "--stage1_questions",
                                               "20", "--methods", "no LoRA", "no LoRA, MLP head",
                                               "--output_dir", str(tmp_path / "alone")]) == 0
     alone = json.loads((tmp_path / "alone" / "no_lora_head.json").read_text())
@@ -204,7 +217,7 @@ def test_scaling_ablations_cut_the_targets_to_k_samples(tiny_llama, tmp_path):
     chosen += [r for r in records if r["source_split"] == "in_domain_test"][:16]
     chosen += [r for r in records if r["source_split"] == "ood_test"][:16]
     save_records(chosen, tmp_path / "records" / "slice.parquet")
-    assert load_example("scaling_ablations").main(
+    assert load_experiment("scaling_ablations").main(
         ["--records", str(tmp_path / "records"), "--base", tiny_llama, "--output_dir", str(tmp_path / "out"),
          "--result", "", "--seeds", "0", "1", "--samples_used", "1", "5", "--elicitation_sizes", "20", "60",
          "--budgets", "10", "--head_epochs", "2", "--bootstrap", "5"]) == 0
@@ -230,7 +243,7 @@ def test_head_init_experiment_compares_paired_seeds(tiny_llama, tmp_path):
     """`head_init_experiment.py` with a tiny model against the committed Cal-Only@100 runs: it trains only the
     torch_default runs and both head-only inits, and pairs them by seed."""
     out = tmp_path / "head_init.json"
-    assert load_example("head_init_experiment").main(
+    assert load_experiment("head_init_experiment").main(
         ["--output_dir", str(tmp_path / "work"), "--model", tiny_llama, "--seeds", "42", "43", "--bootstrap", "5",
          "--result", str(out)]) == 0
     result = json.loads(out.read_text())
@@ -247,9 +260,9 @@ def test_judge_decoding_experiment_counts_changed_verdicts(tiny_llama, tmp_path)
     """`judge_decoding_experiment.py` with a tiny judge on three committed records: every answer is judged under both
     decodings and the changes add up."""
     out = tmp_path / "decoding.json"
-    assert load_example("judge_decoding_experiment").main(
+    assert load_experiment("judge_decoding_experiment").main(
         ["--num_records", "3", "--judge_model", tiny_llama, "--output", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["num_records"] == 3 and result["answers_judged"] == 3 * 6  # greedy + 5 samples each
     assert result["changed"]["0 -> 1"] + result["changed"]["1 -> 0"] <= result["verdicts_changed"]
-    assert set(result["seconds"]) == set(load_example("judge_decoding_experiment").DECODINGS)
+    assert set(result["seconds"]) == set(load_experiment("judge_decoding_experiment").DECODINGS)

@@ -1,4 +1,4 @@
-"""`examples/layer_experiment.py` end to end: a tiny 4-layer model on a slice of the committed replication records."""
+"""`experiments/layer_experiment.py` end to end: a tiny 4-layer model on a slice of the committed replication records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests.conftest import save_tiny_base
-from tests.test_examples import EXAMPLES, load_example
+from tests.test_examples import EXAMPLES, load_experiment
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
     out = tmp_path / "layers"
     common = ["--records", tiny_records, "--model", four_layers, "--output_dir", str(out), "--allow_other_model",
               "--seeds", "42", "43", "--label_budgets", "10", "20", "--head_epochs", "2", "--bootstrap", "20"]
-    assert load_example("layer_experiment").main(common) == 0
+    assert load_experiment("layer_experiment").main(common) == 0
     printed = capsys.readouterr().out
     assert "CPU: " in printed and "total" in printed
     result = json.loads((out / "layers.json").read_text())
@@ -79,7 +79,7 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
     assert "layer-002-seed-43.npz" in cached and "layer-004-sep.npz" in cached
 
     # the probe-layers rule on the train pool: one layer for every run, its recommendation; the runs come from cache
-    assert load_example("layer_experiment").main([*common, "--layer_rule", "train_cv", "--folds", "2"]) == 0
+    assert load_experiment("layer_experiment").main([*common, "--layer_rule", "train_cv", "--folds", "2"]) == 0
     assert "(cached runs)" in capsys.readouterr().out
     again = json.loads((out / "layers.json").read_text())
     recommended = again["selection"]["train_cv"]["recommended_layer"]
@@ -89,9 +89,9 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
 
 
 def test_the_layer_depth_summary_is_the_committed_probe_reports():
-    """`examples/layer_depth_check.py`'s summary (what docs/results.md quotes) is recomputed from the committed
+    """`experiments/layer_depth_check.py`'s summary (what docs/results.md quotes) is recomputed from the committed
     `probe-layers` reports of both models, and its question draw does not depend on the records' order."""
-    depth = load_example("layer_depth_check")
+    depth = load_experiment("layer_depth_check")
     folder = os.path.join(EXAMPLES, "..", "docs", "results", "layers")
     with open(os.path.join(folder, "layer_depth_summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)["summary"]
@@ -109,9 +109,9 @@ def test_the_layer_depth_summary_is_the_committed_probe_reports():
 
 @pytest.mark.float32
 def test_layer_mean_check_chooses_a_window_on_dev(tiny_records, four_layers, tmp_path, capsys):
-    """`examples/layer_mean_check.py`: every window's mean is probed beside every single layer; the window is the one
+    """`experiments/layer_mean_check.py`: every window's mean is probed beside every single layer; the window is the one
     of highest dev AUROC (the final layer competing), and its test differences are paired with both references."""
-    mean_check = load_example("layer_mean_check")
+    mean_check = load_experiment("layer_mean_check")
     assert mean_check.windows(30, [5]) == [(1, 5), (1, 30), (6, 10), (11, 15), (16, 20), (21, 25), (26, 30)]
     assert mean_check.windows(4, [2, 3]) == [(1, 2), (1, 3), (1, 4)]
     out = tmp_path / "means"
@@ -154,9 +154,9 @@ def test_the_range_mean_table_in_the_docs_is_the_committed_result():
 
 
 def test_layer_lora_check_pairs_runs_by_name(tmp_path):
-    """`examples/layer_lora_check.py`: each run is paired with the committed run of its name (seeds together); an
+    """`experiments/layer_lora_check.py`: each run is paired with the committed run of its name (seeds together); an
     identical run differs by 0, a reversed one by its AUROC's mirror; other test questions are refused."""
-    check = load_example("layer_lora_check")
+    check = load_experiment("layer_lora_check")
     with open(check.COMMITTED, encoding="utf-8") as handle:
         committed = json.load(handle)
     runs = tmp_path / "runs"

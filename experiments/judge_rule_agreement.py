@@ -7,7 +7,7 @@ many answers each rule alone calls correct, a few examples of each kind of disag
 stored `greedy_correctness` (judged when they were made) equals the SQuAD rule. Pure Python, no model; `docs/judges.md`
 reports the numbers of the default run:
 
-    python examples/judge_rule_agreement.py
+    python experiments/judge_rule_agreement.py
 """
 
 from __future__ import annotations

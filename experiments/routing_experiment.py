@@ -12,7 +12,7 @@ Reads the replication's per-question confidences (`docs/results/confidences.json
 same label draws as the runs: `recipe.take_labels(train, n, seed)`), prints a table and writes
 `docs/results/routing.json`:
 
-    HF_HUB_OFFLINE=1 python examples/routing_experiment.py --output_dir outputs/retrain
+    HF_HUB_OFFLINE=1 python experiments/routing_experiment.py --output_dir outputs/retrain
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
         --steps train --calibration lora --label_budgets 100 1000 --seeded_budgets 100 1000 \
         --lora_methods EliCal Cal-Only
     # the comparison
-    python examples/layer_lora_check.py --runs outputs/layer16-lora/runs --output_dir docs/results/layers
+    python experiments/layer_lora_check.py --runs outputs/layer16-lora/runs --output_dir docs/results/layers
 
 Each run of `--runs` (`reproduce_paper.py`'s `runs/<name>.json`: test confidences in the committed test order) is
 paired with the run of the same name in `--confidences` (the committed `confidences.json`, the final layer): the same

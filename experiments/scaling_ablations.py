@@ -1,6 +1,6 @@
 """The paper's two scaling ablations at CPU scale: the number of samples k' behind the targets, and stage 1's size N.
 
-    HF_HUB_OFFLINE=1 python examples/scaling_ablations.py --output_dir outputs/gate
+    HF_HUB_OFFLINE=1 python experiments/scaling_ablations.py --output_dir outputs/gate
     HF_HUB_OFFLINE=1 python examples/reproduce_paper.py --records docs/results/honestybench-smollm2-135m \
         --output_dir outputs/retrain --steps ablations          # the same, as a step of the replication
 
@@ -20,7 +20,7 @@ subset and row order. Test: the replication's 2,050 test questions, correctness 
 
 Writes `ablations.json` and `ablations.md` to `--output_dir` (and `--result`, default
 `docs/results/ablations.json`); the prompt features are cached there as `features-base.pt` (shared with
-`examples/no_lora_head.py`).
+`experiments/no_lora_head.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
     HEAD_SETTINGS, RECORDS, cached_features, calibrated_confidences, replication_records, test_metrics, training_rows,
     write_outputs,

@@ -1,8 +1,8 @@
 """Does a mean over a range of layers earn a place beside `feature_layer`? Probes on range-means against single layers.
 
-    HF_HUB_OFFLINE=1 python examples/layer_mean_check.py --output_dir outputs/layers
+    HF_HUB_OFFLINE=1 python experiments/layer_mean_check.py --output_dir outputs/layers
 
-Runs after `examples/layer_experiment.py` with the same `--output_dir` (or `--cache_dir`): it reuses its cached
+Runs after `experiments/layer_experiment.py` with the same `--output_dir` (or `--cache_dir`): it reuses its cached
 last-prompt-token states of every layer (the frozen base model), so it only fits probes (about 3 minutes on 2 cores).
 
 For every contiguous window of layers (widths `--widths`, starting every 5 layers, plus all layers) the feature is
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 import numpy as np
 
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import layer_experiment  # noqa: E402 - its sibling: partitions, the model, the feature cache and the summary
 import reproduce_paper  # noqa: E402 - the replication's training rows
 

@@ -1,7 +1,7 @@
 """Which layer should the confidence head read? Every method of issue 39 section 4 on every layer, head-only, on CPU.
 
-    HF_HUB_OFFLINE=1 python examples/layer_experiment.py --output_dir outputs/layers
-    HF_HUB_OFFLINE=1 python examples/layer_experiment.py --output_dir outputs/layers --layer_rule train_cv
+    HF_HUB_OFFLINE=1 python experiments/layer_experiment.py --output_dir outputs/layers
+    HF_HUB_OFFLINE=1 python experiments/layer_experiment.py --output_dir outputs/layers --layer_rule train_cv
 
 About 14 minutes on 2 shared AMD EPYC cores (bfloat16 by the precision policy): 3.8 min for the features of 7,050
 questions, about 19 s a layer for its 28 head and probe fits (most of it the three stage-1 fits on 4,800
@@ -53,7 +53,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -61,12 +60,12 @@ import numpy as np
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import reproduce_paper  # noqa: E402 - its sibling: the replication's partitions and training rows
 from label_selection import HEAD_SETTINGS, calibrated_confidences  # noqa: E402 - the head-only recipe
 
 
-RECORDS = os.path.join(HERE, "..", "docs", "results", "honestybench-smollm2-135m")
+RECORDS = common.RECORDS
 AVERAGES = ("in-domain avg", "OOD avg")
 HEAD_METHODS = ("Eli-Only-head", "Cal-Only-head", "EliCal-head")
 LAYER_RULES = {

@@ -8,7 +8,7 @@ is the sign of the per-dataset difference the replication measured at that budge
 Prints the full-partition diagnosis, then the hit rate per budget (Wilson 95% interval) next to chance and to always
 predicting the most common sign; writes `docs/results/diagnosis_validation.json`.
 
-    python examples/diagnose_validation.py                  # budgets 100 250 1000, 10 draws each
+    python experiments/diagnose_validation.py                  # budgets 100 250 1000, 10 draws each
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ head on SmolLM2-135M-Instruct) both ways:
 It prints how far the reference's batched confidences are from the batch-1 ones and the AUROC of each, as markdown
 (`docs/conversion.md` quotes the default run):
 
-    HF_HUB_OFFLINE=1 python examples/reference_batching.py
+    HF_HUB_OFFLINE=1 python experiments/reference_batching.py
 """
 
 from __future__ import annotations

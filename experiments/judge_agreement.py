@@ -7,7 +7,7 @@ accuracy and Cohen's kappa of the embedding judge against the other two. Writes 
 and prints a Markdown table. Generated records and LLM verdicts are cached in `--output_dir`, so a rerun with the
 same settings only recomputes the agreement. `docs/judges.md` reports the numbers of the default run:
 
-    HF_HUB_OFFLINE=1 python examples/judge_agreement.py
+    HF_HUB_OFFLINE=1 python experiments/judge_agreement.py
 """
 
 from __future__ import annotations

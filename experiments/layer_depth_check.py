@@ -1,6 +1,6 @@
 """Is the best probe layer at a similar depth on a second real model? gemma3-270m against SmolLM2-135M, same questions.
 
-    HF_HUB_OFFLINE=1 python examples/layer_depth_check.py --train 1200 --test 300 --copy_to docs/results/layers
+    HF_HUB_OFFLINE=1 python experiments/layer_depth_check.py --train 1200 --test 300 --copy_to docs/results/layers
 
 About 6 minutes on 2 AMD EPYC cores (3 of them gemma's 1,500 greedy answers), the numbers in `docs/results.md`.
 
@@ -45,7 +45,9 @@ from typing import Any
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RECORDS = os.path.join(HERE, "..", "docs", "results", "honestybench-smollm2-135m")
+import common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
+
+RECORDS = common.RECORDS
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 # gemma-3-270m is the pretrained model and its GGUF holds no chat template; with Gemma 3's chat template it asks more
 # questions instead of answering. So the folder gets a completion template: <bos>, the replication's prompt, then
@@ -187,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from elical_hf.signals.records import load_records, save_records
 
-    sys.path.insert(0, HERE)
     from layer_experiment import cpu_model
 
     started, seconds = time.perf_counter(), {}

@@ -1,6 +1,6 @@
 """How much AUROC does the gate's zero-overhead mode give up? A head on the frozen base model vs LoRA + head.
 
-    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python examples/no_lora_head.py --output_dir outputs/gate
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python experiments/no_lora_head.py --output_dir outputs/gate
 
 No-LoRA: `AutoModelForConfidence.from_pretrained(DEFAULT_MODEL, use_lora=False)`; its features are the plain base
 model's final hidden state of the last prompt token. Stage 1 trains the head alone on the consistency targets of the
@@ -11,7 +11,7 @@ same way (head-only, on its cached features; the replication's "EliCal-head"). B
 with correctness re-judged by `has_answer`, and are scored on the 2,050 test questions (disjoint from train).
 
 Writes `no_lora_head.json` and `no_lora_head.md` to `--output_dir` (features cached there too, shared with
-`examples/label_selection.py`).
+`experiments/label_selection.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
     HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, load_replication, markdown, summarize,
     test_metrics, write_outputs,

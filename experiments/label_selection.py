@@ -1,6 +1,6 @@
 """Does choosing which questions to label from stage-1 confidences beat labelling a random sample?
 
-    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python examples/label_selection.py --output_dir outputs/gate
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python experiments/label_selection.py --output_dir outputs/gate
 
 On the committed replication records (`docs/results/honestybench-smollm2-135m`, correctness re-judged with
 `has_answer` as the main replication does), the shipped stage-1 adapter (`elical_hf/resources/demo/stage1-...`,
@@ -28,8 +28,9 @@ import numpy as np
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-RECORDS = os.path.join(HERE, "..", "docs", "results", "honestybench-smollm2-135m")
+import common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
+
+RECORDS = common.RECORDS
 STAGE1 = os.path.join(HERE, "..", "elical_hf", "resources", "demo", "stage1-smollm2-135m-instruct")
 HEAD_SETTINGS = {"learning_rate": 1e-3, "batch_size": 16, "num_train_epochs": 50}
 """The replication's head-only calibration settings (`examples/reproduce_paper.py` defaults)."""
