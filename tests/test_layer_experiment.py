@@ -134,13 +134,18 @@ def test_layer_mean_check_chooses_a_window_on_dev(tiny_records, four_layers, tmp
     assert "| SEP |" in (out / "layer_means.md").read_text() and "| SEP |" in capsys.readouterr().out
 
 
-def test_the_range_mean_table_in_the_docs_is_the_committed_result():
-    """docs/results.md's range-mean table is `docs/results/layers/layer_means.json`, number for number."""
+def _committed_and_docs(name: str) -> tuple[dict, str]:
+    """`docs/results/layers/<name>` and the text of docs/results.md (minus signs as hyphens)."""
     folder = os.path.join(EXAMPLES, "..", "docs")
-    with open(os.path.join(folder, "results", "layers", "layer_means.json"), encoding="utf-8") as handle:
+    with open(os.path.join(folder, "results", "layers", name), encoding="utf-8") as handle:
         result = json.load(handle)
     with open(os.path.join(folder, "results.md"), encoding="utf-8") as handle:
-        text = handle.read().replace("−", "-")
+        return result, handle.read().replace("−", "-")
+
+
+def test_the_range_mean_table_in_the_docs_is_the_committed_result():
+    """docs/results.md's range-mean table is `docs/results/layers/layer_means.json`, number for number."""
+    result, text = _committed_and_docs("layer_means.json")
 
     def cell(value: dict) -> str:
         low, high = value["auroc_ci"]
@@ -183,11 +188,7 @@ def test_layer_lora_check_pairs_runs_by_name(tmp_path):
 
 def test_the_lora_layer_table_in_the_docs_is_the_committed_result():
     """docs/results.md's LoRA + head at layer 16 table is `docs/results/layers/lora_layer.json`, number for number."""
-    folder = os.path.join(EXAMPLES, "..", "docs")
-    with open(os.path.join(folder, "results", "layers", "lora_layer.json"), encoding="utf-8") as handle:
-        result = json.load(handle)
-    with open(os.path.join(folder, "results.md"), encoding="utf-8") as handle:
-        text = handle.read().replace("−", "-")
+    result, text = _committed_and_docs("lora_layer.json")
     assert result["layer"] == 16 and len(result["rows"]) == 5
     for row in result["rows"]:
         cells = []
