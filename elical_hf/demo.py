@@ -8,7 +8,7 @@ to mean something:
 - **from committed records** (`resources/demo/records.parquet`, a subset of the replication's judged records in
   `docs/results/`): the in-domain test questions and the pool of train questions that labels are drawn from;
 - **shipped**: the stage-1 adapter trained on 1,600 of the replication's train questions (`resources/demo/stage1-*`,
-  rebuilt by `examples/build_demo_assets.py`).
+  rebuilt by `experiments/build_demo_assets.py`).
 
 Stage 2 and Cal-Only calibrate the head only (cached prompt features), on the same labels, for several label draws:
 EliCal continues the stage-1 head on stage-1 features, Cal-Only fits a fresh head on the frozen base model's features.
@@ -121,7 +121,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     """Sample, judge and score with every baseline a few fresh questions (drawn from the test questions, so the
     fresh greedy answers can be compared with the committed ones): the `sample`, `judge` and `score_baselines` steps."""
     from .signals import BASELINES, HFBackend, SamplingSettings
-    from .signals.judging import resolve_consistency_judge
+    from .signals.judging import embedding_judge, resolve_consistency_judge
     from .steps import judge, sample, score_baselines
 
     chosen = random.Random(settings.seed).sample(test, min(settings.live_questions, len(test)))
@@ -135,6 +135,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     release_memory()  # the sampling batch's KV cache, before the judge's model loads
     consistency = resolve_consistency_judge(settings.consistency_judge)
     judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
+    embedding_judge.cache_clear()  # its sentence-transformers model is not needed again: not held through later peaks
     # Verbal-10's ten demonstrations (~870 tokens) are one unrepeated KV prefix for all prompts (prefix_attention)
     scored = score_baselines(judged.records, settings.baselines, complete=backend.complete, train_records=pool,
                              seed=settings.seed)
@@ -166,9 +167,9 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
     trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), load_records(records),
                           output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed,
                           training_args={"num_train_epochs": 1, "learning_rate": settings.learning_rate,
-                                         # batches of 16 as 4 x 4 accumulated: the same steps, a quarter of the
-                                         # activation memory (peak RSS 3.2 -> 1.6 GB, docs/benchmarks.md)
-                                         "per_device_train_batch_size": 4, "gradient_accumulation_steps": 4,
+                                         # batches of 16 as 2 x 8 accumulated: the same steps, an eighth of the
+                                         # activation memory (the demo's peak, docs/benchmarks.md section 5)
+                                         "per_device_train_batch_size": 2, "gradient_accumulation_steps": 8,
                                          "logging_steps": 1, "report_to": "none",
                                          "disable_tqdm": False, "early_stopping_patience": None})
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
@@ -266,7 +267,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
         timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
 
     if not os.path.exists(settings.records):
-        raise FileNotFoundError(f"No demo records at {settings.records}; build them with examples/build_demo_assets.py.")
+        raise FileNotFoundError(f"No demo records at {settings.records}; build them with experiments/build_demo_assets.py.")
     os.makedirs(settings.output_dir, exist_ok=True)
     models_dir = os.path.join(settings.output_dir, "models")
     parts = demo_partitions(settings.records, settings)

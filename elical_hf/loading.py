@@ -6,17 +6,23 @@ offered on a terminal), and model weights are read only from safetensors files (
 holding only a pickled `pytorch_model.bin` is refused, because unpickling a file can run code). PEFT adapters are
 loaded by `PeftModel`, which has no remote code, from `adapter_model.safetensors` only (see
 [`~elical_hf.AutoModelForConfidence`]).
+
+Model weights are loaded by [`load_model`]: a local safetensors checkpoint stored in the dtype asked for is memory-
+mapped (zero copy), one stored in another dtype (the embedded default's float32 copy under the bf16 policy) is read
+one tensor at a time, so the stored weights are never held whole beside the converted ones.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any, TypeVar
 
 
-__all__ = ["load_pretrained", "check_safetensors_weights"]
+__all__ = ["load_pretrained", "load_model", "check_safetensors_weights", "stored_in_other_dtype", "unwrap_peft"]
 
 T = TypeVar("T")
 
@@ -69,6 +75,16 @@ def _one_line(name: str, error: BaseException, weights: bool) -> str | None:
     return None
 
 
+def _insist_on_safe_options(kwargs: dict[str, Any], weights: bool) -> None:
+    """Set `trust_remote_code=False` (and, with `weights`, `use_safetensors=True`) in `kwargs`; one `ValueError` when
+    `kwargs` asks for the unsafe value."""
+    for option, safe in (_SAFE_WEIGHT_OPTIONS if weights else _SAFE_OPTIONS).items():
+        if kwargs.get(option, safe) is not safe:
+            raise ValueError(f"`{option}={kwargs[option]!r}` is not supported: elical-hf never runs code from a model "
+                             "folder or Hub repo, and loads only safetensors weights.")
+        kwargs[option] = safe
+
+
 def load_pretrained(load: Callable[..., T], name_or_path: str | os.PathLike, *, weights: bool = False,
                     **kwargs: Any) -> T:
     r"""
@@ -92,11 +108,7 @@ def load_pretrained(load: Callable[..., T], name_or_path: str | os.PathLike, *, 
         one `ValueError` naming `name_or_path`, never a prompt on the terminal.
     """
     name = os.fspath(name_or_path)
-    for option, safe in (_SAFE_WEIGHT_OPTIONS if weights else _SAFE_OPTIONS).items():
-        if kwargs.get(option, safe) is not safe:
-            raise ValueError(f"`{option}={kwargs[option]!r}` is not supported: elical-hf never runs code from a model "
-                             "folder or Hub repo, and loads only safetensors weights.")
-        kwargs[option] = safe
+    _insist_on_safe_options(kwargs, weights)
     if weights:
         check_safetensors_weights(name, kwargs.get("config"))
     try:
@@ -106,3 +118,110 @@ def load_pretrained(load: Callable[..., T], name_or_path: str | os.PathLike, *, 
         if message is None:
             raise
         raise ValueError(message) from None
+
+
+def unwrap_peft(model: Any) -> Any:
+    """The model a PEFT wrapper holds (`model.get_base_model()`: for a
+    [`~elical_hf.PeftModelForConfidence`], the confidence model with its head and `confidence_config`), or `model`
+    itself when it is not wrapped."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+_SAFETENSORS_FLOATS = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+"""safetensors' names of the floating-point dtypes (headers), as torch names them."""
+
+
+def safetensors_files(folder: str) -> list[str]:
+    """The safetensors weights files of a local model folder: `model.safetensors`, or the shards its index names
+    (empty when it has neither)."""
+    single, index = (os.path.join(folder, name) for name in SAFE_WEIGHT_FILES)
+    if os.path.isfile(single):
+        return [single]
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as handle:
+            shards = dict.fromkeys(json.load(handle).get("weight_map", {}).values())
+        return [os.path.join(folder, shard) for shard in shards]
+    return []
+
+
+def stored_in_other_dtype(name_or_path: str | os.PathLike, *, dtype: Any = None, **kwargs: Any) -> list[str]:
+    """
+    The safetensors files of the local model folder `name_or_path` when a floating-point tensor in them is stored in
+    another dtype than `dtype` (they are read tensor by tensor by [`load_model`]), else `[]`: a Hub id, a folder stored
+    in `dtype`, a `dtype` that is not a `torch.dtype`, and loads that place or convert weights themselves (`device_map`,
+    `quantization_config`, `gguf_file` or `state_dict` among the other `from_pretrained` keyword arguments, `kwargs`).
+    Only the files' headers are read.
+    """
+    import torch
+    from safetensors import safe_open
+
+    name = os.fspath(name_or_path)
+    if not isinstance(dtype, torch.dtype) or not os.path.isdir(name):
+        return []
+    if any(kwargs.get(option) is not None for option in ("device_map", "quantization_config", "gguf_file", "state_dict")):
+        return []
+    files = safetensors_files(name)
+    stored = str(dtype).removeprefix("torch.")
+    for file in files:
+        with safe_open(file, framework="pt") as handle:  # the header only: no tensor is read
+            dtypes = {handle.get_slice(key).get_dtype() for key in handle.keys()}
+        if any(_SAFETENSORS_FLOATS.get(code, stored) != stored for code in dtypes):
+            return files
+    return []
+
+
+def _concrete_class(model_class: Any, config: Any) -> type | None:
+    """The model class `model_class.from_pretrained` builds for `config`: itself, or for an Auto class the one class
+    its mapping names for `config` (`None` where the Auto class would choose among several or adapt the config)."""
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+
+    if not (isinstance(model_class, type) and issubclass(model_class, _BaseAutoModelClass)):
+        return model_class
+    concrete = model_class._model_mapping.get(type(config), None)
+    return concrete if isinstance(concrete, type) and getattr(concrete, "config_class", None) is type(config) else None
+
+
+def load_model(model_class: Any, name_or_path: str | os.PathLike, *, config: Any, **kwargs: Any) -> Any:
+    r"""
+    Load a model's weights with [`load_pretrained`] (no remote code, safetensors only), reading a checkpoint stored in
+    another dtype one tensor at a time.
+
+    transformers memory-maps a safetensors file and keeps it mapped until every tensor is loaded: loading a float32
+    checkpoint in bfloat16 holds the whole float32 file in memory beside the bfloat16 weights (the embedded default
+    model: 513 MiB mapped beside 257 MiB). Here such a checkpoint ([`stored_in_other_dtype`]) is handed to
+    transformers as a state dict whose tensors are read by `pread` when transformers converts them, so only the
+    tensors being converted are held twice; the loaded model is the same (tensors, config and generation config).
+
+    Args:
+        model_class (`type`):
+            A transformers model class: an Auto class (resolved to the concrete class for `config`) or a concrete one.
+        name_or_path (`str` or `os.PathLike`):
+            A Hub id or a local folder.
+        config ([`~transformers.PretrainedConfig`]):
+            The model's config, loaded with [`load_pretrained`].
+        kwargs:
+            Passed to `from_pretrained` (`dtype`, `device_map`, ...).
+
+    Returns:
+        The loaded model.
+    """
+    files = stored_in_other_dtype(name_or_path, **kwargs)
+    concrete = _concrete_class(model_class, config) if files else None
+    if concrete is None:
+        return load_pretrained(model_class.from_pretrained, name_or_path, weights=True, config=config, **kwargs)
+    from safetensors import safe_open
+    from transformers import GenerationConfig
+
+    name = os.fspath(name_or_path)
+    _insist_on_safe_options(kwargs, weights=True)
+    check_safetensors_weights(name, config)
+    kwargs.pop("use_safetensors")  # the state dict below is read from the safetensors files themselves
+    generation = os.path.join(name, "generation_config.json")
+    if os.path.isfile(generation) and kwargs.get("generation_config") is None:
+        kwargs["generation_config"] = load_pretrained(GenerationConfig.from_pretrained, name)
+    with ExitStack() as stack:
+        handles = [stack.enter_context(safe_open(file, framework="pt", backend="pread")) for file in files]
+        state_dict = {key: handle.get_slice(key) for handle in handles for key in handle.keys()}
+        model = concrete.from_pretrained(None, config=config, state_dict=state_dict, **kwargs)
+    model.name_or_path = model.config._name_or_path = name  # transformers records the folder: so does this path
+    return model

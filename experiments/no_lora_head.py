@@ -4,7 +4,7 @@
 
 No-LoRA: `AutoModelForConfidence.from_pretrained(DEFAULT_MODEL, use_lora=False)`; its features are the plain base
 model's final hidden state of the last prompt token. Stage 1 trains the head alone on the consistency targets of the
-same 1,600 train questions the shipped stage-1 adapter was trained on (`examples/build_demo_assets.py`: seed 42),
+same 1,600 train questions the shipped stage-1 adapter was trained on (`experiments/build_demo_assets.py`: seed 42),
 through `calibrate_head(stage="elicitation")`; stage 2 calibrates it on correctness labels (random draws of each
 budget, per seed). LoRA + head: the shipped stage-1 adapter (LoRA + head trained on those questions), calibrated the
 same way (head-only, on its cached features; the replication's "EliCal-head"). Both read the replication records

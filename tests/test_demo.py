@@ -170,4 +170,4 @@ def test_the_shipped_calibrated_model_is_small_calibrated_and_carries_its_thresh
                      "confidence_config.json", "README.md"}
     assert os.path.getsize(os.path.join(DEMO_CALIBRATED, "adapter_model.safetensors")) < 512 * 1024
     card = open(os.path.join(DEMO_CALIBRATED, "README.md"), encoding="utf-8").read()
-    assert "## Provenance" in card and "examples/build_demo_assets.py --only calibrated" in card
+    assert "## Provenance" in card and "experiments/build_demo_assets.py --only calibrated" in card

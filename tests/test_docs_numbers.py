@@ -1,5 +1,7 @@
-"""The numbers README.md quotes are the committed results' (`docs/results/*.json`), so the two cannot drift apart, and
-a difference whose interval includes zero is worded as such."""
+"""The numbers README.md and its docs pages quote are the committed results' (`docs/results/*.json`), so the two cannot
+drift apart, and a difference whose interval includes zero is worded as such. The README's results table is
+`results.json`'s rows; the replication and demo summaries are in `docs/demo.md`, the diagnosis hit rates in
+`docs/cli.md`, the precision figures in `docs/usage.md`."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {name: (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8") for name in ("demo", "cli", "usage")}
 INTERVAL = re.compile(r"[+−-]?\d+\.\d \[[+−-]?\d+\.\d, [+−-]?\d+\.\d\]")
 ZERO_WORDS = ("not distinguishable from zero", "includes zero", "neither distinguishable from zero")
 
@@ -21,9 +24,13 @@ def load(name: str) -> dict:
     return json.loads((RESULTS / name).read_text(encoding="utf-8"))
 
 
-def section(title: str) -> str:
-    """One README section, its lines joined (a quoted figure may wrap)."""
-    return " ".join(README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0].split())
+def section(title: str, text: str = PAGES["demo"]) -> str:
+    """One section of a page (by default `docs/demo.md`), its lines joined (a quoted figure may wrap)."""
+    return " ".join(text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0].split())
+
+
+def joined(text: str) -> str:
+    return " ".join(text.split())
 
 
 def signed(value: float) -> str:
@@ -53,16 +60,22 @@ def normalise(text: str) -> str:
     return interval(value, low, high)
 
 
-def test_every_replication_interval_is_a_committed_result():
+SUMMARIES = {"docs/demo.md": section("Replication at CPU scale"), "README.md": section("Does it work?", README)}
+"""The two summaries of the replication: the README's and `docs/demo.md`'s."""
+
+
+@pytest.mark.parametrize("page", SUMMARIES)
+def test_every_replication_interval_is_a_committed_result(page):
     known = {interval(*v) for v in committed_intervals().values()}
-    quoted = INTERVAL.findall(section("Replication at CPU scale"))
-    assert len(quoted) >= 6
+    quoted = INTERVAL.findall(SUMMARIES[page])
+    assert len(quoted) >= (6 if page == "docs/demo.md" else 3)
     for text in quoted:
-        assert normalise(text) in known, f"README quotes {text}, which no file in docs/results/ holds"
+        assert normalise(text) in known, f"{page} quotes {text}, which no file in docs/results/ holds"
 
 
-def test_intervals_that_include_zero_say_so():
-    text = section("Replication at CPU scale")
+@pytest.mark.parametrize("page", SUMMARIES)
+def test_intervals_that_include_zero_say_so(page):
+    text = SUMMARIES[page]
     for match in INTERVAL.finditer(text):
         value, low, high = (float(x.replace("−", "-")) for x in re.findall(r"[+−-]?\d+\.\d", match.group()))
         if low < 0 < high:
@@ -92,9 +105,25 @@ def test_runs_the_readme_names_were_run_or_are_said_not_to_be():
     assert "EliCal@all" not in results and "EliCal@all with LoRA + head was not run" in text
 
 
+def test_the_readme_results_table_is_the_committed_results():
+    """Every row of the README's table: the run it names (`**EliCal@100**` is `EliCal@100`), its in-domain and OOD
+    AUROC and in-domain ECE as `results.json` holds them."""
+    results = load("results.json")
+    table = re.findall(r"^\| \**([\w@-]+)\**[^|]*\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
+                       README.split("\n## Does it work?\n", 1)[1].split("\n## ", 1)[0], re.M)
+    assert len(table) >= 6
+    for name, labels, in_domain, ood, ece in table:
+        cells = results[name]
+        assert (in_domain, ood, ece) == (f"{cells['in-domain avg']['auroc']:.1f}", f"{cells['OOD avg']['auroc']:.1f}",
+                                         f"{cells['in-domain avg']['ece']:.1f}"), name
+        budget = name.rpartition("@")[2] if "@" in name else "0"
+        assert labels.replace(",", "") == {"all": "4800"}.get(budget, budget), name
+    assert {"EliCal@100", "Cal-Only@100", "EliCal@1000", "Cal-Only@1000"} <= {row[0] for row in table}
+
+
 def test_the_demo_headline_is_the_committed_runs():
     demo = load("demo.json")
-    assert "DEMO_HEADLINE" not in README
+    assert "DEMO_HEADLINE" not in PAGES["demo"]
     assert demo["headline"] in section("The demo")
     low, high = demo["difference"]["in-domain avg"]["auroc_ci"]
     if low < 0 < high:
@@ -106,21 +135,22 @@ def test_diagnosis_hit_rates_are_the_committed_validation():
     for n, cell in budgets.items():
         low, high = cell["hit_rate_ci"]
         quoted = f"{cell['hit_rate']:.0f}% [{low:.0f}, {high:.0f}] at {int(n):,}"
-        assert quoted in " ".join(README.split()), quoted
+        assert quoted in joined(PAGES["cli"]), quoted
 
 
 def test_precision_figures_are_the_committed_benchmark_run():
     figures = load("precision_agreement.json")["methods"]["Eli-Only"]
     low, high = figures["auroc_difference_ci"]
     two = [f"{v:+.2f}".replace("-", "−") for v in (figures["auroc_difference"], low, high)]
-    text = " ".join(README.split())
+    text = joined(PAGES["usage"])
     assert f"by {figures['mean_abs_delta']:.4f} on average" in text
     assert f"in-domain AUROC by {two[0]} [{two[1]}, {two[2]}]" in text
 
 
 @pytest.mark.parametrize("number", ["+16 AUROC", "~1,000 labels reach the all-label result", "the six training-free baselines, Eli-Only"])
 def test_refuted_claims_are_gone(number):
-    assert number not in README
+    for text in (README, *PAGES.values()):
+        assert number not in text
 
 
 def test_prob_recomputes_from_the_committed_log_probabilities():

@@ -1,10 +1,12 @@
-"""The README's command chain runs as written: sample -> judge -> diagnose -> baselines -> train -> evaluate ->
-threshold, on the embedded SmolLM2 and a handful of bundled questions, so the chain cannot break silently again.
+"""The README's commands and snippets run as written, and so do the ones its detail moved to (`docs/cli.md`,
+`docs/usage.md`): the command chain sample -> judge -> diagnose -> baselines -> train -> evaluate -> threshold of
+`docs/cli.md`, on the embedded SmolLM2 and a handful of bundled questions, so the chain cannot break silently again;
+every `elical-hf` line of the README is a line of that chain.
 
-Sizes are shrunk by options only where the README's defaults are large (200 + 100 questions, 256 new tokens, the
-recipe's epochs); every command and every path is the README's own. The Python snippets of "Use it", "Gate
-answers" and the metrics run as written too ("Use it" is given its four row variables, the only names it leaves to
-the reader)."""
+Sizes are shrunk by options only where the defaults are large (200 + 100 questions, 256 new tokens, the recipe's
+epochs); every command and every path is the page's own. The Python snippets run as written too: the README's
+quickstart (printing what the README shows), "Train in Python" and "Gate answers" of `docs/usage.md` ("Train in
+Python" is given its four row variables, the only names it leaves to the reader) and the metrics of `docs/cli.md`."""
 
 from __future__ import annotations
 
@@ -26,11 +28,21 @@ SHRINK = [  # (README text, what the test runs instead): sizes only
 ]
 
 
-def readme_block(title: str) -> list[str]:
-    """The `elical-hf` lines of the first bash block under `## title`, comments removed."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8").split(f"\n## {title}\n", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
-    return [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("elical-hf ")]
+README, CLI_PAGE, USAGE_PAGE = "README.md", "docs/cli.md", "docs/usage.md"
+CHAIN = "Signals, judges, baselines and evaluation"
+"""The section of `docs/cli.md` whose command chain runs here."""
+
+
+def section(page: str, title: str) -> str:
+    """The text under `## title` of `page` (up to the next `## ` heading)."""
+    return (ROOT / page).read_text(encoding="utf-8").split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def commands(text: str) -> list[str]:
+    """The `elical-hf` lines of every bash block of `text`, comments removed."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()
+            if line.startswith("elical-hf ")]
 
 
 def run(line: str, cwd: Path) -> str:
@@ -44,11 +56,21 @@ def run(line: str, cwd: Path) -> str:
     return done.stdout
 
 
+def test_every_readme_command_is_one_the_chain_runs():
+    readme = (ROOT / README).read_text(encoding="utf-8")
+    assert re.search(r"```bash\nmake demo +#[^\n]*\nmake test +#", readme), "the two set-up commands come first"
+    chain = commands(section(CLI_PAGE, CHAIN))
+    lines = commands(readme)
+    assert len(lines) >= 3
+    for line in lines:
+        assert line in chain, f"the README's `{line}` is not a line of {CLI_PAGE}'s chain, which this file runs"
+
+
 @pytest.mark.slow
 def test_the_signals_block_runs_as_written(tmp_path):
-    lines = readme_block("Signals, judges, baselines and evaluation")
-    commands = [line.split()[1] for line in lines]
-    assert commands == ["sample", "judge", "diagnose", "baselines", "train", "evaluate", "threshold"]
+    lines = commands(section(CLI_PAGE, CHAIN))
+    names = [line.split()[1] for line in lines]
+    assert names == ["sample", "judge", "diagnose", "baselines", "train", "evaluate", "threshold"]
     sample, judge = lines[0], lines[1]
     # The held-out test and dev records the block names: other questions, sampled and judged the same way.
     for name, questions in (("test", "bundled:hotpotqa:6,2wikimultihopqa:6"), ("dev", "bundled:pararel:14,nq:6")):
@@ -65,46 +87,102 @@ def test_the_signals_block_runs_as_written(tmp_path):
     assert "decision_threshold" in outputs["threshold"]
 
 
-def readme_python(title: str) -> list[str]:
-    """Every python block under `## title` (up to the next `## ` heading)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8").split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", text, re.S)
+def python_blocks(page: str, title: str) -> list[str]:
+    """Every python block under `## title` of `page`."""
+    return re.findall(r"```python\n(.*?)```", section(page, title), re.S)
 
 
 def test_the_evaluate_snippet_runs_as_written():
-    (snippet,) = readme_python("Signals, judges, baselines and evaluation")
+    (snippet,) = python_blocks(CLI_PAGE, CHAIN)
     namespace: dict = {}
-    exec(compile(snippet, "README.md", "exec"), namespace)
+    exec(compile(snippet, CLI_PAGE, "exec"), namespace)
     # the snippet's last line is an expression: evaluate it again to check the value it shows
     value = eval(snippet.strip().splitlines()[-1], namespace)
     assert value["auroc"] == 1.0
 
 
 @pytest.mark.slow
-def test_the_use_it_and_gate_snippets_run_as_written(tmp_path, monkeypatch):
-    """`Use it` trains both stages through `ConfidenceTrainer` on real bundled questions (its four row variables are
-    the only names the README leaves to the reader); `Gate answers` answers on the shipped stage-1 adapter."""
+def test_the_train_in_python_snippet_runs_as_written(tmp_path, monkeypatch):
+    """"Train in Python" trains both stages through `ConfidenceTrainer` on real bundled questions (its four row
+    variables are the only names the page leaves to the reader)."""
     from elical_hf.bundled import load_bundled_questions
 
     monkeypatch.chdir(tmp_path)
     questions = load_bundled_questions("pararel", limit=12)
     rows = [{"question": q["question"], "consistency": i % 5 / 4, "correctness": i % 3 / 2, "greedy_correctness": i % 2}
             for i, q in enumerate(questions)]
-    (use_it,) = readme_python("Use it")
+    (train,) = python_blocks(USAGE_PAGE, "Train in Python")
     namespace = {"unlabelled_rows": rows[:8], "dev_rows": rows[8:], "labelled_rows": rows[:8],
                  "labelled_dev_rows": rows[8:]}
-    exec(compile(use_it, "README.md", "exec"), namespace)
+    exec(compile(train, USAGE_PAGE, "exec"), namespace)
     for folder in ("elicitation", "elical"):
         assert (tmp_path / "out" / folder / "confidence_config.json").is_file()
-    (confidence,) = eval(use_it.strip().splitlines()[-1].split("  #")[0], namespace)
+    (confidence,) = eval(train.strip().splitlines()[-1].split("  #")[0], namespace)
     assert 0.0 <= confidence <= 1.0
 
-    (gate,) = readme_python("Gate answers")
-    printed: list[tuple] = []
-    exec(compile(gate, "README.md", "exec"), {"print": lambda *values: printed.append(values)})
-    assert len(printed) == 2, printed
-    for decision, confidence, answer in printed:
-        assert decision in ("answer", "retrieve", "abstain") and 0.0 <= confidence <= 1.0
-        assert (answer is None) == (decision == "abstain") or decision == "retrieve"
-    # the Hamlet question has notes: answered (from the notes when in the retrieve band); Ulm has none to retrieve
-    assert printed[0][0] != "abstain" and isinstance(printed[0][2], str) and printed[0][2].strip()
+
+def shown_output(page: str, title: str) -> list[list[str]]:
+    """The lines of the `text` block that follows the python block under `## title` (what the page says it printed),
+    each split into its whitespace-separated fields (the answer, from the third field on, kept whole)."""
+    text = re.search(r"```python\n.*?```\s*```text\n(.*?)```", section(page, title), re.S).group(1)
+    return [line.split(maxsplit=2) for line in text.strip().splitlines()]
+
+
+def run_printing(snippet: str, page: str) -> list[list[str]]:
+    """Run `snippet`; what it printed, one list of fields per line (as [`shown_output`] splits the page's)."""
+    printed: list[str] = []
+    exec(compile(snippet, page, "exec"), {"print": lambda *values: printed.append(" ".join(map(str, values)))})
+    return [line.split(maxsplit=2) for line in printed]
+
+
+def same_output(printed: list[list[str]], shown: list[list[str]], confidence_field: int) -> None:
+    """The decisions and answers as shown; each confidence within 0.03 of the shown one (float32 and bfloat16, and
+    batches of other sizes, move the second decimal)."""
+    assert len(printed) == len(shown), printed
+    for got, expected in zip(printed, shown):
+        assert abs(float(got[confidence_field]) - float(expected[confidence_field])) <= 0.03, (got, expected)
+        assert got[:confidence_field] + got[confidence_field + 1:] == \
+            expected[:confidence_field] + expected[confidence_field + 1:], (got, expected)
+
+
+@pytest.mark.slow
+def test_the_quickstart_and_the_gate_snippet_print_what_the_pages_show():
+    """The README's quickstart and the "Gate answers" snippet of `docs/usage.md` run as written on the shipped
+    calibrated model and print what the pages show (decisions and answers exactly, confidences to 0.03)."""
+    (quickstart,) = python_blocks(README, "Quickstart")
+    same_output(run_printing(quickstart, README), shown_output(README, "Quickstart"), confidence_field=0)
+    (gate,) = python_blocks(USAGE_PAGE, "Gate answers")
+    same_output(run_printing(gate, USAGE_PAGE), shown_output(USAGE_PAGE, "Gate answers"), confidence_field=1)
+
+
+@pytest.mark.slow
+def test_what_the_quickstart_says_the_model_would_have_answered():
+    """The README's claims about the abstentions: asked anyway, the model says Sydney and invents a mayor of Ulm; it
+    also abstains on the Berlin Wall question, which it would answer right."""
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.demo import DEMO_CALIBRATED
+
+    model = AutoModelForConfidence.from_pretrained(DEMO_CALIBRATED)
+    threshold = model.confidence_config.decision_threshold
+    questions = ["What is the capital of Australia?", "Who was the third mayor of Ulm?",
+                 "In which year did the Berlin Wall fall?"]
+    australia, ulm, berlin = model.answer(questions, threshold=0.0, max_new_tokens=24)
+    assert "The capital of Australia is Sydney." in australia["answer"] and australia["confidence"] < threshold
+    assert "third mayor of Ulm" in ulm["answer"] and ulm["confidence"] < threshold
+    quoted = re.search(r'"In which\s+year did the Berlin Wall fall\?": (\d\.\d\d)', section(README, "Quickstart"))
+    assert "1989" in berlin["answer"] and abs(berlin["confidence"] - float(quoted.group(1))) <= 0.03
+    assert berlin["confidence"] < threshold
+
+
+def test_the_quickstart_quotes_the_shipped_models_threshold_and_card():
+    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.demo import DEMO_CALIBRATED
+
+    text = " ".join(section(README, "Quickstart").split())
+    config = ConfidenceConfig.from_json_file(os.path.join(DEMO_CALIBRATED, "confidence_config.json"))
+    assert f"The threshold ({config.decision_threshold:.2f})" in text
+    card = " ".join(open(os.path.join(DEMO_CALIBRATED, "README.md"), encoding="utf-8").read().split())
+    questions, answered, correct = (int(x) for x in re.search(
+        r"on the replication's (\d+) dev questions .*? at the threshold (\d+) answered, (\d+) of them", card).groups())
+    assert f"chosen on {questions} held-out questions, where the model answered {answered}" in text
+    assert answered == correct and f"{answered}, all correctly" in text
