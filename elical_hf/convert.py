@@ -159,7 +159,16 @@ def match_reference_tokens(tokenizer: Any, config: Any, probes: tuple[str, ...] 
     Raises:
         `ValueError`: when the reference input cannot be reproduced this way.
     """
-    reference = [tokenizer(config.format_prompt(q, tokenizer))["input_ids"] for q in probes]
+    from .prompts import special_prefix
+
+    templated = config.use_chat_template and bool(getattr(tokenizer, "chat_template", None))
+    written = "" if templated else special_prefix(tokenizer)  # the BOS render_prompt writes without a template
+
+    def reference_text(question: str) -> str:  # the reference code's text: the prompt without that written BOS
+        text = config.format_prompt(question, tokenizer)
+        return text[len(written):] if written and text.startswith(written) else text
+
+    reference = [tokenizer(reference_text(q))["input_ids"] for q in probes]
     ours = tokenizer(config.format_prompt(probes[0], tokenizer), add_special_tokens=False)["input_ids"]
     if reference[0] == ours:
         return None

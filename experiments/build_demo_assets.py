@@ -22,7 +22,7 @@ import os
 import random
 
 
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 
 from elical_hf.demo import DEMO_ASSETS, DEMO_CALIBRATED, DEMO_RECORDS, DEMO_STAGE1, DemoSettings  # noqa: E402
 

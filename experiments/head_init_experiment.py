@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import reproduce_paper  # noqa: E402 - its sibling, also when this file is loaded by path
 
 

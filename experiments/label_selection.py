@@ -28,7 +28,7 @@ import numpy as np
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-import common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
 
 RECORDS = common.RECORDS
 STAGE1 = os.path.join(HERE, "..", "elical_hf", "resources", "demo", "stage1-smollm2-135m-instruct")

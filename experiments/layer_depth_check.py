@@ -45,7 +45,7 @@ from typing import Any
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-import common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402 - experiments/ and examples/ on the path (the shared module)
 
 RECORDS = common.RECORDS
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"

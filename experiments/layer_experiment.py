@@ -60,7 +60,7 @@ import numpy as np
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import reproduce_paper  # noqa: E402 - its sibling: the replication's partitions and training rows
 from label_selection import HEAD_SETTINGS, calibrated_confidences  # noqa: E402 - the head-only recipe
 

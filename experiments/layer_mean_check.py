@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 import layer_experiment  # noqa: E402 - its sibling: partitions, the model, the feature cache and the summary
 import reproduce_paper  # noqa: E402 - the replication's training rows
 

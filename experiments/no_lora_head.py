@@ -23,7 +23,7 @@ import sys
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 from label_selection import (  # noqa: E402 - the shared helpers of the gate measurements
     HEAD_SETTINGS, RECORDS, STAGE1, add_subset_arguments, cached_features, load_replication, markdown, summarize,
     test_metrics, write_outputs,

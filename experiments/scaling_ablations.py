@@ -32,7 +32,7 @@ from typing import Any
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-import common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
 from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
     HEAD_SETTINGS, RECORDS, cached_features, calibrated_confidences, replication_records, test_metrics, training_rows,
     write_outputs,

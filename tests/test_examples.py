@@ -29,7 +29,7 @@ def load_example(name: str, folder: str = EXAMPLES):
 
 def load_experiment(name: str):
     """The script `name` of `experiments/` (research behind docs/results.md), loaded by path; `experiments/` goes on
-    the path first, as running the script puts it, for its shared `common` module."""
+    the path first, as running the script puts it, for its shared `experiments_common` module."""
     if EXPERIMENTS not in sys.path:
         sys.path.insert(0, EXPERIMENTS)
     return load_example(name, EXPERIMENTS)

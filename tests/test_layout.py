@@ -295,11 +295,11 @@ def test_the_layering_check_catches_what_it_must(tmp_path):
 
 def test_examples_are_usage_and_experiments_share_one_path_module():
     """`examples/` holds runnable usage only (the Trainer scripts, configs, the replication); the research behind
-    docs/results.md is in `experiments/`, whose scripts reach their siblings through the one shared `common` module."""
+    docs/results.md is in `experiments/`, whose scripts reach their siblings through the one shared `experiments_common` module."""
     root = PACKAGE.parent
     assert sorted(p.stem for p in (root / "examples").glob("*.py")) == ["reproduce_paper", "train_elical"]
     experiments = sorted((root / "experiments").glob("*.py"))
     assert len(experiments) >= 10
     for script in experiments:
-        if script.name != "common.py":
+        if script.name != "experiments_common.py":
             assert "sys.path" not in script.read_text(encoding="utf-8"), script.name

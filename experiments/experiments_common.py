@@ -2,7 +2,7 @@
 
 The scripts of `experiments/` are research (each writes numbers that `docs/` quotes), not usage: `examples/` holds
 the usage (Trainer scripts, configs, `reproduce_paper.py`). An experiment imports this module first (`import
-common`); it puts `experiments/` and `examples/` on `sys.path`, so a script can use its siblings and the
+experiments_common`); it puts `experiments/` and `examples/` on `sys.path`, so a script can use its siblings and the
 replication's `reproduce_paper.py`, run as `python experiments/<name>.py` or loaded by path in the tests.
 """
 
