@@ -27,7 +27,7 @@ from typing import Any
 
 from .atomic import atomic_write_json
 from .default_model import DEFAULT_MODEL
-from .memory import release_memory
+from .memory import limit_heap_growth, release_memory
 
 
 logger = logging.getLogger(__name__)
@@ -259,6 +259,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     from .steps import diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
+    limit_heap_growth()  # freed tensors leave the process instead of fragmenting the heap (elical_hf.memory)
     warn_if_busy()
     start, timings = time.perf_counter(), {}
 

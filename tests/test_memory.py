@@ -36,3 +36,51 @@ def test_without_malloc_trim_only_garbage_is_collected(monkeypatch):
     monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert release_memory() is False
 
+
+
+FRAGMENT = """
+import sys, torch
+from elical_hf.memory import limit_heap_growth
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))
+if sys.argv[1] == "limited":
+    assert limit_heap_growth() is True
+big = torch.ones(2 * 1024 * 1024)  # an 8 MiB mapping freed: glibc raises its mmap threshold past 2 MiB
+del big
+blocks = [torch.ones(512 * 1024) for _ in range(300)]  # 300 x 2 MiB
+before = rss()
+del blocks[::2]  # every other block freed, no malloc_trim
+print(before - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and /proc are Linux's")
+def test_limit_heap_growth_returns_freed_tensors_without_a_trim():
+    import os
+    import subprocess
+
+    if memory._libc() is None or not hasattr(memory._libc(), "mallopt"):
+        pytest.skip("this C library has no mallopt")
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_ARENA_MAX")}
+    freed = {mode: float(subprocess.run([sys.executable, "-c", FRAGMENT, mode], capture_output=True, text=True,
+                                        check=True, env=env).stdout) for mode in ("default", "limited")}
+    assert freed["default"] < 100  # the freed blocks stay in the fragmented heap
+    assert freed["limited"] > 250  # each was its own mapping: ~300 MiB left the process at once
+
+
+def test_limit_heap_growth_keeps_the_environment_s_own_settings(monkeypatch):
+    calls = []
+
+    class LibC:
+        def mallopt(self, parameter, value):
+            calls.append((parameter, value))
+            return 1
+
+    monkeypatch.setattr(memory, "_libc", lambda: LibC())
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert memory.limit_heap_growth() is True
+    assert calls == [(memory.M_MMAP_THRESHOLD, 1 << 20)]
+    monkeypatch.setattr(memory, "_libc", lambda: None)
+    assert memory.limit_heap_growth() is False
