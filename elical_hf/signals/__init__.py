@@ -48,6 +48,7 @@ _LAZY = {
     "normalize_record": ".records",
     "parse_record_path": ".records",
     "parse_verdict": ".llm_judge",
+    "read_lm_eval_records": ".records",
     "read_records": ".records",
     "reference_tokens": ".lexical_judge",
     "resolve_autocast_dtype": ".generation",
@@ -94,7 +95,7 @@ if TYPE_CHECKING:
     from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
     from .records import (
         DATASET_ALIASES, PAPER_SPLITS, RECORD_FEATURES, canonical_dataset, load_records, normalize_record,
-        parse_record_path, read_records, save_records, training_columns,
+        parse_record_path, read_lm_eval_records, read_records, save_records, training_columns,
     )
     from .runner import TIMING_FIELDS, merge_samples, sample_records
     from .shards import worker_of

@@ -1,11 +1,12 @@
 """The one reader of records: any records input in, one `datasets.Dataset` of records and their training columns out.
 
 [`load_records`] reads a `.jsonl` / `.parquet` file, a folder of them (an `elical-hf sample` output, the official
-HonestyBench layout, the reference code's), a Hub dataset, a table file (`.csv`, `.json`, `.arrow`, a `save_to_disk`
-folder: training rows are records without answers) or records in memory. Files are streamed a batch at a time into
-Arrow files on disk and memory-mapped back, so HonestyBench's 560k train questions with 20 samples each load in a few
-GiB; loading the same files again reads those Arrow files without parsing anything. [`require_judgement`] refuses
-records that lack the judgement a target needs, naming the `elical-hf judge` option that fills it.
+HonestyBench layout, the reference code's, an lm-evaluation-harness `--log_samples` output), a Hub dataset, a table
+file (`.csv`, `.json`, `.arrow`, a `save_to_disk` folder: training rows are records without answers) or records in
+memory. Files are streamed a batch at a time into Arrow files on disk and memory-mapped back, so HonestyBench's 560k
+train questions with 20 samples each load in a few GiB; loading the same files again reads those Arrow files without
+parsing anything. [`require_judgement`] refuses records that lack the judgement a target needs, naming the
+`elical-hf judge` option that fills it (or, for records without sampled answers, saying they serve evaluation only).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from ...files import looks_local
 from .layout import (
     DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, download_records, hinted_record_files, paper_split,
     parse_record_path, path_hint, source_split,
+)
+from .lm_eval_logs import (
+    LM_EVAL_JUDGE, is_lm_eval_samples, iter_lm_eval_batches, lm_eval_results_file, refuse_lm_eval_results,
 )
 from .schema import (
     RECORD_FEATURES, TRAINING_FEATURES, add_training_columns, is_record, is_records_table, record_features,
@@ -182,10 +186,12 @@ def load_records(
     Args:
         source: A `.jsonl` / `.parquet` records file (official HonestyBench records or ours), a folder (every such
             file below it, hidden ones skipped, in [`~elical_hf.signals.records.record_files`] order: an `elical-hf
-            sample` output, a HonestyBench layout), a Hub dataset id (its `.jsonl` / `.parquet` files, downloaded
-            with `huggingface_hub.snapshot_download`; offline this raises an `OSError` that says what to do), a table
-            file (`.csv`, `.json`, `.arrow`) or `save_to_disk` folder of training rows, or records in memory (a list
-            of dicts or a `datasets.Dataset`).
+            sample` output, a HonestyBench layout; lm-evaluation-harness samples files, `samples_<task>_<date>.jsonl`
+            with their `results_<date>.json`, are read as judged greedy answers by
+            [`~elical_hf.signals.records.read_lm_eval_records`]), a Hub dataset id (its `.jsonl` / `.parquet` files,
+            downloaded with `huggingface_hub.snapshot_download`; offline this raises an `OSError` that says what to
+            do), a table file (`.csv`, `.json`, `.arrow`) or `save_to_disk` folder of training rows, or records in
+            memory (a list of dicts or a `datasets.Dataset`).
         derive (`bool`, *optional*, defaults to `True`): Add the training columns
             ([`~elical_hf.signals.records.training_columns`]: `consistency`, `consistency_source`, `correctness`) to
             each record that lacks them; a record's own values win. Rows without answers or judgements (training
@@ -251,6 +257,7 @@ def load_records(
     check_complete_samples(root, allow_incomplete)
     if os.path.isfile(root) and os.path.getsize(root) == 0:
         raise ValueError(f"{root} is empty: a records file or table needs rows.")
+    refuse_lm_eval_results(root)
     if _is_table(root):
         return _read_table(root, reading, path_parser)
     hinted = hinted_record_files(root, path_parser)
@@ -321,10 +328,12 @@ def _cache_folder(cache_dir: str | os.PathLike | None, hinted: list[tuple[str, s
         parser_key = Hasher.hash(path_parser)
     except Exception:  # an unhashable parser: never reuse its folder
         parser_key = os.urandom(8).hex()
-    stats = [(os.path.abspath(file), os.stat(file).st_size, os.stat(file).st_mtime_ns) for file, _, _ in hinted]
+    files = [file for file, _, _ in hinted]
+    files += [results for results in map(lm_eval_results_file, files) if results]  # an lm-eval run's model and splits
+    stats = [(os.path.abspath(file), os.stat(file).st_size, os.stat(file).st_mtime_ns) for file in files]
     options = {"filters": list(reading.filters), "derive": reading.derive, "splits": reading.splits,
                "num_samples": reading.num_samples}
-    key = json.dumps({"files": stats, **options, "parser": parser_key, "layout": 2})
+    key = json.dumps({"files": stats, **options, "parser": parser_key, "layout": 3})
     root = os.fspath(cache_dir) if cache_dir is not None else os.path.join(config.HF_DATASETS_CACHE, "elical_hf",
                                                                             "records")
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest())
@@ -342,9 +351,11 @@ def _records_to_arrow(hinted: list[tuple[str, str, dict[str, Any]]], folder: str
     files: list[str] = []
     with atomic_folder(folder) as staging:
         for file, relative, hint in tqdm(hinted, desc="Reading records", unit="file", disable=not progress):
-            if reading.skips_file(hint):
+            lm_eval = is_lm_eval_samples(file)  # its records name their model and dataset; its path need not
+            if not lm_eval and reading.skips_file(hint):
                 continue
-            for batch in iter_record_batches(file, RECORD_BATCH_SIZE):
+            read = iter_lm_eval_batches if lm_eval else iter_record_batches
+            for batch in read(file, RECORD_BATCH_SIZE):
                 chunk = reading.rows(batch, hint, relative)
                 if not chunk:
                     continue
@@ -393,16 +404,25 @@ def judged_records(rows: list[dict[str, Any]], what: str, say: Callable[[str], A
 
 def require_judgement(records: Dataset, target: str, name: str) -> None:
     """Refuse records that lack the judgement `target` (`consistency`, `correctness` or `greedy_correctness`) is
-    derived from: one `ValueError` naming the first such record and the `elical-hf judge` option that fills it. A
-    table of training rows (no answers, no samples) is left to the trainer's own check of its columns."""
+    derived from: one `ValueError` naming the first such record and the `elical-hf judge` option that fills it (for
+    an lm-evaluation-harness log, which has no sampled answers, saying it serves evaluation only). A table of
+    training rows (no answers, no samples) is left to the trainer's own check of its columns."""
     if not is_records_table(records.column_names):
         return
     values = records[target] if target in records.column_names else [None] * len(records)
     missing = next((row for row, value in enumerate(values) if value is None), None)
     if missing is None:
         return
-    record_id = records[missing].get("id")
+    record = records[missing]
+    record_id = record.get("id")
     where = f"record {record_id!r}" if record_id is not None else f"row {missing}"
+    if str(record.get("correctness_judge") or "").startswith(LM_EVAL_JUDGE) and not record.get("sampling_response"):
+        raise ValueError(
+            f"The {name} records are an lm-evaluation-harness log ({where}, task {record.get('dataset')!r}): one "
+            f"greedy answer per question and no sampled answers to derive the {target!r} target from. They serve "
+            "`elical-hf evaluate`, not training: to train, sample answers to their questions with `elical-hf sample` "
+            "and judge them with `elical-hf judge`."
+        )
     raise ValueError(f"The {name} records have no judgement to derive the {target!r} target from ({where} and maybe "
                      f"others): run `{JUDGE_OPTIONS.get(target, 'elical-hf judge')}` on them first.")
 

@@ -1,0 +1,357 @@
+"""lm-evaluation-harness logs as records: what `lm_eval run ... --log_samples --output_path OUT` writes, read as judged
+greedy answers, so `elical-hf evaluate` scores a confidence model against lm-eval's own correctness.
+
+lm-eval (0.4) writes, under `OUT/<model name, sanitized>/`, one `results_<date>.json` per run (the run's `model_name`
+and each task's config) and one `samples_<task>_<date>.jsonl` per task: a line per document and filter, with the
+document (`doc`), the prompt and generation settings (`arguments`), the model's answer before and after the task's
+filters (`resps`, `filtered_resps`), the filter's name (`filter`), the names of the per-sample metrics (`metrics`) and
+their values (`exact_match: 1.0`, ...). [`read_lm_eval_records`] turns each document of a generation task
+(`output_type: generate_until`) into one record; [`~elical_hf.signals.records.load_records`] does so for any such file
+or folder it is given (a `.jsonl` file whose first line has lm-eval's fields, [`is_lm_eval_samples`]).
+
+A record holds one greedy answer and no sampled answers: it serves evaluation, not training.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+from ...files import text_lines
+from .layout import canonical_dataset, paper_split
+from .storage import normalize_at
+
+
+__all__ = [
+    "CORRECTNESS_METRICS", "LM_EVAL_JUDGE", "LM_EVAL_MARKERS", "QUESTION_KEYS", "is_lm_eval_samples",
+    "iter_lm_eval_batches", "lm_eval_results_file", "lm_eval_split", "read_lm_eval_records", "refuse_lm_eval_results",
+]
+
+logger = logging.getLogger(__name__)
+
+LM_EVAL_MARKERS = ("doc_id", "doc", "arguments", "filtered_resps", "filter", "metrics")
+"""Fields every line of an lm-eval samples file has (`evaluator.evaluate` with `log_samples`)."""
+
+QUESTION_KEYS = ("question", "problem", "query", "input")
+"""Keys of an lm-eval document that hold the bare question, tried in this order (`nq_open`, `triviaqa`, `gsm8k`,
+`webqs` and `truthfulqa_gen` name it `question`; `hendrycks_math` / `minerva_math` `problem`; `bbh` `input`). A document
+with none of them gives its prompt instead (`arguments`: the task's description, few-shot examples and template);
+name another key with `question_key`."""
+
+CORRECTNESS_METRICS = ("exact_match", "em", "exact", "acc", "contains")
+"""Per-sample metrics that say whether an answer is right (0 or 1), tried in this order: the first one a task logs is
+its `greedy_correctness`. Scores between 0 and 1 (`f1`, `bleu`, `rouge*`) are not correctness; name another 0/1 metric
+with `correctness_metric`."""
+
+GENERATION_OUTPUT_TYPE = "generate_until"
+LM_EVAL_JUDGE = "lm-eval:"
+"""Prefix of a record's `correctness_judge` read from an lm-eval log (`"lm-eval:exact_match"`)."""
+
+_SAMPLES_FILE = re.compile(r"samples_(?P<task>.+)_(?P<date>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.jsonl")
+"""`samples_<task>_<date>.jsonl`, as lm-eval's `EvaluationTracker.save_results_samples` names it."""
+
+
+def is_lm_eval_samples(path: str | os.PathLike) -> bool:
+    """Whether `path` is an lm-eval samples file: a `.jsonl` file whose first line is a JSON object with every field
+    of [`LM_EVAL_MARKERS`]."""
+    path = os.fspath(path)
+    if not path.lower().endswith(".jsonl") or not os.path.isfile(path):
+        return False
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                try:
+                    first = json.loads(raw)
+                except ValueError:
+                    return False
+                return isinstance(first, dict) and all(key in first for key in LM_EVAL_MARKERS)
+    return False
+
+
+def lm_eval_results_file(samples_path: str | os.PathLike) -> str | None:
+    """The `results_<date>.json` written with a `samples_<task>_<date>.jsonl` file (same folder, same date; or
+    `<name>_<date>.json` when `--output_path` named a `.json` file), else `None`."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(samples_path)))
+    named = _SAMPLES_FILE.fullmatch(name)
+    if named is None:
+        return None
+    preferred = os.path.join(folder, f"results_{named['date']}.json")
+    if os.path.isfile(preferred):
+        return preferred
+    others = sorted(n for n in os.listdir(folder) if n.endswith(f"_{named['date']}.json"))
+    return os.path.join(folder, others[0]) if others else None
+
+
+_RESULTS_FILE = re.compile(r"results_(?P<date>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.json")
+
+
+def refuse_lm_eval_results(path: str | os.PathLike) -> None:
+    """Refuse an lm-eval `results_<date>.json` given as records: it holds the run's aggregate scores, not one answer
+    per question; the `samples_<task>_<date>.jsonl` files beside it (`--log_samples`) do."""
+    path = os.fspath(path)
+    named = _RESULTS_FILE.fullmatch(os.path.basename(path))
+    if named is None or not os.path.isfile(path):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if any(_SAMPLES_FILE.fullmatch(n) and n.endswith(f"_{named['date']}.jsonl") for n in os.listdir(folder)):
+        raise ValueError(f"{path} is an lm-eval results file (aggregate scores); its per-question answers are in the "
+                         f"samples_<task>_{named['date']}.jsonl files beside it: pass the folder {folder} (or one of "
+                         "those files).")
+    raise ValueError(f"{path} is an lm-eval results file (aggregate scores) without samples files beside it: rerun "
+                     "lm_eval with --log_samples and pass its output folder.")
+
+
+@lru_cache(maxsize=32)
+def _results(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    """A results file's content, read once per version (modification time and size) of the file."""
+    with open(path, encoding="utf-8") as handle:
+        results = json.load(handle)
+    if not isinstance(results, dict):
+        raise ValueError(f"{path} is not an lm-eval results file (a JSON object).")
+    return results
+
+
+def _run_info(samples_path: str, task: str) -> tuple[str | None, dict[str, Any]]:
+    """The run's model name and `task`'s config, from the results file beside `samples_path`; without one, the model
+    is the folder lm-eval named after it (`/` written `__`) and the config is empty."""
+    results_path = lm_eval_results_file(samples_path)
+    if results_path is None:
+        folder = os.path.basename(os.path.dirname(os.path.abspath(samples_path)))
+        logger.warning("%s: no lm-eval results file beside it (results_<date>.json); the model is read from its "
+                       "folder's name (%s) and the evaluated split is taken to be a test split.", samples_path, folder)
+        return folder.replace("__", "/") or None, {}
+    stat = os.stat(results_path)
+    try:
+        results = _results(results_path, stat.st_mtime_ns, stat.st_size)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{results_path} (the lm-eval results file of {samples_path}) is not valid JSON: {error}") \
+            from None
+    return results.get("model_name") or None, (results.get("configs") or {}).get(task) or {}
+
+
+def lm_eval_split(task: str, config: Mapping[str, Any]) -> str:
+    """The paper's split of a task's records: the split lm-eval evaluated (`test_split`, else `validation_split`, as
+    lm-eval chooses; a test split when unknown) mapped by [`~elical_hf.signals.records.paper_split`] for the paper's
+    datasets (`nq_open` -> `nq` -> `in_domain_test`; an in-domain dataset's train split stays `train`, which is not
+    evaluated), and `ood_test` for any other task: none is among the paper's training datasets."""
+    dataset = canonical_dataset(task)
+    part = paper_split(dataset, config.get("test_split") or config.get("validation_split") or "test")
+    return "ood_test" if dataset is None or part == "other" else part
+
+
+def _task_of(path: str) -> str:
+    named = _SAMPLES_FILE.fullmatch(os.path.basename(path))
+    if named is None:
+        raise ValueError(f"{path}: an lm-eval samples file is named samples_<task>_<date>.jsonl (the task is read from "
+                         "its name); rename it as lm-eval wrote it.")
+    return named["task"]
+
+
+def _gold(target: Any) -> list[str]:
+    """The task's target (`doc_to_target`, logged as text): a list of answers when it is a list literal
+    (`"['Paris', 'paris']"`), else the one answer."""
+    text = str(target)
+    if text.startswith("["):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return [text]
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return [text]
+
+
+def _correct(value: Any, metric: str, where: str) -> bool:
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(f"{where}: the metric {metric!r} is {value!r}, not 0 or 1: it does not say whether the answer is "
+                     "right. Pass another metric as `correctness_metric`.")
+
+
+class _Task:
+    """What one samples file's lines share: its task, model, split, filter, metric and question key."""
+
+    def __init__(self, path: str, first: Mapping[str, Any], question_key: str | None, correctness_metric: str | None,
+                 filter_name: str | None):
+        self.path, self.question_key, self.prompted = path, question_key, False
+        self.task = _task_of(path)
+        self.model, self.config = _run_info(path, self.task)
+        self.split = lm_eval_split(self.task, self.config)
+        output_type = self.config.get("output_type")
+        if output_type is None and not _is_generation(first):
+            output_type = "loglikelihood or multiple_choice"
+        if output_type is not None and output_type != GENERATION_OUTPUT_TYPE:
+            raise ValueError(
+                f"{path}: task {self.task!r} is a {output_type} task: lm-eval scores given continuations by their "
+                "log-likelihood, so its log holds no generated answer whose correctness a confidence model predicts. "
+                f"elical-hf reads generation tasks (output_type: {GENERATION_OUTPUT_TYPE}: nq_open, triviaqa, ...)."
+            )
+        filters = [f["name"] for f in self.config.get("filter_list") or [] if isinstance(f, dict) and "name" in f]
+        self.filter = filter_name or first["filter"]
+        if filter_name is not None and filters and filter_name not in filters:
+            raise ValueError(f"{path}: task {self.task!r} has no filter {filter_name!r}; its filters: {filters}.")
+        if len(filters) > 1 and filter_name is None:
+            logger.info("%s: task %s has the filters %s; reading the answers of the first, %r (pass `filter_name` for "
+                        "another).", path, self.task, filters, self.filter)
+        logged = list(first["metrics"])
+        if correctness_metric is not None:
+            if correctness_metric not in logged:
+                raise ValueError(f"{path}: task {self.task!r} logs no metric {correctness_metric!r}; it logs {logged}.")
+            self.metric = correctness_metric
+        else:
+            self.metric = next((m for m in CORRECTNESS_METRICS if m in logged), None)
+            if self.metric is None:
+                raise ValueError(
+                    f"{path}: task {self.task!r} logs the metrics {logged}, none of which says whether an answer is "
+                    f"right ({', '.join(CORRECTNESS_METRICS)}: 0 or 1 per sample); a confidence model is scored "
+                    "against that. Pass `correctness_metric` if one of its metrics is 0 or 1."
+                )
+        gen_kwargs = _gen_kwargs(first)
+        if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature") or 0) > 0:
+            logger.warning("%s: task %s sampled its answers (%s), so they are not greedy answers: the evaluation label "
+                           "is the correctness of the greedy answer.", path, self.task,
+                           {k: gen_kwargs.get(k) for k in ("do_sample", "temperature")})
+
+    def record(self, sample: Mapping[str, Any], where: str) -> dict[str, Any]:
+        doc = sample.get("doc") if isinstance(sample.get("doc"), dict) else {}
+        question = self._question(doc, sample, where)
+        answer = sample["filtered_resps"]
+        if isinstance(answer, list):
+            if len(answer) != 1 or not isinstance(answer[0], str):
+                raise ValueError(f"{where}: `filtered_resps` holds {answer!r}, not one answer (a task that keeps "
+                                 "several answers per question, e.g. without a take_first filter, gives no greedy "
+                                 "answer).")
+            answer = answer[0]
+        if self.metric not in sample:
+            raise ValueError(f"{where}: no {self.metric!r} value (the line logs {sample.get('metrics')}).")
+        return {
+            "id": str(sample["doc_id"]), "question": question, "answer": _gold(sample.get("target")),
+            "greedy_response": answer, "greedy_correctness": _correct(sample[self.metric], self.metric, where),
+            "correctness_judge": LM_EVAL_JUDGE + self.metric, "lm_eval_filter": self.filter,
+            "dataset": self.task, "model": self.model, "split": self.split,
+        }
+
+    def _question(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> str:
+        if self.question_key is not None:
+            if not isinstance(doc.get(self.question_key), str):
+                raise ValueError(f"{where}: the document has no text under {self.question_key!r} (question_key); its "
+                                 f"keys: {sorted(doc)}.")
+            return doc[self.question_key]
+        key = next((k for k in QUESTION_KEYS if isinstance(doc.get(k), str) and doc[k].strip()), None)
+        if key is not None:
+            return doc[key]
+        prompt = _first_request(sample).get("arg_0")
+        if not isinstance(prompt, str):
+            raise ValueError(f"{where}: no question: the document has none of {QUESTION_KEYS} (its keys: "
+                             f"{sorted(doc)}) and the line no prompt; pass `question_key`.")
+        if not self.prompted:
+            self.prompted = True
+            logger.warning("%s: the documents of task %s have none of %s (keys: %s): the question is lm-eval's whole "
+                           "prompt (pass `question_key` to read one of their keys).", self.path, self.task,
+                           QUESTION_KEYS, sorted(doc))
+        return prompt
+
+
+def _first_request(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """The first request's arguments as lm-eval logs them (`{"arg_0": prompt, "arg_1": generation settings}` for a
+    generation task); `{}` when the line has none."""
+    arguments = sample.get("arguments")
+    first = arguments.get("gen_args_0") if isinstance(arguments, dict) else None
+    return first if isinstance(first, dict) else {}
+
+
+def _gen_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs = _first_request(sample).get("arg_1")
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+def _is_generation(sample: Mapping[str, Any]) -> bool:
+    """One request per document whose second argument is the generation settings: a `generate_until` line (a
+    log-likelihood request's second argument is the continuation, text; a multiple-choice line has one per choice)."""
+    arguments = sample.get("arguments")
+    return isinstance(arguments, dict) and len(arguments) == 1 and bool(_gen_kwargs(sample))
+
+
+def iter_lm_eval_batches(
+    path: str | os.PathLike, batch_size: int = 10_000, *, question_key: str | None = None,
+    correctness_metric: str | None = None, filter_name: str | None = None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The records of an lm-eval samples file, `batch_size` at a time (normalized, as
+    [`~elical_hf.signals.records.iter_record_batches`] gives them); options as in [`read_lm_eval_records`]."""
+    path = os.fspath(path)
+    task: _Task | None = None
+    rows: list[dict[str, Any]] = []
+    kept = 0
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            sample = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where} is not valid JSON: {error}") from None
+        if not isinstance(sample, dict) or not all(key in sample for key in LM_EVAL_MARKERS):
+            raise ValueError(f"{where} is not an lm-eval sample (a JSON object with {', '.join(LM_EVAL_MARKERS)}).")
+        task = task or _Task(path, sample, question_key, correctness_metric, filter_name)
+        if sample["filter"] != task.filter:
+            continue
+        rows.append(normalize_at(task.record(sample, where), where))
+        kept += 1
+        if len(rows) == batch_size:
+            yield rows
+            rows = []
+    if task is not None and not kept:
+        raise ValueError(f"{path}: no line of the filter {task.filter!r} (filter_name).")
+    if rows:
+        yield rows
+
+
+def read_lm_eval_records(
+    path: str | os.PathLike, *, question_key: str | None = None, correctness_metric: str | None = None,
+    filter_name: str | None = None,
+) -> list[dict[str, Any]]:
+    """
+    Read lm-evaluation-harness samples (`lm_eval run ... --log_samples --output_path OUT`) as records.
+
+    Each document of a generation task becomes one record: `id` (lm-eval's `doc_id`), `question`, `answer` (the
+    task's target), `greedy_response` (the answer after the task's filter, as lm-eval scored it),
+    `greedy_correctness` (its 0/1 metric), `correctness_judge` (`"lm-eval:<metric>"`), `lm_eval_filter`, `dataset`
+    (the task), `model` (the run's `model_name`, from `results_<date>.json` beside the samples; without it, the
+    folder lm-eval named after the model) and `split`: `in_domain_test` for the paper's in-domain datasets
+    (`nq_open`, `triviaqa`), `ood_test` for any other task ([`lm_eval_split`]). Records have no sampled answers:
+    `elical-hf evaluate` scores them, training refuses them.
+
+    Args:
+        path: A `samples_<task>_<date>.jsonl` file, or a folder: every lm-eval samples file below it.
+        question_key (`str`, *optional*): The document key holding the question; defaults to the first of
+            [`QUESTION_KEYS`] the document has, else the prompt lm-eval sent (with its few-shot examples).
+        correctness_metric (`str`, *optional*): The 0/1 metric that is `greedy_correctness`; defaults to the first of
+            [`CORRECTNESS_METRICS`] the task logs.
+        filter_name (`str`, *optional*): The task's filter whose answers are read (a task with several filters, e.g.
+            gsm8k's `strict-match` and `flexible-extract`, logs each document once per filter); defaults to the first.
+
+    Returns:
+        `list[dict]`: the normalized records, file by file, in lm-eval's order.
+
+    Raises:
+        `ValueError`: naming the file (and line): a multiple-choice or log-likelihood task (no generated answer), a
+            task that logs no 0/1 correctness metric (naming those it logs), an unknown filter or question key, a
+            folder without samples files, a line that is not an lm-eval sample.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "No such file or folder", path)
+    from .storage import record_files
+
+    files = [f for f in record_files(path) if is_lm_eval_samples(f)]
+    if not files:
+        raise ValueError(f"No lm-eval samples files (samples_<task>_<date>.jsonl, written with --log_samples) "
+                         f"{'under' if os.path.isdir(path) else 'at'} {path}.")
+    options = dict(question_key=question_key, correctness_metric=correctness_metric, filter_name=filter_name)
+    return [record for file in files for batch in iter_lm_eval_batches(file, **options) for record in batch]
