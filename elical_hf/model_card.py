@@ -134,7 +134,9 @@ class ConfidenceModelCardData:
         self.evaluations.append(EvaluationResult(dataset, split, numbers, dataset_id, dataset_config))
 
     def eval_results(self) -> list[Any]:
-        """The evaluations as `huggingface_hub.EvalResult`s (the card's `model-index`)."""
+        """The evaluations as `huggingface_hub.EvalResult`s (the card's `model-index`). The `model-index` tells
+        evaluations apart by dataset id, config and split, not by name: sets of one Hub dataset (the datasets of
+        HonestyBench) without a config of their own are given their name as the config."""
         from huggingface_hub import EvalResult
 
         return [
@@ -143,7 +145,7 @@ class ConfidenceModelCardData:
                 task_name=TASK_NAME,
                 dataset_type=entry.dataset_id or entry.dataset,
                 dataset_name=entry.dataset,
-                dataset_config=entry.dataset_config,
+                dataset_config=entry.dataset_config or (entry.dataset if entry.dataset_id else None),
                 dataset_split=entry.split,
                 metric_type=name,
                 metric_name=METRIC_NAMES.get(name, name),
@@ -175,7 +177,9 @@ class ConfidenceModelCardData:
             key = (result.dataset_name, result.dataset_split or "test", result.dataset_type, result.dataset_config)
             grouped.setdefault(key, {})[result.metric_type] = result.metric_value
         for (name, split, dataset_id, config), metrics in grouped.items():
-            card.add_evaluation(name, metrics, split, dataset_id if dataset_id != name else None, config)
+            dataset_id = dataset_id if dataset_id != name else None
+            config = None if dataset_id and config == name else config  # the name standing in (see eval_results)
+            card.add_evaluation(name, metrics, split, dataset_id, config)
         return card
 
 
@@ -289,6 +293,7 @@ def render_model_card(
         threshold=config.decision_threshold,
         retrieve_threshold=config.retrieve_threshold,
         risk_control=config.risk_control,
+        domain_thresholds=config.domain_thresholds,
         prompt_template=config.prompt_template,
         use_chat_template=config.use_chat_template,
         feature_layer=config.feature_layer_index(),
@@ -326,6 +331,15 @@ def write_folder_card(folder: str | os.PathLike, model_id: str | None = None) ->
     return os.path.join(folder, "README.md")
 
 
+def card_metrics(cell: dict[str, Any]) -> dict[str, float]:
+    """One cell of an evaluation table ([`~elical_hf.evaluation.evaluate_table`], or its `results.json` where an
+    undefined metric is `null`) in the card's units: AUROC and ECE in [0, 1], alignment in percent; undefined metrics
+    left out."""
+    scales = {"auroc": 100, "ece": 100, "alignment": 1}
+    return {name: cell[name] / scale for name, scale in scales.items()
+            if isinstance(cell.get(name), (int, float)) and cell[name] == cell[name]}  # drop NaN and null (undefined)
+
+
 def record_folder_evaluations(
     folder: str | os.PathLike, results: dict[str, dict[str, Any]], split: str = "test", dataset_id: str | None = None
 ) -> str:
@@ -343,10 +357,7 @@ def record_folder_evaluations(
     config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
     card_data = ConfidenceModelCardData.from_folder(folder)
     for dataset, cell in results.items():
-        metrics = {"auroc": cell.get("auroc", float("nan")) / 100, "ece": cell.get("ece", float("nan")) / 100,
-                   "alignment": cell.get("alignment", float("nan"))}
-        metrics = {name: value for name, value in metrics.items() if value == value}  # drop NaN (undefined)
-        if metrics:
+        if metrics := card_metrics(cell):
             card_data.add_evaluation(dataset, metrics, split=split, dataset_id=dataset_id)
     render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
     return os.path.join(folder, "README.md")

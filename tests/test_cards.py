@@ -108,3 +108,21 @@ def test_eval_results_are_the_model_index_with_display_names():
     assert [(r.metric_type, r.metric_name, r.metric_value) for r in results] == [
         ("auroc", "AUROC", 0.81), ("loss", "MSE", 0.2), ("prr", "prr", 0.5)
     ]
+
+
+def test_sets_of_one_hub_dataset_stay_apart_in_the_model_index(tmp_path, tiny_llama):
+    """The model-index tells results apart by dataset id, config and split, not by name: the datasets of one Hub
+    dataset (`evaluate --update_model_cards` on HonestyBench) are given their name as the config, read back as none."""
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    data = get_card_data(model)
+    for name, value in (("nq", 0.8), ("in-domain avg", 0.75), ("squad", 0.6)):
+        data.add_evaluation(name, {"auroc": value}, dataset_id="Shiyunee/HonestyBench")
+    data.add_evaluation("popqa", {"auroc": 0.5}, dataset_id="Shiyunee/HonestyBench", dataset_config="Qwen--popqa")
+    model.save_pretrained(tmp_path / "m")
+    index = ModelCard.load(tmp_path / "m" / "README.md").data.eval_results
+    assert sorted((r.dataset_name, r.dataset_config, r.metric_value) for r in index) == [
+        ("in-domain avg", "in-domain avg", 0.75), ("nq", "nq", 0.8), ("popqa", "Qwen--popqa", 0.5),
+        ("squad", "squad", 0.6)]
+    restored = ConfidenceModelCardData.from_folder(tmp_path / "m").evaluations
+    assert [(e.dataset, e.dataset_id, e.dataset_config, e.metrics) for e in restored] == [
+        (e.dataset, e.dataset_id, e.dataset_config, e.metrics) for e in data.evaluations]

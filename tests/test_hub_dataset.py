@@ -88,7 +88,7 @@ def test_write_layout_card_and_load_locally(records_folder, tmp_path):
     }
     card = DatasetCard.load(out / "README.md")
     configs = {c["config_name"]: c for c in card.data.configs}
-    assert set(configs) == {"Qwen2.5-7B-Instruct--nq", "Qwen2.5-7B-Instruct--squad", "Qwen2.5-7B-Instruct"}
+    assert set(configs) == {"Qwen2.5-7B-Instruct--nq", "Qwen2.5-7B-Instruct--squad", "Qwen2.5-7B-Instruct", "default"}
     assert set(card.data.license) == {"cc-by-sa-3.0", "cc-by-sa-4.0"}  # NQ and SQuAD
     assert "greedy_cumulative_logprobs" in card.text and "CC BY-SA 3.0" in card.text
 
@@ -101,6 +101,40 @@ def test_write_layout_card_and_load_locally(records_folder, tmp_path):
     assert rows_of(nq["train"]) == expected
     everything = load_dataset(str(out), "Qwen2.5-7B-Instruct", cache_dir=cache)
     assert {name: ds.num_rows for name, ds in everything.items()} == {"train": 6, "in_domain_test": 3, "ood_test": 4}
+
+
+def test_every_declared_config_loads_with_plain_datasets(tmp_path):
+    """What `push --kind honestybench` uploads, written locally: every config of its card, and every split of each,
+    loads with `datasets.load_dataset(folder, config, split=...)` alone and holds exactly the records it names."""
+    records = [dict(our_record(i, dataset), model=model) for model in ("Org/Tiny-Chat", "Other/Small")
+               for dataset in ("hotpotqa", "popqa", "nq") for i in range(4 if model == "Other/Small" else 6)]
+    records = [r for r in records if not (r["model"] == "Other/Small" and r["dataset"] == "nq")]
+    out = tmp_path / "repo"
+    parts = write_honestybench(records, out)
+    card = DatasetCard.load(out / "README.md")
+    declared = {c["config_name"]: {f["split"] for f in c["data_files"]} for c in card.data.configs}
+    assert set(declared) == {"default", "Org--Tiny-Chat", "Other--Small", *(f"Org--Tiny-Chat--{d}" for d in (
+        "hotpotqa", "popqa", "nq")), "Other--Small--hotpotqa", "Other--Small--popqa"}
+    assert card.data.configs[0]["config_name"] == "default"
+    sizes = {c["config_name"]: {s["name"]: s["num_examples"] for s in c["splits"]} for c in card.data.dataset_info}
+
+    def expected(config: str, split: str) -> list[tuple[str, str]]:
+        """(model, dataset) of every record the config's split should hold, from what was written."""
+        chosen = [p for p in parts  # (`model`: its config's name, `Org--Tiny-Chat` for `Org/Tiny-Chat`)
+                  if p["split"] == split and config in ("default", p["model"], f"{p['model']}--{p['dataset']}")]
+        return sorted((p["model"], p["dataset"]) for p in chosen for _ in range(p["num_examples"]))
+
+    cache = str(tmp_path / "cache")
+    for config, splits in declared.items():
+        for split in splits:
+            loaded = load_dataset(str(out), config, split=split, cache_dir=cache)
+            held = sorted((model.replace("/", "--"), dataset) for model, dataset in zip(loaded["model"],
+                                                                                         loaded["dataset"]))
+            assert held == expected(config, split), (config, split)
+            assert sizes[config][split] == loaded.num_rows
+    everything = load_dataset(str(out), split="in_domain_test", cache_dir=cache)  # no config name: `default`
+    assert everything.num_rows == sum(p["num_examples"] for p in parts if p["split"] == "in_domain_test") == 8
+    assert 'load_dataset("<this repository>", "Org--Tiny-Chat--hotpotqa")' in card.text
 
 
 def test_push_and_load_from_the_hub_snapshot(hub, tmp_path, monkeypatch):

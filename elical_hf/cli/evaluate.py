@@ -2,7 +2,8 @@
 
 For each `--model` with a saved `decision_threshold` it also reports what that answer/abstain rule does on the test
 records: the error rate among answered questions and the coverage (`decisions.json`, and a table in `report.md`),
-next to the alpha a risk-controlled threshold was chosen to guarantee."""
+next to the alpha a risk-controlled threshold was chosen to guarantee. `--report_to trackio` (or any of the Trainer's
+trackers) also logs the table and the plots to an experiment tracker."""
 
 from __future__ import annotations
 
@@ -59,6 +60,15 @@ class EvaluateArguments(RecordArguments):
         metadata={"help": "Also record each --model folder's results (per dataset and averages) and its reliability "
                   "diagram in that folder's model card (README.md model-index), ready for `elical-hf push`."},
     )
+    report_to: list[str] = field(
+        default_factory=lambda: ["none"],
+        metadata={"help": "Experiment trackers to log the results table (AUROC, ECE, alignment and their intervals, "
+                  "per method and dataset) and the report's plots to, as the Trainer's --report_to: trackio, wandb, "
+                  "mlflow, ... (several separated by spaces), all (every installed one) or none."},
+    )
+    run_name: str | None = field(default=None, metadata={"help": "The trackers' run name (default: theirs)."})
+    project: str | None = field(default=None, metadata={"help": "The trackers' project (trackio; default: the "
+                                                        "Trainer's, huggingface)."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         field_sources=_pairs(options.field_sources, "--field_sources"), probes=probes, bootstrap=options.bootstrap,
         batch_size=options.batch_size, allow_other_model=options.allow_other_model,
         allow_incomplete=options.allow_incomplete, output_dir=options.output_dir,
-        overwrite_output_dir=options.overwrite_output_dir, update_model_cards=options.update_model_cards, say=print,
+        overwrite_output_dir=options.overwrite_output_dir, update_model_cards=options.update_model_cards,
+        report_to=options.report_to, run_name=options.run_name, project=options.project, say=print,
     )
     if evaluation.decisions:
         print(decision_table_to_markdown(evaluation.decisions) + "\n")

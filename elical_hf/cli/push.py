@@ -31,10 +31,26 @@ class PushArguments(HubArguments):
         metadata={"help": "Other top-level files of the model (or metric) folder to publish too, by name. Without it "
                   "a folder that holds files a model does not need (a key, notes) is refused."},
     )
+    eval_results: str | None = field(
+        default=None,
+        metadata={"help": "An `elical-hf evaluate` report (its --output_dir or results.json) whose results to add to "
+                  "the model card's and publish in .eval_results/ (the Hub's model page and benchmark leaderboards). "
+                  "Without it the results the card holds (`evaluate --update_model_cards`) are published."},
+    )
+    eval_method: str | None = field(
+        default=None, metadata={"help": "The row of --eval_results to publish (the --model name it was evaluated "
+                                      "under); needed when the report has several."})
+    eval_dataset_id: str | None = field(
+        default=None, metadata={"help": "Hub id of the dataset the evaluated records come from (e.g. the one `push "
+                                      "--kind honestybench` published), for results evaluated on local records: an "
+                                      ".eval_results entry must name a Hub dataset, so without it they are left out."})
 
     def __post_init__(self) -> None:
         if self.include and self.kind not in ("model", "metric"):
             raise ValueError(f"--include names files of a model or metric folder, not of --kind {self.kind}.")
+        evals = [name for name in ("eval_results", "eval_method", "eval_dataset_id") if getattr(self, name)]
+        if evals and self.kind != "model":
+            raise ValueError(f"--{evals[0]} is about a model's evaluation results, not --kind {self.kind}.")
 
 
 def make_parser() -> ElicalArgumentParser:
@@ -45,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from elical_hf.atomic import json_text
+    from elical_hf.publishing.eval_results import EvalResultsSource
     from elical_hf.publishing.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
 
     (options,) = make_parser().parse_with_config(argv)
@@ -53,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     common = {"private": options.private or None, "token": options.token, "commit_message": options.commit_message}
     if options.kind == "model":
         info = push_folder(options.source, options.repo_id, revision=options.revision,
-                           base_model_name_or_path=options.base_model, extra_files=options.include, **common)
+                           base_model_name_or_path=options.base_model, extra_files=options.include,
+                           eval_results=EvalResultsSource(options.eval_results, options.eval_method,
+                                                          options.eval_dataset_id), **common)
     elif options.kind == "honestybench":
         info = push_honestybench(options.source, options.repo_id, revision=options.revision, **common)
     elif options.kind == "gate-space":

@@ -18,9 +18,11 @@ from ..signals.honestybench import HonestyBenchFiles, write_honestybench_files
 from ..signals.lexical_judge import CORRECTNESS_JUDGES
 
 
-__all__ = ["DATASET_CARD_TEMPLATE", "render_honestybench_card", "write_honestybench"]
+__all__ = ["DATASET_CARD_TEMPLATE", "DEFAULT_CONFIG", "render_honestybench_card", "write_honestybench"]
 
 DATASET_CARD_TEMPLATE = "honestybench_dataset_card.md"
+DEFAULT_CONFIG = "default"
+"""The config of every record (all models and datasets): what `load_dataset(repo)` loads without a config name."""
 
 
 def write_honestybench(
@@ -33,8 +35,9 @@ def write_honestybench(
     r"""
     Write HonestyBench records as a Hub dataset repository: `data/<model>/<dataset>/<split>.parquet` plus a dataset
     card whose `configs` make `datasets.load_dataset(folder_or_repo, "<model>--<dataset>")` (or `"<model>"` for all
-    of a model's datasets) load them with the splits `train` / `in_domain_test` / `ood_test`. Publish the folder with
-    [`~elical_hf.push_honestybench`]; read it back with [`~elical_hf.signals.load_honestybench`].
+    of a model's datasets, or no config name for every record) load them with the splits `train` /
+    `in_domain_test` / `ood_test`. Publish the folder with [`~elical_hf.push_honestybench`]; read it back with
+    [`~elical_hf.signals.load_honestybench`].
 
     Args:
         source: Records files or folders (model, dataset and split read from each record's fields, else from the
@@ -88,6 +91,23 @@ def _judge_text(kind: str, name: str) -> str:
     return f"`{name}`: an LLM judge, asked the paper's prompt below at temperature 0"
 
 
+def _add_merged_config(name: str, parts: list[dict[str, Any]], folder: str, labels: tuple[str, str], features: Any,
+                       into: tuple[list, list, list], first: bool = False) -> None:
+    """Add the config `name` of every file of `parts` (all below `folder`, as `<folder>/<dataset>/<split>.parquet`)
+    to the card's `configs`, `dataset_info` and table rows `into` (at their start with `first`); `labels` are its
+    model and dataset cells in the table."""
+    splits = sorted({p["split"] for p in parts})
+    totals = {s: sum(p["num_examples"] for p in parts if p["split"] == s) for s in splits}
+    sizes = {s: sum(p["num_bytes"] for p in parts if p["split"] == s) for s in splits}
+    entries = ({"config_name": name, "data_files": [{"split": s, "path": f"{folder}/*/{s}.parquet"} for s in splits]},
+               {"config_name": name, "features": features._to_yaml_list(),
+                "splits": [{"name": s, "num_bytes": sizes[s], "num_examples": totals[s]} for s in splits]},
+               {"config": name, "model": labels[0], "dataset": labels[1],
+                "splits": ", ".join(f"{s} ({totals[s]:,})" for s in splits)})
+    for target, entry in zip(into, entries):
+        target.insert(0 if first else len(target), entry)
+
+
 def render_honestybench_card(files: HonestyBenchFiles, pretty_name: str = "HonestyBench") -> Any:
     """
     Render the dataset card of a HonestyBench repository from `model_cards/honestybench_dataset_card.md`.
@@ -98,9 +118,9 @@ def render_honestybench_card(files: HonestyBenchFiles, pretty_name: str = "Hones
         pretty_name (`str`, *optional*, defaults to `"HonestyBench"`): The card's title.
 
     Returns:
-        `huggingface_hub.DatasetCard`: YAML `configs` (one per model and dataset, `<model>--<dataset>`, and one per
-        model with all its datasets, `<model>`), `dataset_info` (features and split sizes), licenses of the sources,
-        and the text.
+        `huggingface_hub.DatasetCard`: YAML `configs` (one per model and dataset, `<model>--<dataset>`, one per
+        model with all its datasets, `<model>`, and `default` with every record), `dataset_info` (features and split
+        sizes), licenses of the sources, and the text.
     """
     from huggingface_hub import DatasetCard, DatasetCardData
 
@@ -117,15 +137,12 @@ def render_honestybench_card(files: HonestyBenchFiles, pretty_name: str = "Hones
                                       "num_examples": p["num_examples"]} for p in files]})
             rows.append({"config": f"{model}--{dataset}", "model": model, "dataset": dataset,
                          "splits": ", ".join(f"{p['split']} ({p['num_examples']:,})" for p in files)})
-        splits = sorted({p["split"] for p in mine})
-        totals = {s: sum(p["num_examples"] for p in mine if p["split"] == s) for s in splits}
-        sizes = {s: sum(p["num_bytes"] for p in mine if p["split"] == s) for s in splits}
-        configs.append({"config_name": model, "data_files": [
-            {"split": s, "path": f"data/{mine[0]['path'].split('/')[1]}/*/{s}.parquet"} for s in splits]})
-        infos.append({"config_name": model, "features": features._to_yaml_list(),
-                      "splits": [{"name": s, "num_bytes": sizes[s], "num_examples": totals[s]} for s in splits]})
-        rows.append({"config": model, "model": model, "dataset": "all of the above",
-                     "splits": ", ".join(f"{s} ({totals[s]:,})" for s in splits)})
+        model_folder = mine[0]["path"].split("/")[1]
+        _add_merged_config(model, mine, f"data/{model_folder}", (model, "all of the above"), features,
+                           (configs, infos, rows))
+    if parts and DEFAULT_CONFIG not in {p["model"] for p in parts}:  # else that model's own config is the default
+        _add_merged_config(DEFAULT_CONFIG, parts, "data/*", ("all models", "all"), features, (configs, infos, rows),
+                           first=True)
     sources = _sources(sorted({p["dataset"] for p in parts}))
     licenses = sorted({s["license_id"] for s in sources if s["license_id"]})
     if any(s["license_id"] is None for s in sources):
@@ -148,7 +165,7 @@ def render_honestybench_card(files: HonestyBenchFiles, pretty_name: str = "Hones
         template_path=str(templates_dir() / DATASET_CARD_TEMPLATE),
         title=pretty_name,
         configs=rows,
-        example_config=rows[0]["config"] if rows else "",
+        example_config=next((row["config"] for row in rows if row["config"] != DEFAULT_CONFIG), ""),
         total=total,
         schema=schema,
         sources=sources,

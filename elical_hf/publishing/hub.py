@@ -20,9 +20,11 @@ from typing import Any
 
 from ..atomic import json_text, umask_permissions
 from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
+from ..drift import REFERENCE_NAME
 from ..files import links_leaving
 from ..hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
-from ..model_card import GENERATED_MARKER, RELIABILITY_IMAGE, write_folder_card
+from ..model_card import RELIABILITY_IMAGE
+from .eval_results import EVAL_RESULTS_FILE, EvalResultsSource, stage_card
 from .metric_modules import METRIC_MODULES
 
 
@@ -37,6 +39,8 @@ MODEL_FILES = frozenset({
     "chat_template.json",
     # the training history the trainer writes beside the model
     "training_args.json", "trainer_state.json", "all_results.json", "train_results.json", "eval_results.json",
+    # the calibration rows' confidences `elical-hf threshold` saves, the reference of `elical-hf monitor`
+    REFERENCE_NAME,
 })
 """The top-level files of a confidence model folder that [`push_folder`] publishes; any other file is refused unless
 named in `extra_files` (pickles and hidden files are never published)."""
@@ -202,8 +206,10 @@ def _network_errors() -> tuple[type[BaseException], ...]:
 
 
 def _commit_folder(staging: Path, repo_id: str, *, repo_type: str, private: bool | None, token: str | None,
-                   revision: str | None, commit_message: str, space_sdk: str | None = None) -> Any:
-    """Create the repo if needed (and the branch `revision`), then upload `staging` in one commit."""
+                   revision: str | None, commit_message: str, space_sdk: str | None = None,
+                   replaced: Sequence[str] = ()) -> Any:
+    """Create the repo if needed (and the branch `revision`), then upload `staging` in one commit, which also deletes
+    the files `replaced` names that `staging` no longer holds."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
@@ -212,7 +218,8 @@ def _commit_folder(staging: Path, repo_id: str, *, repo_type: str, private: bool
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, repo_type=repo_type, exist_ok=True)
         info = api.upload_folder(
-            folder_path=staging, repo_id=repo_id, repo_type=repo_type, revision=revision, commit_message=commit_message
+            folder_path=staging, repo_id=repo_id, repo_type=repo_type, revision=revision, commit_message=commit_message,
+            delete_patterns=list(replaced) or None,
         )
     except _network_errors() as error:
         raise HubPublishError(
@@ -234,15 +241,18 @@ def push_folder(
     revision: str | None = None,
     base_model_name_or_path: str | None = None,
     extra_files: Sequence[str] = (),
+    eval_results: EvalResultsSource | None = None,
 ) -> Any:
     r"""
     Publish a saved confidence model folder to the Hub in one commit.
 
     Uploaded: `adapter_model.safetensors` (LoRA + head), `adapter_config.json` and `confidence_config.json` (both
     naming the base model's Hub id), the tokenizer files and chat template, `README.md` (the card, re-rendered for
-    `repo_id` unless you removed its "generated" marker line), `reliability.png` and the trainer's JSON history
-    ([`MODEL_FILES`]), and the `extra_files` you name. Any other top-level file (a key, notes) is refused before
-    anything is published; pickles, hidden files and sub-folders (checkpoints) are left out.
+    `repo_id` unless you removed its "generated" marker line), `.eval_results/elical-hf.yaml` (the card's evaluation
+    results, which the Hub shows on the model page and in benchmark leaderboards; none when there are none),
+    `reliability.png` and the trainer's JSON history ([`MODEL_FILES`]), and the `extra_files` you name. Any other
+    top-level file (a key, notes) is refused before anything is published; pickles, hidden files and sub-folders
+    (checkpoints) are left out.
 
     Args:
         folder (`str`): A folder written by `save_pretrained` (it must hold `confidence_config.json`).
@@ -256,6 +266,8 @@ def push_folder(
             Checked before anything is published: its config (from the Hub or its cache) must match the backbone
             signature the adapter recorded.
         extra_files (`list[str]`, *optional*): Names of other top-level files of the folder to publish too.
+        eval_results ([`~elical_hf.publishing.eval_results.EvalResultsSource`], *optional*): An `elical-hf evaluate`
+            report to add to the card's evaluations, and the Hub dataset of results evaluated on local records.
 
     Returns:
         `huggingface_hub.CommitInfo`: the commit (`oid`, `commit_url`, `repo_url`), returned only once it succeeded.
@@ -282,19 +294,12 @@ def push_folder(
             _check_named_base(folder, config, named, base, token)
         _rewrite_json(staging / "adapter_config.json", base_model_name_or_path=base)
         _rewrite_json(staging / CONFIDENCE_CONFIG_NAME, base_model_name_or_path=base)
-        readme = staging / "README.md"
-        if not readme.is_file() or GENERATED_MARKER in readme.read_text(encoding="utf-8"):
-            write_folder_card(staging, model_id=repo_id)
-        else:  # a card of the user's own: keep its text, but its metadata must name the same base
-            from huggingface_hub import ModelCard
-
-            card = ModelCard.load(readme)
-            card.data.base_model = base
-            card.save(readme)
+        stage_card(staging, repo_id, base, eval_results)
         stages = [entry.get("stage", "?") for entry in config.get("training_history") or []]
         message = commit_message or f"Upload confidence model ({' + '.join(stages) or 'untrained'}) with elical-hf"
-        return _commit_folder(
-            staging, repo_id, repo_type="model", private=private, token=token, revision=revision, commit_message=message
+        return _commit_folder(  # results of an earlier push that this one no longer has are not left behind
+            staging, repo_id, repo_type="model", private=private, token=token, revision=revision,
+            commit_message=message, replaced=[EVAL_RESULTS_FILE],
         )
 
 

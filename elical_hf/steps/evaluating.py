@@ -20,6 +20,7 @@ from typing import Any
 from ..atomic import one_writer
 from ..files import check_output_extension, refuse_output_over_inputs
 from .probing import ProbeSettings
+from .reporting import log_evaluation, reporting_integrations
 
 
 __all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "test_records", "write_evaluation"]
@@ -201,6 +202,9 @@ def evaluate(
     output_dir: str | None = None,
     overwrite_output_dir: bool = False,
     update_model_cards: bool = False,
+    report_to: str | Sequence[str] | None = None,
+    run_name: str | None = None,
+    project: str | None = None,
     say: Say | None = None,
 ) -> Evaluation:
     """
@@ -234,6 +238,10 @@ def evaluate(
             or lies inside an input (the records, a model folder). Every source needs a name of its own.
         update_model_cards (`bool`, *optional*): Also record each model folder's results and reliability diagram in
             its model card.
+        report_to (`str` or `list[str]`, *optional*): Experiment trackers to log the results table and the report's
+            plots to, as `TrainingArguments.report_to` names them (`"trackio"`, `"wandb"`, `"all"`, `"none"`);
+            checked before anything is scored ([`~elical_hf.steps.reporting.log_evaluation`]).
+        run_name (`str`, *optional*), project (`str`, *optional*): The trackers' run and project names.
         say (`Callable[[str], None]`, *optional*): Where progress lines and warnings go (default: the log).
 
     Returns:
@@ -244,8 +252,11 @@ def evaluate(
                    bootstrap=bootstrap, seed=seed, batch_size=batch_size, allow_other_model=allow_other_model,
                    allow_incomplete=allow_incomplete, say=say or logger.info)
     _check_source_names(options["models"], confidences, options["field_sources"], baselines)
+    trackers = reporting_integrations(report_to)
     if output_dir is None:
-        return _evaluate(records, **options)
+        evaluation = _evaluate(records, **options)
+        log_evaluation(evaluation.table, trackers, run_name=run_name, project=project, say=options["say"])
+        return evaluation
     refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(options["models"].values()),
                                            "--probe_model": probes.model if probes else None,
                                            "--probe_cache": probes.cache_dir if probes else None}, "--output_dir")
@@ -253,9 +264,11 @@ def evaluate(
     with one_writer(output_dir):  # a second evaluate into this folder would mix two reports
         _check_output_dir(output_dir, overwrite_output_dir)
         evaluation = _evaluate(records, **options)
-        write_evaluation(evaluation, output_dir)
+        paths = write_evaluation(evaluation, output_dir)
         if update_model_cards:
             _update_model_cards(options["models"], evaluation, records, options["say"])
+        log_evaluation(evaluation.table, trackers, output_dir=output_dir, plots=paths, run_name=run_name,
+                       project=project, say=options["say"])  # the plots, before another run could replace them
     return evaluation
 
 
