@@ -19,8 +19,8 @@ from .configuration import HEAD_INITS, HEAD_TYPES
 from .default_model import DEFAULT_MODEL
 
 
-__all__ = ["LexicalScoringArguments", "ModelArguments", "OptionGroup", "RecordArguments", "ShardArguments",
-           "check_dtype_option", "only"]
+__all__ = ["LexicalScoringArguments", "ModelArguments", "OptionGroup", "QuestionArguments", "RecordArguments",
+           "ShardArguments", "check_dtype_option", "only"]
 
 Options = TypeVar("Options")
 
@@ -158,6 +158,20 @@ class RecordArguments(OptionGroup):
         super().__post_init__()
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {self.batch_size}.")
+
+
+@dataclass(kw_only=True)
+class QuestionArguments(OptionGroup):
+    """The questions a command reads ([`~elical_hf.steps.load_questions`]): `sample` answers them, `monitor` scores
+    them."""
+
+    questions: str = field(
+        metadata={
+            "help": "Question table (jsonl/json/parquet/csv/arrow file, saved dataset folder or Hub id) with a "
+            "`question` column (`id`, `answer`, `dataset` optional), or `bundled:<name>[:<limit>]` for the bundled "
+            "sets (several: `bundled:nq:100,squad:50`)."
+        }
+    )
 
 
 @dataclass(kw_only=True)

@@ -31,7 +31,8 @@ REQUIRED_FIELDS = (
 )
 """The fields of `confidence_config.json` that every version's `save_pretrained` wrote: a file without one is refused.
 The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `feature_layer`,
-`retrieve_threshold`, `risk_control`, `use_lora`) may be missing; their defaults are what older saves meant."""
+`retrieve_threshold`, `risk_control`, `domain_thresholds`, `use_lora`) may be missing; their defaults are what older
+saves meant."""
 VERSION_KEY = "elical_hf_version"
 MAX_CONTEXT_TOKENS = 1 << 24
 """The largest `max_length` a config may hold (16,777,216 tokens: beyond any model's context)."""
@@ -66,6 +67,23 @@ def resolve_feature_layer(feature_layer: int | None, num_hidden_layers: int) -> 
     if problem:
         raise ValueError(problem)
     return feature_layer if feature_layer > 0 else num_hidden_layers + 1 + feature_layer
+
+
+def domain_thresholds_problem(value: dict[str, Any]) -> str | None:
+    """One line when `value` is not a [`ConfidenceConfig.domain_thresholds`] map: `by` a string, `domains` a
+    non-empty object whose entries each hold a `decision_threshold` in [0, 1] or `null` (the fallback)."""
+    domains = value.get("domains")
+    if not isinstance(value.get("by"), str) or not isinstance(domains, dict) or not domains:
+        return ("`domain_thresholds` must be an object with a string `by` and a non-empty object `domains`, got "
+                f"{json.dumps(value, default=repr):.80}.")
+    for name, entry in domains.items():
+        threshold = entry.get("decision_threshold") if isinstance(entry, dict) else "missing"
+        if threshold is None:
+            continue
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            return (f"`domain_thresholds.domains[{name!r}]` must be an object whose `decision_threshold` is a number "
+                    f"in [0, 1] or null, got {json.dumps(entry, default=repr):.80}.")
+    return None
 
 
 def backbone_signature(config: Any) -> dict[str, Any]:
@@ -146,7 +164,17 @@ class ConfidenceConfig:
         risk_control (`dict`, *optional*):
             How `decision_threshold` was chosen when it carries a guarantee ([`~elical_hf.metrics.
             risk_controlling_threshold`]): `alpha`, `delta`, `n`, `coverage`, `risk`, `risk_upper_bound`, `method`,
-            `records`, `split`. Cleared when the threshold is set another way.
+            `records`, `split`; with a second guarantee on the abstention rate (`--max_abstention`) also
+            `max_abstention`, `abstention`, `abstention_upper_bound`, `error_certified`, `abstention_certified`.
+            Cleared when the threshold is set another way.
+        domain_thresholds (`dict`, *optional*):
+            One decision threshold per domain (`elical-hf threshold --by dataset`), read by
+            [`~elical_hf.gate.thresholds_for`]: `by` (the record column that names the domain), `min_rows` and
+            `domains`, a map from each domain seen in the calibration records to `decision_threshold` (chosen on
+            that domain's rows by the same rule, `null`: the fallback, `decision_threshold` above), `rows`,
+            `answered`, `risk_control` (the domain's guarantee, with `--alpha`) and `fallback` (why the domain has no
+            threshold of its own, e.g. too few rows; `null` otherwise). `None`: one threshold for every question.
+            Cleared when the threshold is set without `--by`.
         use_lora (`bool`, *optional*, defaults to `True`):
             `False`: no LoRA, only the head trains, on the frozen backbone's own hidden states (the gate's zero-overhead
             mode: the prefill that starts the answer also gives the confidence). PEFT needs one adapted module, so such
@@ -173,6 +201,7 @@ class ConfidenceConfig:
     decision_threshold: float | None = None
     retrieve_threshold: float | None = None
     risk_control: dict[str, Any] | None = None
+    domain_thresholds: dict[str, Any] | None = None
     use_lora: bool = True
     training_history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -213,6 +242,10 @@ class ConfidenceConfig:
         retrieve, decide = typed.get("retrieve_threshold"), typed.get("decision_threshold")
         if retrieve is not None and decide is not None and retrieve > decide:
             checks.append(f"`retrieve_threshold` ({retrieve}) must not exceed `decision_threshold` ({decide}).")
+        if typed.get("domain_thresholds") is not None:
+            checks.append(domain_thresholds_problem(typed["domain_thresholds"]))
+            if "decision_threshold" in typed and typed["decision_threshold"] is None:
+                checks.append("`domain_thresholds` needs a `decision_threshold`: the fallback of every other domain.")
         for i, entry in enumerate(typed.get("training_history") or []):
             if not isinstance(entry, dict) or not isinstance(entry.get("stage"), str):
                 checks.append(f"`training_history[{i}]` must be an object with a string `stage`, got {entry!r}.")

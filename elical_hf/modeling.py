@@ -319,10 +319,11 @@ class ForConfidenceMixin:
     def answer(self, questions: Sequence[str] | str, **kwargs: Any) -> list[dict[str, Any]]:
         """
         Decide for each question, before answering, whether to answer, retrieve or abstain (the saved
-        `decision_threshold` / `retrieve_threshold`), and answer with the *unadapted* base model when it says so.
+        `decision_threshold` / `retrieve_threshold`, or those of the question's `domain`), and answer with the
+        *unadapted* base model when it says so.
 
-        Arguments as in [`~elical_hf.gate.answer_questions`] (`threshold`, `retrieve_threshold`, `retrieve`,
-        `settings`, `max_new_tokens`, `batch_size`, `progress`).
+        Arguments as in [`~elical_hf.gate.answer_questions`] (`threshold`, `retrieve_threshold`, `domain`: one domain
+        or one per question, `retrieve`, `settings`, `max_new_tokens`, `batch_size`, `progress`).
 
         Returns:
             `list[dict]`: per question `question`, `confidence`, `decision`, `answer` (or `None`) and `context`.

@@ -33,7 +33,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence
 from .encoding import encode_prompts, ensure_pad_token
 from .files import looks_local
-from .gate import answer_questions, check_threshold, decide
+from .gate import answer_questions, check_threshold, decide, thresholds_for
 from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
 from .saved_model import find_saved_model
 
@@ -84,7 +84,8 @@ class ConfidenceEstimationPipeline(Pipeline):
 
     Call it with a question or a list of questions; each gives `{"confidence": float}`, plus
     `"decision": "answer" | "retrieve" | "abstain"` when a threshold is known (the model's
-    `confidence_config.decision_threshold` and `retrieve_threshold`, or `threshold=` at call time).
+    `confidence_config.decision_threshold` and `retrieve_threshold`, those of a `domain=`, or `threshold=` at call
+    time).
 
     With `generate=True` it is the gate ([`~elical_hf.gate.answer_questions`]): each question also gets `"answer"`,
     the unadapted base model's greedy answer when the decision is to answer (else `None`), and `"context"` (what a
@@ -94,6 +95,8 @@ class ConfidenceEstimationPipeline(Pipeline):
         model ([`PeftModelForConfidence`]): A model from [`AutoModelForConfidence`].
         tokenizer (*optional*): Defaults to the model's own tokenizer.
         threshold (`float`, *optional*): Overrides the model's decision threshold.
+        domain (`str`, *optional*): The questions' domain: they are decided with its saved thresholds
+            ([`~elical_hf.gate.thresholds_for`], `elical-hf threshold --by dataset`); an unknown domain is refused.
         generate (`bool`, *optional*, defaults to `False`): Answer the questions the gate lets through.
         retrieve (`Callable[[str], str | None]`, *optional*), max_new_tokens (`int`, *optional*, defaults to 64):
             With `generate=True`, see [`~elical_hf.gate.answer_questions`].
@@ -156,14 +159,19 @@ class ConfidenceEstimationPipeline(Pipeline):
         generate: bool | None = None,
         retrieve: Callable[[str], str | None] | None = None,
         max_new_tokens: int | None = None,
+        domain: str | None = None,
         **kwargs: Any,
     ) -> tuple[dict, dict, dict]:
         if threshold is not None:
             threshold = check_threshold(threshold)
+        if domain is not None:
+            thresholds_for(self.model.confidence_config, domain)  # an unknown domain: one line, before any scoring
         # Only what is given: a call without an option keeps the one given when the pipeline was built.
-        given = {"threshold": threshold, "generate": generate, "retrieve": retrieve, "max_new_tokens": max_new_tokens}
+        given = {"threshold": threshold, "generate": generate, "retrieve": retrieve, "max_new_tokens": max_new_tokens,
+                 "domain": domain}
         forward = {key: value for key, value in given.items() if value is not None}
-        return {}, forward, ({"threshold": threshold} if threshold is not None else {})
+        post = {key: value for key, value in (("threshold", threshold), ("domain", domain)) if value is not None}
+        return {}, forward, post
 
     def preprocess(self, question: str) -> dict[str, Any]:
         ids = encode_prompts([question], self.tokenizer, self.model.confidence_config)[0]
@@ -178,15 +186,17 @@ class ConfidenceEstimationPipeline(Pipeline):
         return {"confidence": self.model(input_ids=model_inputs["input_ids"],
                                          attention_mask=model_inputs["attention_mask"]).confidence}
 
-    def postprocess(self, model_outputs: dict[str, Any], threshold: float | None = None) -> dict[str, Any]:
+    def postprocess(
+        self, model_outputs: dict[str, Any], threshold: float | None = None, domain: str | None = None
+    ) -> dict[str, Any]:
         if "gated" in model_outputs:
             return {key: value for key, value in model_outputs["gated"].items() if key != "question"}
         confidence = float(model_outputs["confidence"].reshape(-1)[0])
         result: dict[str, Any] = {"confidence": confidence}
-        config = self.model.confidence_config
-        threshold = threshold if threshold is not None else config.decision_threshold
+        saved, retrieve_threshold = thresholds_for(self.model.confidence_config, domain)
+        threshold = threshold if threshold is not None else saved
         if threshold is not None:
-            result["decision"] = decide(confidence, threshold, config.retrieve_threshold)
+            result["decision"] = decide(confidence, threshold, retrieve_threshold)
         return result
 
 

@@ -18,8 +18,8 @@ from numpy.typing import ArrayLike
 from .metrics.functional import aurc, ece, reliability_bins, risk_coverage_curve
 
 
-__all__ = ["auroc_vs_labels_plot", "auroc_vs_layer_grid", "auroc_vs_layer_plot", "reliability_diagram",
-           "risk_coverage_plot"]
+__all__ = ["auroc_vs_labels_plot", "auroc_vs_layer_grid", "auroc_vs_layer_plot", "confidence_drift_plot",
+           "reliability_diagram", "risk_coverage_plot"]
 
 _ACCURACY_COLOR = "#1f77b4"
 _GAP_COLOR = "#d62728"
@@ -365,4 +365,43 @@ def auroc_vs_layer_grid(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def confidence_drift_plot(
+    reference: ArrayLike, new: ArrayLike, path: str | os.PathLike | None, threshold: float | None = None,
+    p_value: float | None = None,
+) -> Any:
+    """Draw the empirical CDFs of the calibration rows' confidences and of new questions' (what
+    [`~elical_hf.drift.confidence_drift`] compares: the KS statistic is the largest vertical gap between the two).
+
+    Args:
+        reference (`ArrayLike`), new (`ArrayLike`): The two samples of confidences, in [0, 1].
+        path (`str`, `os.PathLike` or `None`): Where to write the PNG (must end with `.png`); `None` returns the
+            `Figure`.
+        threshold (`float`, *optional*): The decision threshold, drawn as a vertical line (left of it: abstained).
+        p_value (`float`, *optional*): The test's p-value, shown in the title.
+
+    Returns:
+        `str`: `path`; the `matplotlib.figure.Figure` when `path` is `None`.
+    """
+    samples = {}
+    for name, values in (("calibration", reference), ("new questions", new)):
+        values = np.sort(np.asarray(values, dtype=np.float64).ravel())
+        if values.size == 0 or not np.isfinite(values).all() or values.min() < 0 or values.max() > 1:
+            raise ValueError(f"{name}: confidences must be a non-empty array of numbers in [0, 1]")
+        samples[name] = values
+    path = _png_path(path)
+    fig = _figure(6.0, 4.2)
+    ax = fig.add_subplot()
+    for name, values in samples.items():
+        ax.step(np.concatenate([[0.0], values, [1.0]]), np.concatenate([[0.0], np.arange(1, values.size + 1) /
+                values.size, [1.0]]), where="post", linewidth=1.6, label=f"{name} (n = {values.size})")
+    if threshold is not None:
+        ax.axvline(threshold, color="gray", linestyle="--", linewidth=1, label=f"decision threshold {threshold:g}")
+    title = "Confidences: calibration set vs new questions"
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="Confidence", ylabel="Share of questions at or below",
+           title=title if p_value is None else f"{title} (KS p = {p_value:.2g})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
     return _save(fig, path)

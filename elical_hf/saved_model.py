@@ -13,7 +13,7 @@ from typing import Any
 
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .default_model import hub_offline
-from .metrics import risk_controlling_threshold, select_threshold
+from .metrics import risk_controlling_threshold, select_threshold, selective_risk
 from .model_card import GENERATED_MARKER, write_folder_card
 
 
@@ -42,7 +42,11 @@ def set_decision_threshold(
     *,
     alpha: float | None = None,
     delta: float = 0.1,
+    max_abstention: float | None = None,
     source: Mapping[str, Any] | None = None,
+    domains: Sequence[str] | None = None,
+    by: str = "dataset",
+    min_domain_rows: int = 30,
 ) -> float:
     """
     Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
@@ -56,30 +60,37 @@ def set_decision_threshold(
             `risk_control`. Without it, the alignment rule ([`~elical_hf.metrics.select_threshold`]); an earlier
             `risk_control` record is removed.
         delta (`float`, *optional*, defaults to 0.1): The guarantee's failure probability (with `alpha`).
+        max_abstention (`float`, *optional*): With `alpha`, also guarantee an abstention rate of at most this (both
+            together with probability `1 - delta`).
         source (`dict`, *optional*): Where the rows came from (e.g. `{"records": ..., "split": ...}`), kept in
             `risk_control`.
+        domains (`list[str]`, *optional*): Each row's domain (its `by` column): one threshold per domain, chosen on
+            its rows by the same rule, is saved as `domain_thresholds`, beside the pooled threshold (all rows), which
+            is the fallback of a domain with fewer than `min_domain_rows` rows or none certified. Without it an
+            earlier map is removed.
+        by (`str`, *optional*, defaults to `"dataset"`), min_domain_rows (`int`, *optional*, defaults to 30): With
+            `domains`: the column they come from, and the fewest rows a domain needs for a threshold of its own.
 
     Raises:
-        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified at `alpha` (nothing is
-        written then).
+        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified on all the rows (nothing
+        is written then; the message says what the best candidates reach).
     """
     path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
     if not os.path.isfile(path):
         raise ValueError(f"{model_dir} is not a saved confidence model (no {CONFIDENCE_CONFIG_NAME}).")
+    if domains is not None and len(domains) != len(confidences):
+        raise ValueError(f"Got {len(domains)} domains for {len(confidences)} rows: give one per row.")
     config = ConfidenceConfig.from_json_file(path)
-    if alpha is None:
-        threshold, record = select_threshold(confidences, correct), None
-    else:
-        record = {**risk_controlling_threshold(confidences, correct, alpha=alpha, delta=delta), **(source or {})}
-        threshold = record.pop("threshold")
-        if threshold is None:
-            raise ValueError(
-                f"No threshold keeps the error rate among answered questions below alpha={alpha} with probability "
-                f"1 - delta = {1 - delta:.2f} on these {len(confidences)} rows: use more labelled rows, or a larger "
-                "alpha or delta. Nothing was written."
-            )
+    threshold, record, problem = _choose(confidences, correct, alpha, delta, max_abstention)
+    if threshold is None:
+        raise ValueError(f"{problem[0].upper()}{problem[1:]}: use more labelled rows, or a larger alpha"
+                         f"{', max_abstention' if max_abstention is not None else ''} or delta. Nothing was written.")
     config.decision_threshold = threshold
-    config.risk_control = record
+    config.risk_control = None if record is None else {**record, **(source or {})}
+    config.domain_thresholds = None
+    if domains is not None:
+        config.domain_thresholds = _domain_thresholds(confidences, correct, domains, by, min_domain_rows, alpha,
+                                                      delta, max_abstention)
     if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
         config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
     config.save_pretrained(model_dir)
@@ -87,3 +98,57 @@ def set_decision_threshold(
     if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
         write_folder_card(model_dir)
     return threshold
+
+
+def _choose(confidences: Sequence[float], correct: Sequence[int], alpha: float | None, delta: float,
+            max_abstention: float | None) -> tuple[float | None, dict[str, Any] | None, str]:
+    """The threshold of the rule (the alignment rule, or the guarantee with `alpha`), its `risk_control` record, and
+    when nothing is certified (`None`) a phrase saying what the best candidates reach."""
+    if alpha is None:
+        return select_threshold(confidences, correct), None, ""
+    record = risk_controlling_threshold(confidences, correct, alpha=alpha, delta=delta, max_abstention=max_abstention)
+    threshold = record.pop("threshold")
+    if threshold is not None:
+        return threshold, record, ""
+    rows = f"with probability 1 - delta = {1 - delta:.2f} on these {len(confidences)} rows"
+    if max_abstention is None:
+        return None, record, f"no threshold keeps the error rate among answered questions below alpha={alpha} {rows}"
+    low, high = record["error_certified"], record["abstention_certified"]
+    if low is None:
+        best = [f"the error rate alone is certified at no threshold (at delta / 2 = {delta / 2:g})"]
+    else:
+        abstained = 1 - selective_risk(confidences, correct, low)["coverage"]
+        best = [f"the lowest threshold certified for the error rate, {low:.2f}, abstains on {100 * abstained:.1f}%"]
+    if high is None:
+        best.append("the abstention rate is certified at no threshold")
+    else:
+        risk = selective_risk(confidences, correct, high)["risk"]
+        best.append(f"the highest certified for the abstention rate, {high:.2f}, has an error rate of {risk:.3f} "
+                    "among answered")
+    return None, record, (f"no threshold keeps both the error rate among answered questions <= {alpha} and the "
+                          f"abstention rate <= {max_abstention} {rows} ({'; '.join(best)})")
+
+
+def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], domains: Sequence[str], by: str,
+                       min_rows: int, alpha: float | None, delta: float,
+                       max_abstention: float | None) -> dict[str, Any]:
+    """The [`~elical_hf.ConfidenceConfig.domain_thresholds`] map: each domain's threshold by the rule, or `null`
+    (the pooled fallback) with the reason."""
+    entries: dict[str, Any] = {}
+    for name in sorted(set(domains)):
+        rows = [i for i, domain in enumerate(domains) if domain == name]
+        entry: dict[str, Any] = {"decision_threshold": None, "rows": len(rows), "answered": None,
+                                 "risk_control": None, "fallback": None}
+        if len(rows) < min_rows:
+            entry["fallback"] = f"{len(rows)} rows, fewer than {min_rows}"
+        else:
+            conf, right = [confidences[i] for i in rows], [correct[i] for i in rows]
+            threshold, record, problem = _choose(conf, right, alpha, delta, max_abstention)
+            if threshold is None:
+                entry["fallback"] = problem
+            else:
+                record = None if record is None else {k: v for k, v in record.items() if k != "method"}
+                entry.update(decision_threshold=threshold, answered=sum(c >= threshold for c in conf),
+                             risk_control=record)
+        entries[name] = entry
+    return {"by": by, "min_rows": min_rows, "domains": entries}

@@ -121,3 +121,23 @@ def test_base_model_only_available_as_the_embedded_copy(hub, tmp_path, embedded_
                 assert [o["decision"] for o in outputs] == decisions
             with pytest.raises(OSError):  # transformers cannot find the base config: not ours to change
                 pipeline(TASK, model=name, device="cpu")
+
+
+def test_domain_picks_the_saved_thresholds_of_that_domain(saved_model):
+    folder, scores = saved_model
+    model = AutoModelForConfidence.from_pretrained(folder)
+    pooled = model.confidence_config.decision_threshold
+    model.confidence_config.domain_thresholds = {"by": "dataset", "domains": {
+        "strict": {"decision_threshold": 1.0}, "lenient": {"decision_threshold": 0.0},
+        "small": {"decision_threshold": None, "fallback": "4 rows, fewer than 30"}}}
+    scorer = pipeline("confidence-estimation", model=model, device="cpu")
+    expected = ["answer" if s >= pooled else "abstain" for s in scores]
+    assert [o["decision"] for o in scorer(QUESTIONS)] == expected
+    assert [o["decision"] for o in scorer(QUESTIONS, domain="small")] == expected
+    assert {o["decision"] for o in scorer(QUESTIONS, domain="strict")} == {"abstain"}
+    assert {o["decision"] for o in scorer(QUESTIONS, domain="lenient")} == {"answer"}
+    gated = scorer(QUESTIONS[0], domain="strict", generate=True, max_new_tokens=2)
+    assert gated["decision"] == "abstain" and gated["answer"] is None
+    assert scorer(QUESTIONS[0], domain="lenient", generate=True, max_new_tokens=2)["decision"] == "answer"
+    with pytest.raises(ValueError, match="Unknown domain 'law'"):
+        scorer(QUESTIONS, domain="law")

@@ -122,6 +122,153 @@ def test_risk_control_differs_from_the_alignment_threshold():
     assert risk_controlling_threshold(conf, correct, 0.1, 0.1)["threshold"] > select_threshold(conf, correct)
 
 
+def test_scipy_binomial_and_clopper_pearson_match_exact_arithmetic():
+    """`binomial_cdf` / `clopper_pearson_upper` are scipy's `binom.cdf` / `beta.ppf`: equal to the CDF summed in exact
+    rational arithmetic, and the bound is where that exact CDF equals delta, on a grid of k, n, p and delta."""
+    from fractions import Fraction
+
+    for n in (1, 7, 22, 60, 300):
+        for k in sorted({0, 1, n // 10, n // 3, n - 1}):
+            for p in (Fraction(1, 100), Fraction(1, 10), Fraction(3, 10)):
+                exact = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
+                assert binomial_cdf(k, n, float(p)) == pytest.approx(float(exact), rel=1e-10, abs=1e-300)
+            for delta in (0.01, 0.1, 0.2) if k < n else ():  # k = n: the bound is 1
+                bound = clopper_pearson_upper(k, n, delta)
+                exact_at_bound = sum(math.comb(n, i) * Fraction(bound) ** i * (1 - Fraction(bound)) ** (n - i)
+                                     for i in range(k + 1))
+                assert float(exact_at_bound) == pytest.approx(delta, rel=1e-8)
+
+
+def _two_risk_grid(conf: np.ndarray, correct: np.ndarray, alpha: float, max_abstention: float) -> float:
+    """The naive two-risk threshold: the lowest of GRID whose calibration error rate is <= alpha and whose
+    calibration abstention rate is <= max_abstention (1.0 when none)."""
+    answered, empirical = _risk_on_grid(conf, correct)
+    ok = GRID[(empirical <= alpha) & (1 - answered / conf.size <= max_abstention)]
+    return float(ok.min()) if ok.size else 1.0
+
+
+TWO_RISKS = {"alpha": 0.15, "max_abstention": 0.8, "delta": 0.1}
+"""With c ~ Uniform(0, 1) and P(correct | c) = c the error rate is (1 - t) / 2 and the abstention rate t, so these
+bounds leave only thresholds in [0.7, 0.8]: both bind."""
+
+
+def _two_risk_draws() -> dict[str, float]:
+    """DRAWS calibration draws of the two-risk procedure and of the naive rule: the share of draws where a threshold
+    is found, and where it is found and either true risk exceeds its bound."""
+    alpha, max_abstention, delta = TWO_RISKS["alpha"], TWO_RISKS["max_abstention"], TWO_RISKS["delta"]
+    rng = np.random.default_rng(77)
+    chosen, naive = np.ones(DRAWS), np.ones(DRAWS)
+    for draw in range(DRAWS):
+        conf = rng.uniform(size=N_CALIBRATION)
+        correct = (rng.uniform(size=N_CALIBRATION) < conf).astype(np.int64)
+        result = risk_controlling_threshold(conf, correct, alpha, delta, max_abstention=max_abstention)
+        if result["threshold"] is not None:
+            chosen[draw] = result["threshold"]
+            assert result["risk_upper_bound"] <= alpha and result["abstention_upper_bound"] <= max_abstention
+            assert result["error_certified"] == result["threshold"] <= result["abstention_certified"]
+        naive[draw] = _two_risk_grid(conf, correct, alpha, max_abstention)
+
+    def failed(t: np.ndarray) -> float:
+        return float(((t < 1.0) & ((_true_risk(t) > alpha) | (t > max_abstention))).mean())
+
+    return {"found": float((chosen < 1.0).mean()), "failed": failed(chosen), "naive_found": float((naive < 1.0).mean()),
+            "naive_failed": failed(naive)}
+
+
+def test_two_risks_hold_together_by_simulation():
+    """Error rate among answered <= alpha *and* abstention rate <= max_abstention, jointly with probability >= 1 -
+    delta ([`TWO_RISKS`]: both bounds bind). The naive rule (the lowest threshold whose calibration error and
+    abstention rates are within the bounds) fails in about half the draws, so the check can fail; the procedure still
+    finds a threshold in a fair share of them."""
+    shares = _two_risk_draws()
+    assert shares["failed"] <= TWO_RISKS["delta"] + TOLERANCE, shares
+    assert shares["naive_failed"] > 0.3, shares
+    assert shares["found"] > 0.2, shares  # not vacuous (about a third of the draws here)
+
+
+def test_two_risks_that_cannot_both_hold_say_what_each_reached():
+    rng = np.random.default_rng(5)
+    conf = rng.uniform(size=2000)
+    correct = (rng.uniform(size=2000) < conf).astype(int)
+    single = risk_controlling_threshold(conf, correct, alpha=0.15, delta=0.1)
+    result = risk_controlling_threshold(conf, correct, alpha=0.15, delta=0.1, max_abstention=0.5)
+    assert result["threshold"] is None and result["coverage"] == 0.0 and result["max_abstention"] == 0.5
+    # the error family alone (at delta / 2) certifies ~0.8; the abstention family stops below 0.5
+    assert result["error_certified"] >= single["threshold"] > 0.5 > result["abstention_certified"] > 0.4
+    loose = risk_controlling_threshold(conf, correct, alpha=0.15, delta=0.1, max_abstention=0.95)
+    assert loose["threshold"] == loose["error_certified"] >= single["threshold"]  # delta / 2 is a little stricter
+    assert loose["abstention"] == pytest.approx(1 - loose["coverage"]) and loose["abstention_upper_bound"] <= 0.95
+    with pytest.raises(ValueError, match="max_abstention"):
+        risk_controlling_threshold(conf, correct, max_abstention=1.0)
+
+
+def _mapie_threshold(conf: np.ndarray, correct: np.ndarray, alpha: float, delta: float, grid: np.ndarray,
+                     fwer_method: str) -> tuple[float | None, np.ndarray]:
+    """MAPIE's Learn-Then-Test on the same rows: precision of "answer when confidence >= t" at least 1 - alpha,
+    i.e. the error rate among answered at most alpha; its chosen threshold and its p-values on `grid`."""
+    import warnings
+
+    from mapie.risk_control import BinaryClassificationController, precision
+
+    controller = BinaryClassificationController(
+        lambda x: np.stack([1 - x, x], axis=1), precision, target_level=1 - alpha, confidence_level=1 - delta,
+        list_predict_params=grid, fwer_method=fwer_method)
+    with warnings.catch_warnings():  # "the risk is not monotonic in the threshold": selective risk need not be
+        warnings.simplefilter("ignore", UserWarning)
+        controller.calibrate(conf, correct)
+    return controller.best_predict_param, controller.p_values[:, 0]
+
+
+def _mapie_comparison() -> dict[str, int]:
+    """40 random calibration sets, each run through our Learn-Then-Test and MAPIE's (see
+    [`test_our_learn_then_test_against_mapie`]): counts of what agrees, asserting the per-draw relations on the way."""
+    rng = np.random.default_rng(0)
+    full = np.round(np.arange(100) / 100, 2)
+    equal = holm_lower = holm_higher = exact_p = tested = 0
+    for _ in range(40):
+        n = int(rng.integers(100, 1500))
+        conf = np.round(rng.uniform(size=n), 4)
+        correct = (rng.uniform(size=n) < conf ** rng.uniform(0.3, 2)).astype(int)
+        alpha, delta = float(rng.choice([0.05, 0.1, 0.2, 0.3])), float(rng.choice([0.05, 0.1, 0.2]))
+        answered = (conf[None, :] >= full[:, None]).sum(axis=1)
+        grid = full[answered >= min_answered(alpha, delta)]
+        ours = risk_controlling_threshold(conf, correct, alpha, delta, thresholds=grid)["threshold"]
+        theirs, p_values = _mapie_threshold(conf, correct, alpha, delta, grid, "fixed_sequence")
+        for t, p in zip(grid, p_values):
+            n_t, k_t = int((conf >= t).sum()), int((1 - correct[conf >= t]).sum())
+            exact, rounded_up = binomial_cdf(k_t, n_t, alpha), binomial_cdf(k_t + 1, n_t, alpha)
+            assert exact * (1 - 1e-9) <= p <= rounded_up * (1 + 1e-9)
+            exact_p += p == pytest.approx(exact, rel=1e-9)
+            tested += 1
+        assert (theirs is None) if ours is None else (theirs is None or theirs >= ours)
+        equal += theirs == ours
+        ours_default = risk_controlling_threshold(conf, correct, alpha, delta)["threshold"]
+        holm, _ = _mapie_threshold(conf, correct, alpha, delta, full, "bonferroni_holm")
+        ours_default, holm = (1.0 if t is None else t for t in (ours_default, holm))  # 1.0: nothing certified
+        holm_lower += holm < ours_default
+        holm_higher += holm > ours_default
+    return {"draws": 40, "equal": equal, "exact_p": exact_p, "tested": tested, "holm_higher": holm_higher,
+            "holm_lower": holm_lower}
+
+
+def test_our_learn_then_test_against_mapie():
+    """MAPIE's `BinaryClassificationController` (risk `precision`, binary Hoeffding-Bentkus p-values) on the same
+    rows, grid, alpha and delta (docs/gate.md, "Cross-check with MAPIE").
+
+    With MAPIE's fixed-sequence testing over our grid (the thresholds answering at least `min_answered` rows, as ours
+    tests them) its p-value at every threshold is our exact binomial one, `P(Binomial(n_t, alpha) <= k_t)`, except
+    where MAPIE's error count `ceil(n_t * (1 - precision))` rounds a float like 113.00000000000001 up to `k_t + 1`:
+    then it is the smaller of that count's binomial p-value and the Hoeffding one, between ours and `k_t + 1`'s,
+    never smaller than ours. So its threshold is never lower than ours, and equal in most draws. MAPIE's default,
+    Bonferroni-Holm over all 100 thresholds, pays for the 100 tests and picks a higher threshold than our fixed
+    sequence in most draws; it is lower only where our sequence stopped early at the top (an error among the first
+    answered rows), which Holm, testing every threshold, gets past."""
+    counts = _mapie_comparison()
+    assert counts["exact_p"] >= 0.6 * counts["tested"], counts  # most float counts are exact (81% here)
+    assert counts["equal"] >= 28, counts  # 34 of 40 here; the rest differ only by MAPIE's rounded-up error counts
+    assert counts["holm_higher"] >= 20 and counts["holm_lower"] <= 4, counts  # 28 and 2 here (10 equal)
+
+
 if __name__ == "__main__":  # the simulation's figures quoted in docs/gate.md (the same draws as the test)
     rng = np.random.default_rng(1234)
     thresholds = []
@@ -135,3 +282,12 @@ if __name__ == "__main__":  # the simulation's figures quoted in docs/gate.md (t
     print(f"{DRAWS} draws of {N_CALIBRATION} calibration questions, alpha 0.15, delta 0.1: risk > alpha in "
           f"{np.mean(_true_risk(thresholds) > 0.15):.3f} of draws; a threshold found in {np.mean(thresholds < 1):.3f}; "
           f"mean coverage {np.mean(1 - thresholds):.3f} (best possible 0.300)")
+    shares = _two_risk_draws()
+    print(f"Two risks, {DRAWS} draws, alpha {TWO_RISKS['alpha']}, max_abstention {TWO_RISKS['max_abstention']}, "
+          f"delta {TWO_RISKS['delta']}: a threshold found in {shares['found']:.3f} of draws, either risk above its "
+          f"bound in {shares['failed']:.3f}; the naive rule found one in {shares['naive_found']:.3f}, failed in "
+          f"{shares['naive_failed']:.3f}")
+    counts = _mapie_comparison()
+    print(f"MAPIE, {counts['draws']} calibration sets: fixed-sequence threshold equal to ours in {counts['equal']}, "
+          f"p-values equal to ours at {counts['exact_p']} of {counts['tested']} thresholds; Bonferroni-Holm higher "
+          f"than ours in {counts['holm_higher']}, lower in {counts['holm_lower']}")

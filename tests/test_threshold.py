@@ -88,3 +88,110 @@ def test_an_alpha_that_cannot_be_certified_writes_nothing(judged, raise_user_err
 def test_retrieve_threshold_must_not_exceed_the_decision_threshold():
     with pytest.raises(ValueError, match="must not exceed"):
         ConfidenceConfig(decision_threshold=0.5, retrieve_threshold=0.6)
+
+
+def test_two_risks_are_saved_with_the_model_and_the_card(judged, capsys):
+    model = judged / "model"
+    assert cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.3",
+                     "--max_abstention", "0.5", "--allow_other_model", "true"]) == 0
+    config = saved_config(model)
+    record = config.risk_control
+    assert record["max_abstention"] == 0.5 and record["alpha"] == 0.3 and record["delta"] == 0.1
+    assert record["abstention_upper_bound"] <= 0.5 and record["risk_upper_bound"] <= 0.3
+    assert record["abstention"] == pytest.approx(1 - record["coverage"])
+    assert record["error_certified"] == config.decision_threshold <= record["abstention_certified"]
+    assert "delta / 2" in record["method"]
+    out = capsys.readouterr().out
+    assert "error rate among answered <= 0.3 and abstention rate <= 0.5, together with probability >= 0.90" in out
+    card = (model / "README.md").read_text()
+    assert "abstention rate of at most\n**0.5**" in card and "both bounds hold together" in card
+
+
+def test_two_risks_that_cannot_both_hold_write_nothing_and_say_why(judged, capsys):
+    """An abstention bound of 1% cannot be certified on 60 rows at delta / 2 (even abstaining on none, 0.99^60 >
+    0.05): one line, exit 2, the config untouched."""
+    model = judged / "model"
+    before = (model / CONFIDENCE_CONFIG_NAME).read_text()
+    code = cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.3",
+                     "--max_abstention", "0.01", "--allow_other_model", "true"])
+    assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]  # besides progress bars
+    assert len(errors) == 1
+    err = errors[0]
+    assert ("No threshold keeps both the error rate among answered questions <= 0.3 and the abstention rate <= 0.01"
+            in err)
+    assert "the abstention rate is certified at no threshold" in err and "the lowest threshold certified" in err
+    assert err.endswith("Nothing was written.")
+    assert (model / CONFIDENCE_CONFIG_NAME).read_text() == before
+    assert cli_main(["threshold", str(model), "--records", str(judged / "records"), "--max_abstention", "0.4"]) == 2
+    assert "--max_abstention needs --alpha" in capsys.readouterr().err
+
+
+@pytest.fixture
+def two_domains(judged):
+    """The judged fixture plus 12 train records of a second dataset (too few for a threshold of its own)."""
+    from elical_hf.signals.records import save_records
+
+    rows = [{"question": f"where is city number {i}", "answer": ["paris"], "dataset": "triviaqa",
+             "greedy_response": "paris", "greedy_correctness": i % 3 != 0, "greedy_tokens": ["a"],
+             "greedy_logprobs": [-0.1], "greedy_cumulative_logprobs": -0.1, "sampling_response": ["paris"],
+             "sampling_correctness": [True]} for i in range(12)]
+    save_records(rows, judged / "records" / "tiny-model" / "triviaqa_train.jsonl")
+    return judged
+
+
+def test_thresholds_per_domain_with_a_fallback(two_domains, capsys):
+    from elical_hf.gate import thresholds_for
+    from elical_hf.metrics import select_threshold
+
+    model = two_domains / "model"
+    assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
+                     "--allow_other_model", "true"]) == 0
+    config = saved_config(model)
+    table = config.domain_thresholds
+    assert table["by"] == "dataset" and table["min_rows"] == 30 and set(table["domains"]) == {"nq", "triviaqa"}
+    nq, trivia = table["domains"]["nq"], table["domains"]["triviaqa"]
+    scorer = AutoModelForConfidence.from_pretrained(model)
+    nq_conf = scorer.confidence([f"who wrote play number {i} of train" for i in range(60)])
+    nq_correct = [int(i % 10 != 0) for i in range(60)]
+    assert nq["decision_threshold"] == select_threshold(nq_conf, nq_correct) and nq["rows"] == 60
+    assert nq["answered"] == sum(c >= nq["decision_threshold"] for c in nq_conf) and nq["fallback"] is None
+    assert trivia["decision_threshold"] is None and trivia["rows"] == 12
+    assert trivia["fallback"] == "12 rows, fewer than 30"
+    trivia_conf = scorer.confidence([f"where is city number {i}" for i in range(12)])
+    assert config.decision_threshold == select_threshold(
+        nq_conf + trivia_conf, nq_correct + [int(i % 3 != 0) for i in range(12)])  # the pooled rule, all 72 rows
+    assert thresholds_for(config, "nq") == (nq["decision_threshold"], None)
+    assert thresholds_for(config, "triviaqa") == thresholds_for(config, None) == (config.decision_threshold, None)
+    out = capsys.readouterr().out
+    assert "dataset triviaqa: the pooled threshold (12 rows, fewer than 30)." in out and "dataset nq: " in out
+    card = (model / "README.md").read_text()
+    assert "Thresholds per `dataset`" in card and f"| triviaqa | {config.decision_threshold} (fallback) | 12 |" in card
+    # ConfidenceConfig reads the map back strictly; a threshold without --by drops it
+    assert ConfidenceConfig.from_json_file(model / CONFIDENCE_CONFIG_NAME).domain_thresholds == table
+    assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"),
+                     "--allow_other_model", "true"]) == 0
+    assert saved_config(model).domain_thresholds is None
+
+
+def test_per_domain_guarantees_and_bad_columns(two_domains, capsys):
+    model = two_domains / "model"
+    assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
+                     "--alpha", "0.3", "--min_domain_rows", "10", "--allow_other_model", "true"]) == 0
+    domains = saved_config(model).domain_thresholds["domains"]
+    assert domains["nq"]["risk_control"]["risk_upper_bound"] <= 0.3 and domains["nq"]["risk_control"]["n"] == 60
+    # 12 rows with a third wrong: nothing certifiable at alpha 0.3, so the pooled threshold, with the reason
+    assert domains["triviaqa"]["decision_threshold"] is None
+    assert domains["triviaqa"]["fallback"].startswith("no threshold keeps the error rate")
+    capsys.readouterr()
+    assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "category",
+                     "--allow_other_model", "true"]) == 2
+    assert "--by category: the records have no such column" in capsys.readouterr().err
+
+
+def test_a_hand_edited_domain_map_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"domain_thresholds.domains\['nq'\]"):
+        ConfidenceConfig(decision_threshold=0.5, domain_thresholds={"by": "dataset", "domains": {
+            "nq": {"decision_threshold": 1.5}}})
+    with pytest.raises(ValueError, match="needs a `decision_threshold`"):
+        ConfidenceConfig(domain_thresholds={"by": "dataset", "domains": {"nq": {"decision_threshold": 0.5}}})

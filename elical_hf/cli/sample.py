@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elical_hf.arguments import ModelArguments, ShardArguments, only
+from elical_hf.arguments import ModelArguments, QuestionArguments, ShardArguments, only
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.settings import SamplingSettings
 from elical_hf.steps.sampling import load_questions  # noqa: F401 (its import path before the steps)
@@ -27,16 +27,9 @@ from .parser import ElicalArgumentParser, api_key_env_help
 
 
 @dataclass(kw_only=True)
-class SampleCommandArguments(only(ModelArguments, "dtype"), ShardArguments):
+class SampleCommandArguments(only(ModelArguments, "dtype"), ShardArguments, QuestionArguments):
     """Options of `elical-hf sample` (also settable from `--config file.yaml`); decoding options follow below."""
 
-    questions: str = field(
-        metadata={
-            "help": "Question table (jsonl/json/parquet/csv/arrow file, saved dataset folder or Hub id) with a "
-            "`question` column (`id`, `answer`, `dataset` optional), or `bundled:<name>[:<limit>]` for the bundled "
-            "sets (several: `bundled:nq:100,squad:50`)."
-        }
-    )
     output_dir: str = field(metadata={"help": "Gets manifest.json and shards/shard-XXXXX.parquet."})
     model: str | None = field(
         default=None, metadata={"help": f"Model to sample from (Hub id or folder; default {DEFAULT_MODEL}). With "

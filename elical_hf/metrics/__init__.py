@@ -22,12 +22,14 @@ from .functional import (
     risk_coverage_curve,
 )
 from .risk_control import (
-    RISK_CONTROL_METHOD, binomial_cdf, clopper_pearson_upper, min_answered, risk_controlling_threshold, selective_risk,
+    RISK_CONTROL_METHOD, TWO_RISK_METHOD, binomial_cdf, clopper_pearson_upper, min_answered, risk_controlling_threshold,
+    selective_risk,
 )
 
 
 __all__ = [
     "RISK_CONTROL_METHOD",
+    "TWO_RISK_METHOD",
     "binomial_cdf",
     "clopper_pearson_upper",
     "min_answered",

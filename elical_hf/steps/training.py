@@ -76,6 +76,20 @@ class ThresholdArguments(RecordArguments):
                   "1 - DELTA); without it, the alignment rule."},
     )
     delta: float = field(default=0.1, metadata={"help": "Allowed probability that the --alpha guarantee fails."})
+    max_abstention: float | None = field(
+        default=None,
+        metadata={"help": "With --alpha, also guarantee an abstention rate (share of questions not answered) of at "
+                  "most MAX_ABSTENTION; both hold together with probability 1 - DELTA (each tested at DELTA / 2)."},
+    )
+    by: str | None = field(
+        default=None,
+        metadata={"help": "A record column naming each question's domain (e.g. `dataset`): one threshold per domain, "
+                  "by the same rule, saved beside the pooled one (the fallback); `model.answer(..., domain=)`, the "
+                  "pipeline and the server use it."},
+    )
+    min_domain_rows: int = field(
+        default=30, metadata={"help": "With --by: a domain with fewer labelled rows gets the pooled threshold."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,6 +97,14 @@ class ThresholdArguments(RecordArguments):
             raise ValueError(f"--alpha must lie in (0, 1) (an error rate among answered questions), got {self.alpha}.")
         if not 0.0 < self.delta < 1.0:
             raise ValueError(f"--delta must lie in (0, 1) (the probability the guarantee fails), got {self.delta}.")
+        if self.max_abstention is not None and self.alpha is None:
+            raise ValueError("--max_abstention needs --alpha: the two guarantees are chosen together (e.g. --alpha 0.1 "
+                             "--max_abstention 0.4).")
+        if self.max_abstention is not None and not 0.0 < self.max_abstention < 1.0:
+            raise ValueError(f"--max_abstention must lie in (0, 1) (a share of questions not answered), got "
+                             f"{self.max_abstention}.")
+        if self.min_domain_rows < 5:
+            raise ValueError(f"--min_domain_rows must be at least 5, got {self.min_domain_rows}.")
 
 
 @dataclass(kw_only=True)
@@ -209,7 +231,9 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     """
     Choose a saved model's answer/abstain threshold on labelled records and write it into the model folder
     ([`~elical_hf.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
-    whose error rate among answered questions is at most `alpha` with probability `1 - delta`.
+    whose error rate among answered questions is at most `alpha` (and with `args.max_abstention` whose abstention
+    rate is at most that) with probability `1 - delta`; with `args.by` also one per domain. The rows' confidences are
+    saved as the reference of `elical-hf monitor` ([`~elical_hf.drift.save_reference`]).
 
     `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
     anything is scored); the records of `args.records` of the paper's split `args.split` with a judged greedy answer
@@ -217,10 +241,12 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
 
     Returns:
         `dict`: `threshold`, `rows` (records used), `answered` (of them), and `accuracy` (the alignment rule's, in
-        percent) or `guarantee` (`coverage`, `risk`, `risk_upper_bound`).
+        percent) or `guarantee` (`coverage`, `risk`, `risk_upper_bound`, and with `max_abstention`
+        `abstention_upper_bound`); with `by`, `domains` (the saved map's entries).
     """
     from ..auto import AutoModelForConfidence
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from ..drift import save_reference
     from ..saved_model import set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
@@ -232,11 +258,21 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     parts = loaded["paper_split"] if len(loaded) else []
     if split not in parts:
         raise ValueError(f"{records} has no {split!r} records (found {list(dict.fromkeys(parts))}).")
+    if args.by is not None and args.by not in loaded.column_names:
+        raise ValueError(f"--by {args.by}: the records have no such column (they have "
+                         f"{', '.join(loaded.column_names)}).")
     chosen = loaded.select([i for i, part in enumerate(parts) if part == split])
     rows = [r for r in chosen if r["greedy_correctness"] is not None]
     if len(rows) < 5:
         raise ValueError(f"Need at least 5 judged {split!r} records to choose a threshold, found {len(rows)} (judge "
                          f"them: `{JUDGE_OPTIONS['greedy_correctness']}`).")
+    domains = None
+    if args.by is not None:
+        missing = [i for i, r in enumerate(rows) if r[args.by] is None or str(r[args.by]).strip() == ""]
+        if missing:
+            raise ValueError(f"--by {args.by}: {len(missing)} of the {len(rows)} {split!r} records name no {args.by} "
+                             f"(the first is {rows[missing[0]]['question']!r}).")
+        domains = [str(r[args.by]) for r in rows]
     check_trained_model(model, model)  # before it is loaded and scores anything
     if split.endswith("test"):
         say(f"warning: choosing the threshold on {split!r}: do not report results on these records")
@@ -245,18 +281,26 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
                         args.allow_other_model)
     confidences = confidence_model.confidence([r["question"] for r in rows], batch_size=args.batch_size, progress=True)
     correct = [int(r["greedy_correctness"]) for r in rows]
+    source = {"records": str(records), "split": split}
     chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=args.delta,
-                                              source={"records": str(records), "split": split})
+                                              max_abstention=args.max_abstention, source=source, domains=domains,
+                                              by=args.by or "dataset", min_domain_rows=args.min_domain_rows)
+    save_reference(model, confidences, {**source, "by": args.by, "domains": domains})
     out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows),
                            "answered": sum(c >= chosen_threshold for c in confidences)}
+    config = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME))
     if alpha is None:
         right = sum((c >= chosen_threshold) == bool(y) for c, y in zip(confidences, correct))
         out["accuracy"] = 100 * right / len(rows)
     else:
-        record = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME)).risk_control
+        record = config.risk_control
         measured = selective_risk(confidences, correct, chosen_threshold)
         out["guarantee"] = {"coverage": measured["coverage"], "risk": measured["risk"],
                             "risk_upper_bound": record["risk_upper_bound"]}
+        if args.max_abstention is not None:
+            out["guarantee"]["abstention_upper_bound"] = record["abstention_upper_bound"]
+    if config.domain_thresholds is not None:
+        out["domains"] = config.domain_thresholds["domains"]
     return out
 
 

@@ -1,0 +1,35 @@
+"""`elical-hf monitor`: do new questions still look like the ones the model's threshold was chosen on?
+
+Scores new, unlabelled questions (`--questions`) with a saved model and compares their confidences with the
+calibration rows' by the two-sample Kolmogorov-Smirnov test (`elical_hf.drift.confidence_drift`): the statistic, its
+p-value and a plain verdict. The calibration confidences are those `elical-hf threshold` saved in the model folder
+(`calibration_confidences.json`), or `--reference` records scored again. A risk-controlled threshold's guarantee
+assumes new questions are drawn like the calibration rows; when the test says they are not, choose the threshold
+again on fresh labelled rows like the new questions (docs/gate.md). Exits 1 when it finds drift (as `diff` exits 1
+when files differ), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from elical_hf.steps.monitoring import MonitorArguments
+
+from .parser import ElicalArgumentParser
+
+
+def make_parser() -> ElicalArgumentParser:
+    return ElicalArgumentParser(MonitorArguments, prog="elical-hf monitor", description=__doc__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from elical_hf.steps.monitoring import monitor
+
+    (options,) = make_parser().parse_with_config(argv)
+    result = monitor(options, say=print)
+    print(f"KS statistic {result['statistic']:.3f}, p-value {result['p_value']:.3g} ({result['n_new']} new questions "
+          f"against {result['n_reference']} calibration rows; mean confidence {result['mean_new']:.3f} vs "
+          f"{result['mean_reference']:.3f}).")
+    if result["threshold"] is not None:
+        print(f"At the decision threshold {result['threshold']}: answers {100 * result['answered_new']:.1f}% of the "
+              f"new questions, {100 * result['answered_reference']:.1f}% of the calibration rows.")
+    print(result["verdict"][0].upper() + result["verdict"][1:] + ".")
+    return 1 if result["drift"] else 0

@@ -1,0 +1,102 @@
+"""Do new questions still look like the calibration questions? A two-sample test of their confidences.
+
+A saved threshold's guarantee (`elical-hf threshold --alpha`, [`~elical_hf.metrics.risk_controlling_threshold`])
+holds for questions drawn like its calibration rows (exchangeable with them). The questions a served model gets have
+no labels, but they have confidences: [`confidence_drift`] compares those of new questions with those of the
+calibration rows by the two-sample Kolmogorov-Smirnov test (`scipy.stats.ks_2samp`, two-sided). A small p-value says
+the two samples are unlikely to come from one distribution, so the guarantee's assumption no longer holds; a large
+one is no proof that it does (a change in how often the model is right at a given confidence leaves the
+confidences alike: only fresh labels show that).
+
+The reference confidences are the calibration rows' own, saved by `elical-hf threshold` in the model folder
+([`save_reference`], `calibration_confidences.json`), so a served model is monitored without its records; they can
+also be recomputed from labelled records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .atomic import atomic_write_json
+
+
+__all__ = ["DRIFT_SIGNIFICANCE", "REFERENCE_NAME", "confidence_drift", "load_reference", "save_reference"]
+
+REFERENCE_NAME = "calibration_confidences.json"
+"""The file in a model folder holding the confidences of the rows its threshold was chosen on."""
+DRIFT_SIGNIFICANCE = 0.01
+"""Default level of [`confidence_drift`]: a p-value below it is reported as drift."""
+
+
+def save_reference(model_dir: str | os.PathLike, confidences: Sequence[float], source: Mapping[str, Any]) -> str:
+    """Write the calibration rows' `confidences` (with `source`: where the rows came from) into `model_dir` as
+    [`REFERENCE_NAME`], atomically; returns its path."""
+    path = os.path.join(model_dir, REFERENCE_NAME)
+    atomic_write_json(path, {**source, "confidences": [float(c) for c in confidences]})
+    return path
+
+
+def load_reference(model_dir: str | os.PathLike) -> dict[str, Any]:
+    """The saved reference of `model_dir` ([`save_reference`]); one `ValueError` when it has none or it is broken."""
+    path = os.path.join(model_dir, REFERENCE_NAME)
+    if not os.path.isfile(path):
+        raise ValueError(f"{model_dir} has no {REFERENCE_NAME}: `elical-hf threshold` saves the calibration rows' "
+                         "confidences there; run it, or pass the labelled records to compare with (--reference).")
+    with open(path, encoding="utf-8") as handle:
+        try:
+            data = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}).") from None
+    values = data.get("confidences") if isinstance(data, dict) else None
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"{path} must hold a non-empty list `confidences` of numbers in [0, 1].")
+    return data
+
+
+def confidence_drift(
+    reference: Sequence[float], new: Sequence[float], significance: float = DRIFT_SIGNIFICANCE
+) -> dict[str, Any]:
+    """
+    The two-sample Kolmogorov-Smirnov test of the confidences of new questions against the calibration rows'.
+
+    Args:
+        reference (`list[float]`): The calibration rows' confidences.
+        new (`list[float]`): The new questions' confidences.
+        significance (`float`, *optional*, defaults to 0.01): A p-value below it is reported as drift.
+
+    Returns:
+        `dict`: `statistic` (the largest gap between the two empirical CDFs), `p_value`, `drift` (`p_value <
+        significance`), `significance`, `n_reference`, `n_new`, `mean_reference`, `mean_new` and `verdict` (one
+        plain sentence).
+
+    Raises:
+        `ValueError`: an empty sample, a confidence outside [0, 1] or not finite, or `significance` outside (0, 1).
+    """
+    from scipy.stats import ks_2samp
+
+    if not 0.0 < significance < 1.0:
+        raise ValueError(f"`significance` must lie in (0, 1), got {significance!r}.")
+    samples = {}
+    for name, values in (("reference", reference), ("new", new)):
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError(f"The {name} confidences are empty: nothing to compare.")
+        if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in values):
+            raise ValueError(f"The {name} confidences must be numbers in [0, 1].")
+        samples[name] = values
+    test = ks_2samp(samples["reference"], samples["new"])
+    p_value, drift = float(test.pvalue), float(test.pvalue) < significance
+    verdict = (f"drift: the new questions' confidences differ from the calibration set's (KS p = {p_value:.2g} < "
+               f"{significance}); the threshold's guarantee assumes they do not: recalibrate on fresh labelled rows"
+               if drift else
+               f"no evidence of drift (KS p = {p_value:.2g} >= {significance}): the confidences look like the "
+               "calibration set's")
+    return {"statistic": float(test.statistic), "p_value": p_value, "drift": drift, "significance": significance,
+            "n_reference": len(samples["reference"]), "n_new": len(samples["new"]),
+            "mean_reference": sum(samples["reference"]) / len(samples["reference"]),
+            "mean_new": sum(samples["new"]) / len(samples["new"]), "verdict": verdict}

@@ -1,0 +1,87 @@
+"""Drift of served confidences from the calibration set's: the two-sample test (`elical_hf.drift`) and
+`elical-hf monitor` on the reference `elical-hf threshold` saves with the model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from elical_hf.cli import main as cli_main
+from elical_hf.drift import REFERENCE_NAME, confidence_drift, load_reference, save_reference
+from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
+from tests.test_threshold import judged  # noqa: F401 - the fixture
+
+
+def test_the_test_tells_a_shift_from_noise():
+    """Same distribution: p-values spread over [0, 1], so drift is reported in about `significance` of the draws;
+    a shifted distribution (Beta(2, 2) moved to Beta(3, 2), mean 0.5 -> 0.6) is caught almost always."""
+    rng = np.random.default_rng(0)
+    same = [confidence_drift(rng.beta(2, 2, 500), rng.beta(2, 2, 300), 0.05)["drift"] for _ in range(200)]
+    shifted = [confidence_drift(rng.beta(2, 2, 500), rng.beta(3, 2, 300), 0.05)["drift"] for _ in range(50)]
+    assert np.mean(same) <= 0.05 + 0.05 and np.mean(shifted) >= 0.9
+    result = confidence_drift([0.1, 0.2, 0.3], [0.7, 0.8, 0.9, 0.95])
+    assert result["statistic"] == 1.0 and result["n_reference"] == 3 and result["n_new"] == 4
+    assert result["mean_new"] == pytest.approx(0.8375)
+    assert confidence_drift([0.5] * 50, [0.5] * 40)["verdict"].startswith("no evidence of drift")
+    with pytest.raises(ValueError, match="empty"):
+        confidence_drift([], [0.5])
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        confidence_drift([0.5], [1.5])
+
+
+def test_the_reference_is_read_strictly(tmp_path):
+    with pytest.raises(ValueError, match=f"has no {REFERENCE_NAME}"):
+        load_reference(tmp_path)
+    (tmp_path / REFERENCE_NAME).write_text('{"confidences": [0.5, "x"]}')
+    with pytest.raises(ValueError, match="non-empty list `confidences`"):
+        load_reference(tmp_path)
+    save_reference(tmp_path, [0.25, 0.75], {"records": "r", "split": "train"})
+    assert load_reference(tmp_path) == {"records": "r", "split": "train", "confidences": [0.25, 0.75]}
+
+
+def test_monitor_compares_new_questions_with_the_saved_calibration_confidences(judged, tmp_path, capsys):
+    model, records = judged / "model", judged / "records"
+    assert cli_main(["monitor", str(model), "--questions", str(records / "tiny-model" / "nq_train.jsonl")]) == 2
+    assert f"has no {REFERENCE_NAME}" in capsys.readouterr().err  # before `threshold` saved one
+    assert cli_main(["threshold", str(model), "--records", str(records), "--allow_other_model", "true"]) == 0
+    saved = json.loads((model / REFERENCE_NAME).read_text())
+    assert len(saved["confidences"]) == 60 and saved["split"] == "train" and saved["records"] == str(records)
+    capsys.readouterr()
+
+    # the calibration questions themselves: the same confidences, no drift (exit 0), a plot and a JSON file
+    out, plot = tmp_path / "drift.json", tmp_path / "drift.png"
+    assert cli_main(["monitor", str(model), "--questions", str(records / "tiny-model" / "nq_train.jsonl"),
+                     "--output", str(out), "--plot", str(plot)]) == 0
+    result = json.loads(out.read_text())
+    assert result["statistic"] == pytest.approx(0.0, abs=1e-9) and result["p_value"] == pytest.approx(1.0)
+    assert result["drift"] is False and result["n_new"] == 60 and result["answered_new"] == result["answered_reference"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "KS statistic 0.000" in printed and "No evidence of drift" in printed
+
+    # the same questions against a reference whose confidences all sit above theirs: drift, exit 1
+    save_reference(model, [min(1.0, c + 0.3) for c in saved["confidences"]], {"records": "shifted", "split": "train"})
+    assert cli_main(["monitor", str(model), "--questions", str(records / "tiny-model" / "nq_train.jsonl")]) == 1
+    assert "Drift: the new questions' confidences differ from the calibration set's" in capsys.readouterr().out
+
+    # --reference records are scored again instead of the saved file: the test split against the train split
+    code = cli_main(["monitor", str(model), "--questions", str(records / "tiny-model" / "nq_test.jsonl"),
+                     "--reference", str(records), "--split", "train", "--output", str(out)])
+    result = json.loads(out.read_text())
+    assert result["n_reference"] == 60 and result["n_new"] == 40 and code == int(result["drift"])
+    assert cli_main(["monitor", str(model), "--questions", str(records), "--plot", "x.pdf"]) == 2
+    assert "--plot must name a .png file" in capsys.readouterr().err
+
+
+def test_the_saved_reference_is_published_with_the_model(hub, tmp_path, judged):  # noqa: F811 - the fixture
+    """`push` publishes only the files a model folder is known to hold: the reference is one of them."""
+    from elical_hf import push_folder
+    from tests.test_hub import upload_base
+
+    model, records = judged / "model", judged / "records"
+    assert cli_main(["threshold", str(model), "--records", str(records), "--allow_other_model", "true"]) == 0
+    upload_base(tmp_path)
+    push_folder(model, "alice/monitored", base_model_name_or_path="tiny/llama")
+    assert json.loads(hub.files("alice/monitored")[REFERENCE_NAME]) == json.loads((model / REFERENCE_NAME).read_text())
