@@ -21,14 +21,24 @@ after `--long_head_start` seconds `--short_clients` clients each ask `--short_re
 `max_tokens` = `--short_tokens`, one after another; the short requests' median and p95 latency are reported per
 server (medians over `--rounds`, the servers taking turns).
 
+Streaming (`--scenario stream`, the batched server): c clients send `stream: true` requests; per request, the time to
+the decision (the first chunk, with its `elical` field), to the first token (the first chunk with content) and to
+`[DONE]`; median and p90 at each concurrency.
+
+Confidence endpoint (`--scenario confidence`, the batched server): c clients each post `POST /v1/confidence` requests
+of `--questions_per_request` questions, one after another; questions scored per second and the p50 latency.
+
     python benchmarks/serve_load.py                          # the shipped stage-1 adapter on the embedded SmolLM2
     python benchmarks/serve_load.py --requests 64 --max_tokens 32 --concurrency 1 4 16
     python benchmarks/serve_load.py --scenario long --long_tokens 1000 --rounds 3
+    python benchmarks/serve_load.py --scenario stream confidence --concurrency 1 4 16
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import statistics
 import subprocess
@@ -65,32 +75,20 @@ def load_round(server, questions: list[str], concurrency: int, requests: int, ma
     """`requests` requests from `concurrency` threads: requests/s, p50 and p95 latency (seconds), failures."""
     latencies: list[float] = []
     failures: list[str] = []
-    counter = iter(range(requests))
     lock = threading.Lock()
 
-    def client() -> None:
-        while True:
-            with lock:
-                index = next(counter, None)
-            if index is None:
-                return
-            body = {"messages": [{"role": "user", "content": questions[index % len(questions)]}],
-                    "max_tokens": max_tokens}
-            start = time.perf_counter()
-            status, reply, _ = server.post("/chat/completions", body)
-            elapsed = time.perf_counter() - start
-            with lock:
-                latencies.append(elapsed)
-                if status != 200:
-                    failures.append(f"{status}: {reply}")
+    def one(index: int) -> None:
+        body = {"messages": [{"role": "user", "content": questions[index % len(questions)]}],
+                "max_tokens": max_tokens}
+        start = time.perf_counter()
+        status, reply, _ = server.post("/chat/completions", body)
+        elapsed = time.perf_counter() - start
+        with lock:
+            latencies.append(elapsed)
+            if status != 200:
+                failures.append(f"{status}: {reply}")
 
-    threads = [threading.Thread(target=client) for _ in range(concurrency)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - start
+    wall = in_threads(concurrency, requests, one)
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
     return {"rps": requests / wall, "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)}
@@ -135,6 +133,120 @@ def long_beside_short(server, questions: list[str], long_tokens: int, args: argp
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
     return {"p50": percentile(shorts, 0.5), "p95": percentile(shorts, 0.95), "longs": len(longs)}
+
+
+def in_threads(concurrency: int, requests: int, call) -> float:
+    """`call(index)` for `requests` indices from `concurrency` threads, each one after another; the wall time. The
+    first exception a call raises is raised here, after every thread stopped."""
+    counter, lock, errors = iter(range(requests)), threading.Lock(), []
+
+    def client() -> None:
+        while True:
+            with lock:
+                index = next(counter, None) if not errors else None
+            if index is None:
+                return
+            try:
+                call(index)
+            except BaseException as error:  # noqa: BLE001 - raised in the main thread
+                errors.append(error)
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - start
+
+
+def streamed(server, question: str, max_tokens: int) -> dict[str, float]:
+    """One `stream: true` request: seconds to its decision (the first chunk), its first token and `[DONE]`."""
+    body = json.dumps({"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens, "stream": True})
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
+    start = time.perf_counter()
+    times: dict[str, float] = {}
+    try:
+        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        if response.status != 200:
+            raise SystemExit(f"A streamed request failed: {response.status}: {response.read()[:300]!r}")
+        buffer = b""
+        while "done" not in times:
+            data = response.read1()
+            if not data:
+                raise SystemExit("A stream ended before [DONE].")
+            buffer += data
+            *events, buffer = buffer.split(b"\n\n")
+            for event in events:
+                now = time.perf_counter() - start
+                payload = event.removeprefix(b"data: ")
+                times.setdefault("decision", now)
+                if payload == b"[DONE]":
+                    times["done"] = now
+                elif any(choice["delta"].get("content") for choice in json.loads(payload).get("choices", [])):
+                    times.setdefault("first_token", now)
+    finally:
+        connection.close()
+    times.setdefault("first_token", times["done"])  # an empty answer
+    return times
+
+
+def run_stream_scenario(args: argparse.Namespace, questions: list[str]) -> None:
+    """Streaming: time to the decision, to the first token and to the end, per concurrency (batched server)."""
+    from tests.serving import ServerProcess
+
+    common = ["--threshold", str(args.threshold), "--log_level", "warning", "--max_tokens", str(args.max_tokens)]
+    server = ServerProcess(args.model, *common, *SERVERS["batched"])
+    rows = []
+    try:
+        for index in range(args.warmup):
+            streamed(server, questions[index % len(questions)], args.max_tokens)
+        for concurrency in args.concurrency:
+            times: list[dict[str, float]] = []
+            in_threads(concurrency, args.requests, lambda i: times.append(
+                streamed(server, questions[i % len(questions)], args.max_tokens)))
+            column = {key: [t[key] for t in times] for key in ("decision", "first_token", "done")}
+            rows.append([concurrency, round(percentile(column["decision"], 0.5), 3),
+                         round(percentile(column["first_token"], 0.5), 3),
+                         round(percentile(column["first_token"], 0.9), 3), round(percentile(column["done"], 0.5), 3)])
+    finally:
+        server.stop()
+    print(f"Streaming (batched server): {args.requests} requests per concurrency, {args.max_tokens} tokens at most.\n")
+    print_table(["clients", "decision p50 s", "first token p50 s", "first token p90 s", "done p50 s"], rows)
+
+
+def run_confidence_scenario(args: argparse.Namespace, questions: list[str]) -> None:
+    """`POST /v1/confidence`: questions scored per second and p50 latency, per concurrency (batched server)."""
+    from tests.serving import ServerProcess
+
+    server = ServerProcess(args.model, "--threshold", str(args.threshold), "--log_level", "warning",
+                           *SERVERS["batched"])
+    per_request, rows = args.questions_per_request, []
+
+    def ask(index: int, latencies: list[float]) -> None:
+        batch = [questions[(index * per_request + k) % len(questions)] for k in range(per_request)]
+        start = time.perf_counter()
+        status, reply, _ = server.post("/confidence", {"questions": batch})
+        latencies.append(time.perf_counter() - start)
+        if status != 200:
+            raise SystemExit(f"A /v1/confidence request failed: {status}: {reply}")
+
+    try:
+        for index in range(args.warmup):
+            ask(index, [])
+        for concurrency in args.concurrency:
+            latencies: list[float] = []
+            wall = in_threads(concurrency, args.requests, lambda i: ask(i, latencies))
+            rows.append([concurrency, round(args.requests * per_request / wall, 1),
+                         round(percentile(latencies, 0.5), 3)])
+    finally:
+        server.stop()
+    print(f"POST /v1/confidence (batched server): {args.requests} requests of {per_request} questions per "
+          "concurrency.\n")
+    print_table(["clients", "questions/s", "p50 s"], rows)
 
 
 def run_long_scenario(args: argparse.Namespace, questions: list[str]) -> None:
@@ -185,8 +297,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=4, help="Untimed requests per server first.")
     parser.add_argument("--rounds", type=int, default=1, help="Rounds per (server, concurrency); medians reported.")
     parser.add_argument("--max_tokens", type=int, default=32)
-    parser.add_argument("--scenario", choices=["load", "long", "both"], default="load",
-                        help="load: the concurrency table; long: short requests beside a long one; both.")
+    parser.add_argument("--scenario", choices=["load", "long", "both", "stream", "confidence"], nargs="+",
+                        default=["load"], help="load: the concurrency table; long: short requests beside a long "
+                        "one; both: load and long; stream: streaming's time to the first token; confidence: "
+                        "/v1/confidence's questions/s. Several run one after another.")
+    parser.add_argument("--questions_per_request", type=int, default=16,
+                        help="Questions per /v1/confidence request (confidence).")
     parser.add_argument("--long_tokens", type=int, default=1000, help="What the long client asks for (long).")
     parser.add_argument("--max_tokens_limit", type=int, default=None,
                         help="The limited server's --max_tokens_limit (default: the server's default, 256).")
@@ -203,12 +319,15 @@ def main(argv: list[str] | None = None) -> None:
     print_machine()
     print(f"CPU (lscpu): {lscpu_model()}")
     questions = [row["question"].strip() for row in load_bundled_questions("nq", max(args.requests, 16))]
-    if args.scenario in ("long", "both"):
-        print(f"{args.model}; threshold {args.threshold:g}.")
-        run_long_scenario(args, questions)
-        if args.scenario == "long":
-            return
-        print()
+    scenarios = set(args.scenario) | ({"load", "long"} if "both" in args.scenario else set())
+    for name, run in (("long", run_long_scenario), ("stream", run_stream_scenario),
+                      ("confidence", run_confidence_scenario)):
+        if name in scenarios:
+            print(f"{args.model}; threshold {args.threshold:g}.")
+            run(args, questions)
+            print()
+    if "load" not in scenarios:
+        return
     print(f"{args.model}; threshold {args.threshold:g}; {args.requests} requests per round, {args.max_tokens} tokens "
           f"at most; {args.rounds} round(s) per cell.\n")
     common = ["--threshold", str(args.threshold), "--log_level", "warning", "--max_tokens", str(args.max_tokens)]

@@ -24,6 +24,7 @@ _LAZY = {
     "ConfidenceTrainer": ".trainer",
     "ConfidenceTrainingArguments": ".training_args",
     "DEFAULT_MODEL": ".default_model",
+    "EvalResultsSource": ".publishing.eval_results",
     "ForConfidenceMixin": ".modeling",
     "HubPublishError": ".publishing.hub",
     "ModelArguments": ".arguments",
@@ -67,6 +68,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .modeling import ConfidenceModelOutput, ForConfidenceMixin
     from .pipeline import ConfidenceEstimationPipeline, register_pipeline
     from .publishing.dataset_card import write_honestybench
+    from .publishing.eval_results import EvalResultsSource
     from .publishing.hub import (
         HubPublishError, push_folder, push_gate_space, push_honestybench, push_metric_space, push_model,
     )

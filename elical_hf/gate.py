@@ -44,7 +44,8 @@ from .signals.decoding import Decoder, check_prompt_lengths, context_length, dec
 from .signals.generation import SamplingSettings, build_prompt_ids
 
 
-__all__ = ["DECISIONS", "BaseLanguageModel", "answer_questions", "base_model_only", "decide", "one_call_per_model"]
+__all__ = ["DECISIONS", "BaseLanguageModel", "answer_questions", "base_model_only", "decide", "one_call_per_model",
+           "thresholds_for", "thresholds_per_question"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,80 @@ def check_thresholds(threshold: Any, retrieve_threshold: Any = None) -> tuple[fl
         raise ValueError(f"`retrieve_threshold` ({retrieve_threshold}) must not exceed `threshold` ({threshold}): "
                          "questions retrieve below the answer threshold and abstain below the retrieve threshold.")
     return threshold, retrieve_threshold
+
+
+def thresholds_for(config: Any, domain: str | None = None) -> tuple[float | None, float | None]:
+    """
+    The saved `(decision_threshold, retrieve_threshold)` a question of `domain` is gated with: the domain's own
+    decision threshold when the model saved one for it (`elical-hf threshold --by dataset`:
+    [`ConfidenceConfig.domain_thresholds`]), else the model's single ones (the fallback, also for a domain the map
+    sends to the fallback, e.g. one with too few calibration rows). The retrieve threshold is the model's, lowered to a
+    domain's decision threshold when above it. `domain=None` always gets the fallback.
+
+    Raises:
+        `ValueError`: for a domain the map does not name (listing those it does), a domain given to a model without
+        a map, or a domain that is not a string.
+    """
+    fallback = (config.decision_threshold, config.retrieve_threshold)
+    if domain is None:
+        return fallback
+    if not isinstance(domain, str):
+        raise ValueError(f"A domain must be a string (or None), got {domain!r} ({type(domain).__name__}).")
+    table = config.domain_thresholds
+    if table is None:
+        raise ValueError(f"This model has no per-domain thresholds, so domain {domain!r} names none: set them with "
+                         "`elical-hf threshold MODEL --records R --by dataset`, or leave the domain out for its one "
+                         "threshold.")
+    entry = table["domains"].get(domain)
+    if entry is None:
+        known = sorted(table["domains"])
+        shown = ", ".join(map(repr, known[:20])) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        raise ValueError(f"Unknown domain {domain!r}: this model has thresholds for the {table['by']!r} values "
+                         f"{shown}; leave the domain out for its pooled threshold.")
+    threshold = entry.get("decision_threshold")
+    if threshold is None:
+        return fallback
+    retrieve = config.retrieve_threshold
+    return threshold, (None if retrieve is None else min(retrieve, threshold))
+
+
+def thresholds_per_question(
+    config: Any,
+    count: int,
+    domain: str | Sequence[str | None] | None = None,
+    threshold: float | None = None,
+    retrieve_threshold: float | None = None,
+) -> list[tuple[float, float | None]]:
+    """
+    The validated `(threshold, retrieve_threshold)` of each of `count` questions ([`check_thresholds`]): the saved
+    ones of each question's domain ([`thresholds_for`]), with `threshold` / `retrieve_threshold`, when given,
+    overriding them for every question.
+
+    Args:
+        domain (`str` or `list`, *optional*): One domain for every question, or one per question (`None` items: the
+            model's pooled threshold).
+
+    Raises:
+        `ValueError`: a list of domains of another length than the questions, an unknown domain, or no threshold
+        at all (the model has none and none is given).
+    """
+    if domain is None or isinstance(domain, str):
+        domains: list[str | None] = [domain] * count
+    elif isinstance(domain, Sequence) and len(domain) == count:
+        domains = list(domain)
+    else:
+        size = f"{len(domain)} domains" if isinstance(domain, Sequence) else repr(domain)
+        raise ValueError(f"`domain` must be one domain or one per question ({count}), got {size}.")
+    rules: dict[str | None, tuple[float, float | None]] = {}
+    for name in dict.fromkeys(domains):
+        saved, saved_retrieve = thresholds_for(config, name)
+        chosen = saved if threshold is None else threshold
+        if chosen is None:
+            raise ValueError("This model has no decision threshold: set one with `elical-hf threshold MODEL "
+                             "--records ...` (optionally `--alpha 0.1 --delta 0.1` for a guaranteed error rate), or "
+                             "pass `threshold=`.")
+        rules[name] = check_thresholds(chosen, saved_retrieve if retrieve_threshold is None else retrieve_threshold)
+    return [rules[name] for name in domains]
 
 
 def decide(confidence: float, decision_threshold: float, retrieve_threshold: float | None = None) -> str:
@@ -231,6 +306,10 @@ def answer_questions(
     batch_size: int = 16,
     progress: bool = False,
     cancelled: Callable[[int], bool] | None = None,
+    domain: str | Sequence[str | None] | None = None,
+    top_logprobs: int = 0,
+    on_decision: Callable[[int, dict[str, Any]], None] | None = None,
+    on_token: Callable[[int, int, float, list[tuple[int, float]] | None], None] | None = None,
 ) -> list[dict[str, Any]]:
     """
     Decide for each question whether to answer, retrieve or abstain, and answer it with the base model when the
@@ -240,9 +319,13 @@ def answer_questions(
         model ([`PeftModelForConfidence`] or [`ForConfidenceMixin`]): A confidence model from
             [`AutoModelForConfidence`].
         questions (`list[str]` or `str`): Raw questions.
-        threshold (`float`, *optional*): Answer at or above it; defaults to the saved `decision_threshold`.
+        threshold (`float`, *optional*): Answer at or above it; defaults to the saved `decision_threshold` (of each
+            question's `domain`).
         retrieve_threshold (`float`, *optional*): Retrieve at or above it (and below `threshold`); defaults to the
             saved `retrieve_threshold` (`None`: never retrieve).
+        domain (`str` or `list[str | None]`, *optional*): The questions' domain, or one per question: each is gated
+            with its domain's saved thresholds ([`thresholds_for`]; `elical-hf threshold --by dataset`). `None`:
+            the model's pooled thresholds.
         retrieve (`Callable[[str], str | None]`, *optional*): Called with each question in the retrieve band; returns
             context to answer with (`None`: nothing found, no answer). Without it, those questions get no answer.
         settings ([`~elical_hf.signals.SamplingSettings`], *optional*): The answer prompt and stop strings; defaults to
@@ -253,12 +336,21 @@ def answer_questions(
         progress (`bool`, *optional*, defaults to `False`): Show progress bars.
         cancelled (`Callable[[int], bool]`, *optional*): Called with a question's row during decoding: `True` stops
             decoding its answer there (a server's client left; the answer is what was decoded so far).
+        top_logprobs (`int`, *optional*, defaults to 0): Also keep, per answer token, the `top_logprobs` most likely
+            tokens of the distribution the greedy pick was made from (`answer_top_logprobs`).
+        on_decision (`Callable[[int, dict], None]`, *optional*): Called with a question's row and its result as soon
+            as its decision is known, before its first answer token (a retrieve decision after its retrieval, with its
+            `context`): what a server streams first.
+        on_token (`Callable[[int, int, float, list | None], None]`, *optional*): Called with a question's row, each
+            answer token id as it is decoded, its log-probability and its `top_logprobs` pairs (`None` without).
 
     Returns:
         `list[dict]`: per question, in input order: `question`, `confidence` (`float`), `decision` (`"answer"`,
         `"retrieve"` or `"abstain"`), `answer` (the greedy answer, `None` when not answered), `answer_tokens` (its
-        tokens, one decoded string each, EOS included when emitted) and `context` (what `retrieve` returned, else
-        `None`).
+        tokens, one decoded string each, EOS included when emitted), `answer_logprobs` (each token's log-probability
+        under the base model, from the distribution its greedy pick was made from), `answer_top_logprobs` (per token,
+        `(token id, log-probability)` pairs of the `top_logprobs` most likely tokens; `None` without) and `context`
+        (what `retrieve` returned, else `None`).
 
     The answers are decoded in the model's own dtype (no autocast), like its confidences.
     """
@@ -271,12 +363,7 @@ def answer_questions(
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"Questions must be non-empty strings; row {row} is {question!r}.")
     questions = [question.strip() for question in questions]
-    threshold = config.decision_threshold if threshold is None else threshold
-    retrieve_threshold = config.retrieve_threshold if retrieve_threshold is None else retrieve_threshold
-    if threshold is None:
-        raise ValueError("This model has no decision threshold: set one with `elical-hf threshold MODEL --records ...` "
-                         "(optionally `--alpha 0.1 --delta 0.1` for a guaranteed error rate), or pass `threshold=`.")
-    threshold, retrieve_threshold = check_thresholds(threshold, retrieve_threshold)
+    rules = thresholds_per_question(config, len(questions), domain, threshold, retrieve_threshold)
     if retrieve is not None and not callable(retrieve):
         raise ValueError(f"`retrieve` must be a callable question -> context (str or None), got {retrieve!r}.")
     if settings is None:
@@ -284,7 +371,7 @@ def answer_questions(
     if settings.chat_template_kwargs is None:  # the answer prompt rendered as the confidence prompt (Qwen3: no thinking)
         settings = dataclasses.replace(settings, chat_template_kwargs=config.chat_template_kwargs)
     results = [{"question": q, "confidence": None, "decision": None, "answer": None, "answer_tokens": None,
-                "context": None} for q in questions]
+                "answer_logprobs": None, "answer_top_logprobs": None, "context": None} for q in questions]
     if not questions:
         return results
     language_model = BaseLanguageModel(inner)
@@ -293,12 +380,15 @@ def answer_questions(
                          [f"question row {i}" for i in range(len(questions))])
 
     def set_decision(index: int, confidence: float) -> None:
-        results[index].update(confidence=confidence, decision=decide(confidence, threshold, retrieve_threshold))
+        results[index].update(confidence=confidence, decision=decide(confidence, *rules[index]))
+        if on_decision is not None and (results[index]["decision"] != "retrieve" or retrieve is None):
+            on_decision(index, results[index])  # a retrieve decision is told with its context
 
     def decoder(on_prefill: Callable[[list[str]], list[bool]] | None = None) -> Decoder:
         stop = (lambda key: cancelled(int(key))) if cancelled is not None else None  # the keys are row numbers
+        told = (lambda key, *token: on_token(int(key), *token)) if on_token is not None else None
         return Decoder(language_model, tokenizer, settings, None, greedy_only=True, share_prefix=True,
-                       on_prefill=on_prefill, cancelled=stop)
+                       on_prefill=on_prefill, cancelled=stop, top_logprobs=top_logprobs, on_token=told)
 
     keys = [str(i) for i in range(len(questions))]  # the decoder's keys: row numbers (greedy rows draw no seeds)
     fused = _fused_rows(config, tokenizer, questions, prompt_ids) if not config.use_lora else set()
@@ -325,9 +415,9 @@ def answer_questions(
                              "Answering")
         for i, output in zip(order, outputs):
             if results[i]["decision"] == "answer":
-                results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])
+                results[i].update(_answer_fields(output))
         if retrieve is not None:
-            _answer_with_context(results, retrieve, decoder(), tokenizer, settings, progress)
+            _answer_with_context(results, retrieve, decoder(), tokenizer, settings, progress, on_decision)
     return results
 
 
@@ -341,11 +431,18 @@ def _fused_rows(config: Any, tokenizer: Any, questions: list[str], prompt_ids: l
     return same
 
 
+def _answer_fields(output: dict[str, Any]) -> dict[str, Any]:
+    """The answer fields of a result, from the decoder's output for its prompt."""
+    return {"answer": output["greedy_response"], "answer_tokens": output["greedy_tokens"],
+            "answer_logprobs": output["greedy_logprobs"], "answer_top_logprobs": output.get("greedy_top_logprobs")}
+
+
 def _answer_with_context(
     results: list[dict[str, Any]], retrieve: Callable[[str], str | None], decoder: Decoder, tokenizer: Any,
-    settings: SamplingSettings, progress: bool,
+    settings: SamplingSettings, progress: bool, on_decision: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> None:
-    """Fetch context for the retrieve decisions and answer them with it (in place)."""
+    """Fetch context for the retrieve decisions and answer them with it (in place), telling `on_decision` each
+    decision with its context."""
     rows = [i for i, r in enumerate(results) if r["decision"] == "retrieve"]
     for i in rows:
         context = retrieve(results[i]["question"])
@@ -353,6 +450,8 @@ def _answer_with_context(
             raise ValueError(f"`retrieve` must return a string or None; for {results[i]['question']!r} it returned "
                              f"{context!r} ({type(context).__name__}).")
         results[i]["context"] = context
+        if on_decision is not None:
+            on_decision(i, results[i])
     rows = [i for i in rows if results[i]["context"]]
     if not rows:
         return
@@ -363,4 +462,4 @@ def _answer_with_context(
                          [f"question row {i} with its retrieved context" for i in rows])
     outputs = decode_all(decoder, [str(i) for i in rows], prompt_ids, progress, "Answering with context")
     for i, output in zip(rows, outputs):
-        results[i].update(answer=output["greedy_response"], answer_tokens=output["greedy_tokens"])
+        results[i].update(_answer_fields(output))

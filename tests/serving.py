@@ -2,8 +2,9 @@
 and benchmarks that drive it over HTTP.
 
 [`ServerProcess`] starts one and waits until it answers; [`QuietServer`] is that with the tests' environment (offline,
-one OpenMP thread, float32) and quiet logs. [`gated_model`] saves a tiny confidence model with a decision threshold
-between the confidences of the given questions, so that some are answered and some abstained.
+one OpenMP thread, float32) and quiet logs; [`running`] serves an app on a thread of the test's own process.
+[`gated_model`] saves a tiny confidence model with a decision threshold between the confidences of the given
+questions, so that some are answered and some abstained.
 
 ```python
 >>> from tests.serving import ServerProcess
@@ -14,6 +15,7 @@ between the confidences of the given questions, so that some are answered and so
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -143,6 +146,27 @@ class ServerProcess:
                 return response.status, json.loads(response.read()), dict(response.headers)
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read()), dict(error.headers)
+
+
+@contextlib.contextmanager
+def running(app):
+    """`app` served by uvicorn on a thread of this process, on a free port of 127.0.0.1; yields the port."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=60)
+        sock.close()
 
 
 class QuietServer(ServerProcess):

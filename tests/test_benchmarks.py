@@ -214,3 +214,24 @@ def test_judge_verdict_compares_the_two_verdicts_on_records(tiny_llama, tmp_path
     assert 0 <= result["equal_share"] <= 1 and result["verdicts"] > 0
     assert set(result["auroc"]) == {"generate (verdicts)", "logprob (verdicts)", "logprob (P(certain), soft)"}
     assert all(seconds > 0 for seconds in result["seconds_per_1000"].values())
+
+
+@pytest.mark.slow
+def test_serve_load_streaming_and_confidence_scenarios_print_their_tables(tiny_llama, tmp_path):
+    """A smoke run of `--scenario stream confidence`: streamed requests are timed to their decision, first token and
+    end (in that order), and /v1/confidence requests give questions/s, at each concurrency."""
+    from elical_hf import AutoModelForConfidence
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "gate")
+    done = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "serve_load.py"), "--model", str(tmp_path / "gate"),
+                           "--scenario", "stream", "confidence", "--concurrency", "1", "2", "--requests", "2",
+                           "--warmup", "1", "--max_tokens", "3", "--questions_per_request", "3"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+            if line.startswith("|") and line.split("|")[1].strip().isdigit()]
+    streaming, confidence = [row for row in rows if len(row) == 5], [row for row in rows if len(row) == 3]
+    assert [row[0] for row in streaming] == [row[0] for row in confidence] == ["1", "2"]
+    for _, decision, first_p50, first_p90, end in streaming:
+        assert 0 < float(decision) <= float(first_p50) <= float(end) and float(first_p50) <= float(first_p90)
+    assert all(float(row[1]) > 0 for row in confidence)

@@ -50,7 +50,11 @@ HOMONYMS = {
     "output_dir": "a different folder per command (report, shards, merged shards, training runs, the demo)",
     "overwrite_output_dir": "train: train anew over another run (the same run resumes); evaluate: replace results",
     "prompt_template": "convert-official: None (the paper's QA prompt); sample: SamplingSettings' prompt",
+    "project": "evaluate: the tracker's project (EvaluateArguments mirrors TrainingArguments', which `evaluate --help` "
+               "must not import: it pulls in torch); train: TrainingArguments' own",
     "records": "demo: its committed records by default; RecordArguments' is required",
+    "report_to": "evaluate: the trackers the results go to (mirrors TrainingArguments', see project); train: TrainingArguments'",
+    "run_name": "evaluate: the tracker run's name (mirrors TrainingArguments', see project); train: TrainingArguments'",
     "revision": "push: the branch to commit to; convert-official: the revision of SRC",
     "seed": "the seed of each command's own draws (default 42 or 0)",
     "split": "threshold / probe-layers: the paper split to use (train); diagnose / select-labels: a filter (None)",

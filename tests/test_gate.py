@@ -202,3 +202,55 @@ def test_pipeline_generate(peaky_base, tmp_path):
         assert [o["decision"] for o in outputs] == [d["decision"] for d in direct]
         assert [o["answer"] for o in outputs] == [d["answer"] for d in direct]
     assert set(gate(QUESTIONS[0])) == {"confidence", "decision"}  # without generate: the score alone
+
+
+def with_domains(model, pooled: float, **domains: float | None):
+    """Give `model` a saved per-domain map (as `elical-hf threshold --by dataset` writes it) around `pooled`."""
+    config = model.confidence_config
+    config.decision_threshold, config.retrieve_threshold = pooled, None
+    config.domain_thresholds = {"by": "dataset", "min_rows": 30, "domains": {
+        name: {"decision_threshold": t, "rows": 40, "answered": None, "risk_control": None,
+               "fallback": None if t is not None else "5 rows, fewer than 30"} for name, t in domains.items()}}
+    return model
+
+
+def test_thresholds_for_a_domain_its_own_or_the_fallback():
+    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.gate import thresholds_for
+
+    config = ConfidenceConfig(decision_threshold=0.6, retrieve_threshold=0.4, domain_thresholds={
+        "by": "category", "domains": {"math": {"decision_threshold": 0.8}, "trivia": {"decision_threshold": 0.3},
+                                      "tiny": {"decision_threshold": None, "fallback": "3 rows, fewer than 30"}}})
+    assert thresholds_for(config) == thresholds_for(config, None) == (0.6, 0.4)
+    assert thresholds_for(config, "math") == (0.8, 0.4)
+    assert thresholds_for(config, "trivia") == (0.3, 0.3)  # the retrieve band never starts above the threshold
+    assert thresholds_for(config, "tiny") == (0.6, 0.4)  # the map's fallback
+    with pytest.raises(ValueError, match=r"Unknown domain 'law': .*'category' values 'math', 'tiny', 'trivia'"):
+        thresholds_for(config, "law")
+    with pytest.raises(ValueError, match="must be a string"):
+        thresholds_for(config, 3)
+    with pytest.raises(ValueError, match="no per-domain thresholds"):
+        thresholds_for(ConfidenceConfig(decision_threshold=0.6), "math")
+    # an old config (no map) loads and gates exactly as before
+    assert ConfidenceConfig.from_dict({"decision_threshold": 0.6}).domain_thresholds is None
+
+
+def test_answer_gates_each_question_with_its_domain(peaky_base):
+    model = perturbed(peaky_base, use_lora=True)
+    confidences = model.confidence(QUESTIONS)
+    pooled = between(confidences, 1)
+    with_domains(model, pooled, strict=1.0, lenient=0.0, small=None)
+    expected_pooled = ["answer" if c >= pooled else "abstain" for c in confidences]
+    assert [r["decision"] for r in model.answer(QUESTIONS, max_new_tokens=2)] == expected_pooled
+    assert [r["decision"] for r in model.answer(QUESTIONS, domain="small", max_new_tokens=2)] == expected_pooled
+    assert {r["decision"] for r in model.answer(QUESTIONS, domain="strict", max_new_tokens=2)} == {"abstain"}
+    mixed = model.answer(QUESTIONS, domain=["strict", "lenient", None, "lenient"], max_new_tokens=2)
+    assert [r["decision"] for r in mixed] == ["abstain", "answer", expected_pooled[2], "answer"]
+    assert mixed[1]["answer"] is not None and mixed[0]["answer"] is None
+    # threshold= overrides the domain's, as it overrides the saved one
+    assert {r["decision"] for r in model.answer(QUESTIONS, domain="strict", threshold=0.0, max_new_tokens=2)} == {
+        "answer"}
+    with pytest.raises(ValueError, match="Unknown domain 'law'"):
+        model.answer(QUESTIONS, domain="law")
+    with pytest.raises(ValueError, match=r"one per question \(4\), got 2 domains"):
+        model.answer(QUESTIONS, domain=["strict", "lenient"])

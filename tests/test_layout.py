@@ -55,7 +55,7 @@ FLOORS: list[tuple[str, list[str]]] = [
                "prefix_attention", "provenance", "saved_model"]),
     ("training", ["callbacks", "head_calibration", "layer_features", "recipe", "trainer", "training_args"]),
     ("signals", ["signals", "signals.*"]),
-    ("evaluation", ["diagnosis", "evaluation", "label_selection", "plots", "probes"]),
+    ("evaluation", ["diagnosis", "drift", "evaluation", "label_selection", "plots", "probes"]),
     ("steps", ["steps", "steps.*"]),
     ("publishing", ["convert", "publishing", "publishing.*"]),
     ("entry points", ["", "cli", "cli.*", "demo", "gate", "pipeline", "serve", "serve.*", "integrations",

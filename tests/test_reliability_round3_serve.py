@@ -9,7 +9,6 @@ connections that stay open for the next request."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import http.client
 import json
@@ -23,6 +22,7 @@ import torch
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
 from tests.reliability import case
+from tests.serving import running
 from tests.tiny import CHAT_TEMPLATE, make_tiny_causal_lm, make_tiny_tokenizer
 
 
@@ -41,25 +41,6 @@ def retrieve(question: str) -> str | None:
     """The gate's retriever: a context holding a lone surrogate for questions about a king, the knowledge base
     otherwise."""
     return "the king \udcff was born" if "king" in question else CONTEXT
-
-
-@contextlib.contextmanager
-def running(app):
-    """`app` served by uvicorn on a thread of this process, on a free port of 127.0.0.1; yields the port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
 
 
 def post(connection: http.client.HTTPConnection, body: bytes | dict, headers: dict | None = None,

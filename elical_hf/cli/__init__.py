@@ -26,6 +26,7 @@ COMMANDS = {
     "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10."),
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
     "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
+    "monitor": ("elical_hf.cli.monitor", "Do new questions' confidences still look like the calibration set's? (KS test)"),
     "diagnose": ("elical_hf.cli.diagnose", "Will elicitation help? Consistency vs correctness on the labels you have."),
     "probe-layers": ("elical_hf.cli.probe_layers", "Which layer knows? Probe AUROC by layer, and the layer to read."),
     "select-labels": ("elical_hf.cli.select_labels", "Choose which questions to send for correctness labels (stage 2)."),

@@ -1,4 +1,5 @@
-"""`elical-hf serve`: an OpenAI-compatible server (`POST /v1/chat/completions`, `GET /v1/models`) for the gate.
+"""`elical-hf serve`: an OpenAI-compatible server (`POST /v1/chat/completions`, `POST /v1/confidence`, `GET /v1/models`)
+for the gate.
 
 `--mode gate` (the default) serves a saved confidence model: each request (one question, a single user message) is
 scored before generation and answered by the unadapted base model, answered with retrieved context (`--retriever`),
@@ -8,7 +9,9 @@ model's base) as plain greedy chat completions, e.g. as the LLM judge of `elical
 Requests arriving within `--batch_wait_ms` of each other are scored and decoded in one batch. A request may ask for
 at most `--max_tokens_limit` tokens and send at most `--max_request_bytes`; a retriever call may take at most
 `--retriever_timeout` seconds; only the `Host` names of this machine (and `--allowed_hosts`) are answered. Needs the
-`serve` extra: pip install "elical-hf[serve]". See docs/serve.md.
+`serve` extra: pip install "elical-hf[serve]". `stream: true` streams the answer after the decision, `logprobs: true`
+returns its tokens' log-probabilities, and `POST /v1/confidence` scores up to `--max_questions` questions without
+answering them (a router's signal). See docs/serve.md.
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class ServeArguments(only(ModelArguments, "dtype")):
     max_request_bytes: int = field(
         default=1 << 20, metadata={"help": "The largest request body, in bytes (a larger one gets a 413 before it is "
                                    "read)."})
+    max_questions: int = field(
+        default=256, metadata={"help": "The most questions one POST /v1/confidence request may send (more is refused "
+                               "with a 400)."})
     max_batch_size: int = field(default=16, metadata={"help": "Most requests scored and decoded in one batch."})
     batch_wait_ms: float = field(
         default=5.0, metadata={"help": "How long a batch's first request waits for others (milliseconds)."})
@@ -78,7 +84,7 @@ class ServeArguments(only(ModelArguments, "dtype")):
             raise ValueError(f"--mode must be one of {MODES}, got {self.mode!r}.")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must lie in [0, 65535], got {self.port}.")
-        for name in ("max_tokens", "max_batch_size", "max_tokens_limit", "max_request_bytes"):
+        for name in ("max_tokens", "max_batch_size", "max_tokens_limit", "max_request_bytes", "max_questions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_tokens > self.max_tokens_limit:
@@ -102,7 +108,8 @@ def make_parser() -> ElicalArgumentParser:
 def build_engine(options: ServeArguments):
     """The engine `options` describe, with its model loaded."""
     from elical_hf.serve.completion import CompletionEngine
-    from elical_hf.serve.engine import GateEngine, load_entry_point
+    from elical_hf.serve.engine import GateEngine
+    from elical_hf.serve.retrieval import load_entry_point
 
     from elical_hf.prompts import check_prompt_texts
 
@@ -120,7 +127,8 @@ def build_engine(options: ServeArguments):
     from elical_hf.saved_model import find_saved_model
 
     retriever = load_entry_point(options.retriever) if options.retriever else None  # before the model loads
-    if find_saved_model(options.model) is None:
+    folder = find_saved_model(options.model)
+    if folder is None:
         raise ValueError(f"{options.model} is not a saved confidence model (no confidence_config.json); to serve a "
                          "plain causal LM, pass --mode completion.")
     kwargs = {"dtype": options.dtype, **({"device_map": options.device} if options.device else {})}
@@ -128,7 +136,18 @@ def build_engine(options: ServeArguments):
     return GateEngine(model, name, threshold=options.threshold, retrieve_threshold=options.retrieve_threshold,
                       retriever=retriever, abstain_message=options.abstain_message,
                       retriever_timeout=options.retriever_timeout,
-                      allow_request_thresholds=options.allow_request_thresholds, **common)
+                      allow_request_thresholds=options.allow_request_thresholds, max_questions=options.max_questions,
+                      model_info=model_info(model, folder), **common)
+
+
+def model_info(model, folder: str) -> dict:
+    """What `/v1/models` and `/v1/confidence` say about the served confidence model: its base model (named as a
+    served model is, never by its path) and its revision ([`~elical_hf.serve.confidence.saved_model_revision`])."""
+    from elical_hf.loading import unwrap_peft
+    from elical_hf.serve.confidence import saved_model_revision
+
+    base = unwrap_peft(model).confidence_config.base_model_name_or_path
+    return {"base_model": default_served_name(base) if base else None, **saved_model_revision(folder)}
 
 
 def default_served_name(model: str) -> str:

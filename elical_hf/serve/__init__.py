@@ -2,7 +2,9 @@
 
 - [`~elical_hf.serve.schema`]: the chat-completions request schema, what is refused, the OpenAI error body;
 - [`~elical_hf.serve.engine`]: what a batch of requests computes: the gate ([`~elical_hf.serve.completion`]: a plain
-  completion, `--mode completion`);
+  completion, `--mode completion`; [`~elical_hf.serve.confidence`]: `/v1/confidence`'s scores; [`~elical_hf.serve.
+  retrieval`]: the retriever, called with a timeout);
+- [`~elical_hf.serve.stream`]: streamed replies (`stream: true`, the decision first) and `logprobs`;
 - [`~elical_hf.serve.batching`]: the micro-batcher (requests of a few milliseconds in one call, on one thread);
 - [`~elical_hf.serve.app`]: the FastAPI routes (`create_app`).
 

@@ -1,16 +1,19 @@
 """The FastAPI application: OpenAI-compatible routes over an engine, micro-batched, with OpenAI-style errors.
 
-Routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /v1/models/{model}`, `GET /health`. Every error is the
-OpenAI error JSON (`{"error": {"message", "type", "param", "code"}}`): a bad request gets a 4xx (a body over the size
-limit, a body not declared JSON, malformed JSON, a schema error, a string that is not text, empty messages, a prompt
-longer than the context, an unsupported option such as `stream: true`), a request for another host a 400, an
-unknown route a 404, and a bug a 500 for its own request alone, on a connection that stays open.
+Routes: `POST /v1/chat/completions` (streamed as server-sent events with `stream: true`: [`~elical_hf.serve.stream`]),
+`POST /v1/confidence` (scores only, gate mode: [`~elical_hf.serve.confidence`]), `GET /v1/models`,
+`GET /v1/models/{model}`, `GET /health`. Every error is the OpenAI error JSON (`{"error": {"message", "type", "param",
+"code"}}`): a bad request gets a 4xx (a body over the size limit, a body not declared JSON, malformed JSON, a schema
+error, a string that is not text, empty messages, a prompt longer than the context, an unsupported option such as
+`n: 2`), a request for another host a 400, an unknown route a 404, and a bug a 500 for its own request alone, on a
+connection that stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -24,8 +27,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from .batching import MicroBatcher
-from .engine import Engine, Reply
-from .schema import RequestError, error_body, parse_request, validation_error
+from .engine import Engine
+from .schema import (ChatCompletionRequest, ConfidenceRequest, Reply, RequestError, error_body, parse_request,
+                     validation_error)
+from .stream import stream_response
 
 
 logger = logging.getLogger(__name__)
@@ -173,7 +178,8 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
     model_card = {"id": engine.model_name, "object": "model", "created": created, "owned_by": "elical-hf",
                   "elical": {"mode": engine.mode}}
     if engine.mode == "gate":
-        model_card["elical"].update(threshold=engine.threshold, retrieve_threshold=engine.retrieve_threshold)
+        model_card["elical"].update(threshold=engine.threshold, retrieve_threshold=engine.retrieve_threshold,
+                                    **engine.model_info)
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
@@ -208,13 +214,27 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
                                param="model", code="model_not_found", status=404)
         return model_card
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        """A chat completion (the body: [`~elical_hf.serve.schema.ChatCompletionRequest`] as JSON). Everything
-        about the request is checked before it joins a batch; a failure of its own inside the batch is its own
-        error (the route catches it: a bug re-raised to the server would reset the connection)."""
+    def respond(request: Request, result: Any) -> Response:
+        """The response to a job's result: its reply, or its error."""
+        if isinstance(result, RequestError):
+            return error_response(result)
+        if isinstance(result, Exception):
+            return internal_error(request, result)
+        assert isinstance(result, Reply)
+        return JSONResponse(result.body, headers=result.headers)
+
+    async def answer(request: Request, schema: Any, prepare: Any) -> Response:
+        """Check the request's body (a `schema`; `prepare`: the parsed body -> its job) before it joins a batch, and
+        answer it; a failure of its own inside the batch is its own error (caught here: a bug re-raised to the server
+        would reset the connection)."""
         try:
-            job = engine.prepare(parse_request(await read_body(request, max_request_bytes)))
+            parsed = parse_request(await read_body(request, max_request_bytes), schema)
+            job = prepare(parsed)
+            if getattr(parsed, "stream", False):
+                usage = parsed.stream_options is not None and bool(parsed.stream_options.include_usage)
+                response = await stream_response(job, batcher.submit(job), engine.model_name, usage,
+                                                  client_gone(request), functools.partial(respond, request))
+                return Response(status_code=CLIENT_CLOSED) if response is None else response
             answered, result = await unless_client_leaves(request, batcher.submit(job))
         except ClientDisconnect:  # gone before sending its whole body
             return Response(status_code=CLIENT_CLOSED)
@@ -225,9 +245,24 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         if not answered:  # nobody to answer: the job was dropped from its batch, or its decoding stops
             job.cancelled.set()
             return Response(status_code=CLIENT_CLOSED)
-        if isinstance(result, RequestError):
-            return error_response(result)
-        assert isinstance(result, Reply)
-        return JSONResponse(result.body, headers=result.headers)
+        return respond(request, result)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        """A chat completion (the body: [`~elical_hf.serve.schema.ChatCompletionRequest`] as JSON); streamed with
+        `stream: true`."""
+        return await answer(request, ChatCompletionRequest, engine.prepare)
+
+    @app.post("/v1/confidence")
+    async def confidence(request: Request) -> Response:
+        """Confidences and decisions of many questions, no generation (the body:
+        [`~elical_hf.serve.schema.ConfidenceRequest`] as JSON); gate mode only."""
+        if engine.mode != "gate":
+            return error_response(RequestError("/v1/confidence scores questions with a confidence model: this "
+                                               "server serves plain completions (--mode completion).",
+                                               code="unsupported_endpoint", status=404))
+        from .confidence import prepare_confidence
+
+        return await answer(request, ConfidenceRequest, functools.partial(prepare_confidence, engine))
 
     return app

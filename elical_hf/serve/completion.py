@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import MAX_TOKENS_LIMIT, Engine, Job, Reply
-from .schema import ChatCompletionRequest, RequestError
+from .engine import MAX_TOKENS_LIMIT, Engine, Job
+from .schema import ChatCompletionRequest, Reply, RequestError
 
 
 __all__ = ["CompletionEngine"]
@@ -39,6 +39,10 @@ class CompletionEngine(Engine):
         from ..prompts import check_chat_template_kwargs
 
         job = super().prepare(request)
+        for name in ("stream", "logprobs"):
+            if getattr(request, name):
+                raise RequestError(f"`{name}` is for the gate (elical-hf serve MODEL): --mode completion answers "
+                                   "whole, without log-probabilities.", param=name, code="unsupported_parameter")
         if request.elical is not None:
             raise RequestError("The `elical` gate options (thresholds) apply to a gate server; this one serves plain "
                                "completions (--mode completion) and would ignore them.", param="elical",

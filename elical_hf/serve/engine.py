@@ -5,7 +5,8 @@ gate's decision and answer ([`GateEngine`]).
   the unadapted base model, or abstained, or answered with retrieved context, exactly as `model.answer` does (it
   calls [`~elical_hf.gate.answer_questions`] once per batch). The decision travels in the response's `elical`
   field and in `x-elical-*` headers; an abstention answers with the configured message and
-  `finish_reason: "abstain"`.
+  `finish_reason: "abstain"`. A streamed request is told its decision and tokens as they come
+  ([`~elical_hf.serve.stream`]); a `/v1/confidence` request is scored only ([`~elical_hf.serve.confidence`]).
 - [`~elical_hf.serve.completion.CompletionEngine`] (`elical-hf serve MODEL --mode completion`,
   `serve/completion.py`): a plain greedy chat completion of any causal LM, the whole conversation rendered by its chat
   template (what an LLM judge needs; no gating).
@@ -21,10 +22,7 @@ timeout fails its own request alone.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
-import os
-import sys
 import threading
 import time
 import uuid
@@ -33,7 +31,9 @@ from typing import Any
 
 from ..loading import unwrap_peft
 from ..prompts import ABSTAIN_MESSAGE
-from .schema import ChatCompletionRequest, RequestError, check_supported
+from .retrieval import checked_retriever
+from .schema import ChatCompletionRequest, GateOptions, Reply, RequestError, check_supported
+from .stream import TokenStream, gate_headers, logprob_entries
 
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,8 @@ ABSTAIN_FINISH_REASON = "abstain"
 MAX_TOKENS_LIMIT = 256
 """The most answer tokens a request may ask for by default (`elical-hf serve --max_tokens_limit`): a batch decodes
 until its longest answer ends, and the requests that arrive meanwhile wait for it."""
+MAX_QUESTIONS = 256
+"""The most questions a `/v1/confidence` request may send by default (`elical-hf serve --max_questions`)."""
 RETRIEVER_TIMEOUT = 10.0
 """Seconds a retriever call may take by default (`elical-hf serve --retriever_timeout`): the model waits for it."""
 
@@ -57,10 +59,15 @@ class Job:
     retrieve_threshold: float | None = None
     repetition_penalty: float = 1.0
     chat_template_kwargs: dict[str, Any] | None = None
+    top_logprobs: int | None = None
+    """`logprobs` with this many `top_logprobs` per token (`None`: no `logprobs`)."""
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
     """Set (by the server's route) when the client left: the job's rows stop decoding."""
+    listener: Callable[[tuple], None] | None = dataclasses.field(default=None, repr=False, compare=False)
+    """Set (by the server's route) for a streamed request: told its decision and tokens on the worker thread
+    ([`~elical_hf.serve.stream`])."""
 
     @property
     def group(self) -> tuple[int, str]:
@@ -69,63 +76,12 @@ class Job:
         return self.max_tokens, repr((self.stop, self.threshold, self.retrieve_threshold, self.repetition_penalty))
 
 
-@dataclasses.dataclass
-class Reply:
-    """A response body (`chat.completion`) and its extra headers."""
-
-    body: dict[str, Any]
-    headers: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
 def finish_reason(tokens: list[str], max_tokens: int, special_tokens: set[str], stop: tuple[str, ...] = ()) -> str:
     """Why an answer of `tokens` (one decoded string per token, as the gate returns them) ended: `"stop"` (an EOS or
     another special token, a stop string) or `"length"` (cut at `max_tokens`)."""
     if len(tokens) < max_tokens or tokens[-1] in special_tokens:
         return "stop"
     return "stop" if any(s in "".join(tokens) for s in stop) else "length"
-
-
-def call_with_timeout(function: Callable[[Any], Any], argument: Any, timeout: float) -> Any:
-    """`function(argument)`, or a `TimeoutError` when it has not returned after `timeout` seconds (it then goes on, on
-    a daemon thread that cannot hold up the server's exit)."""
-    outcome: dict[str, Any] = {}
-
-    def call() -> None:
-        try:
-            outcome["value"] = function(argument)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            outcome["error"] = error
-
-    thread = threading.Thread(target=call, name="elical-serve-call", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer within {timeout:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def load_entry_point(spec: str) -> Callable[[str], str | None]:
-    """The callable `module:function` names (the working directory importable, as uvicorn does); a `ValueError`
-    saying what is wrong otherwise."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"--retriever must be `module:function`, got {spec!r}.")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"--retriever {spec}: cannot import {module_name!r} ({error}).") from None
-    target = module
-    for part in attribute.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ValueError(f"--retriever {spec}: {module_name!r} has no {attribute!r}.")
-    if not callable(target):
-        raise ValueError(f"--retriever {spec} is not callable (a {type(target).__name__}).")
-    return target
 
 
 class Engine:
@@ -173,7 +129,8 @@ class Engine:
                                f"{self.context_length} tokens.", param="max_tokens", code="context_length_exceeded")
         penalty = 1.0 if request.repetition_penalty is None else request.repetition_penalty
         return Job(messages, max_tokens, request.stop_strings(), repetition_penalty=penalty,
-                   chat_template_kwargs=request.chat_template_kwargs)
+                   chat_template_kwargs=request.chat_template_kwargs,
+                   top_logprobs=(request.top_logprobs or 0) if request.logprobs else None)
 
     def run(self, jobs: list[Job]) -> list[Reply | RequestError]:
         """Compute jobs that share their settings ([`Job.group`]; the server's batcher runs one call per group), on
@@ -233,8 +190,15 @@ class GateEngine(Engine):
         retriever_timeout (`float`, *optional*, defaults to 10): Seconds a retriever call may take; a request whose
             retrieval takes longer gets a 504 (`retriever_timeout`), the others of its batch are answered.
         allow_request_thresholds (`bool`, *optional*, defaults to `False`): Let a request set any thresholds; by
-            default a request may only make the gate stricter (a threshold at or above the server's, a retrieve
-            threshold at or above the server's band).
+            default a request may only make the gate stricter (a threshold at or above the server's, or its domain's,
+            a retrieve threshold at or above the band).
+        max_questions (`int`, *optional*, defaults to 256): The most questions a `/v1/confidence` request may send.
+        model_info (`dict`, *optional*): What `/v1/models` and `/v1/confidence` say about the model (its base model,
+            its revision: [`~elical_hf.serve.confidence.saved_model_revision`]); never a local path.
+
+    The thresholds of a request that names its domain (`"elical": {"domain": "nq"}`) are the model's saved ones for
+    that domain ([`~elical_hf.gate.thresholds_for`]); a domain without saved thresholds of its own is gated as any
+    question (`threshold`, by default the saved fallback).
     """
 
     mode = "gate"
@@ -243,13 +207,17 @@ class GateEngine(Engine):
                  retrieve_threshold: float | None = None, retriever: Callable[[str], str | None] | None = None,
                  abstain_message: str = ABSTAIN_MESSAGE, max_tokens: int = 64, batch_size: int = 16,
                  max_tokens_limit: int = MAX_TOKENS_LIMIT, retriever_timeout: float = RETRIEVER_TIMEOUT,
-                 allow_request_thresholds: bool = False) -> None:
+                 allow_request_thresholds: bool = False, max_questions: int = MAX_QUESTIONS,
+                 model_info: dict[str, Any] | None = None) -> None:
         from ..gate import check_thresholds
         from ..signals.decoding import context_length
 
         if not retriever_timeout > 0:
             raise ValueError(f"--retriever_timeout must be > 0 seconds, got {retriever_timeout}.")
+        if max_questions < 1:
+            raise ValueError(f"--max_questions must be >= 1, got {max_questions}.")
         self.retriever_timeout, self.allow_request_thresholds = retriever_timeout, allow_request_thresholds
+        self.max_questions = max_questions
 
         self.model = model
         self.inner = unwrap_peft(model)
@@ -267,12 +235,11 @@ class GateEngine(Engine):
             logger.warning("The retrieve band [%s, %s) is set but no --retriever is: its questions abstain.",
                            self.retrieve_threshold, self.threshold)
         self.retriever, self.abstain_message = retriever, abstain_message
+        self.model_info = dict(model_info or {})
         super().__init__(self.inner.tokenizer, model_name, context_length(self.inner), max_tokens, batch_size,
                          max_tokens_limit)
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
-        from ..gate import check_thresholds
-
         job = super().prepare(request)
         if len(job.messages) != 1 or job.messages[0]["role"] != "user":
             roles = [m["role"] for m in job.messages]
@@ -290,37 +257,65 @@ class GateEngine(Engine):
                                "confidence was trained with); `chat_template_kwargs` is only for --mode completion.",
                                param="chat_template_kwargs", code="unsupported_parameter")
         options = request.elical
+        job.threshold, job.retrieve_threshold = self.request_thresholds(options, options and options.domain)
+        return job
+
+    def domain_thresholds(self, domain: str | None, param: str = "elical.domain") -> tuple[float, float | None]:
+        """The thresholds a question of `domain` is gated with before a request's own: the domain's saved ones
+        ([`~elical_hf.gate.thresholds_for`]), else the server's (`domain=None`, or a domain the model has no
+        thresholds of its own for); a `RequestError` (`unknown_domain`, naming `param`) for a domain it refuses."""
+        if domain is None:
+            return self.threshold, self.retrieve_threshold
+        from ..gate import thresholds_for
+
+        try:
+            own = thresholds_for(self.config, domain)
+        except ValueError as error:
+            raise RequestError(str(error).replace("`", ""), param=param, code="unknown_domain") from None
+        if own == thresholds_for(self.config, None):  # the fallback: gated as any question
+            return self.threshold, self.retrieve_threshold
+        return own
+
+    def request_thresholds(self, options: GateOptions | None, domain: str | None,
+                           domain_param: str = "elical.domain") -> tuple[float, float | None]:
+        """The thresholds of a request's question of `domain`, with the request's own `options` (which may only make
+        the gate stricter, without `allow_request_thresholds`): a `RequestError` naming the field otherwise."""
+        from ..gate import check_thresholds
+
+        threshold, band = self.domain_thresholds(domain, domain_param)
         if options and not self.allow_request_thresholds:
-            self._check_stricter(options)
-        threshold = options.threshold if options and options.threshold is not None else self.threshold
+            self._check_stricter(options, threshold, band, f" questions of the domain {domain!r}" if domain else "")
+        if options and options.threshold is not None:
+            threshold = options.threshold
         if options and options.retrieve_threshold is not None:
             retrieve = options.retrieve_threshold
-        elif self.retrieve_threshold is not None and self.retrieve_threshold <= threshold:
-            retrieve = self.retrieve_threshold
+        elif band is not None and band <= threshold:
+            retrieve = band
         else:  # no band, or a request threshold at or below the server's band: nothing lies between the two
             retrieve = None
         try:
-            job.threshold, job.retrieve_threshold = check_thresholds(threshold, retrieve)
+            return check_thresholds(threshold, retrieve)
         except ValueError as error:
             raise RequestError(str(error).replace("`", ""), param="elical") from None
-        return job
 
-    def _check_stricter(self, options: Any) -> None:
-        """Refuse request thresholds below the operator's (without `allow_request_thresholds`): a lower `threshold`
-        answers more questions, a lower `retrieve_threshold` retrieves for more. Raising `threshold` above a saved
-        band sends the questions between the two thresholds to retrieval instead of answering them: a stricter
-        answer, with the operator's retriever, as the band is defined (`docs/serve.md`)."""
+    @staticmethod
+    def _check_stricter(options: GateOptions, threshold: float, band: float | None, which: str) -> None:
+        """Refuse request thresholds below the operator's (`threshold`, `band`: the server's or the domain's) without
+        `allow_request_thresholds`: a lower `threshold` answers more questions, a lower `retrieve_threshold`
+        retrieves for more. Raising `threshold` above a saved band sends the questions between the two thresholds
+        to retrieval instead of answering them: a stricter answer, with the operator's retriever, as the band is
+        defined (`docs/serve.md`)."""
         advice = "The operator lets requests set any with --allow_request_thresholds."
-        if options.threshold is not None and options.threshold < self.threshold:
-            raise RequestError(f"This server answers at or above confidence {self.threshold:g}; a request may only "
+        if options.threshold is not None and options.threshold < threshold:
+            raise RequestError(f"This server answers{which} at or above confidence {threshold:g}; a request may only "
                                f"raise the threshold (got {options.threshold:g}). {advice}", param="elical.threshold",
                                code="threshold_not_allowed")
         retrieve = options.retrieve_threshold
-        if retrieve is not None and (self.retrieve_threshold is None or retrieve < self.retrieve_threshold):
-            band = ("retrieves for no question" if self.retrieve_threshold is None else
-                    f"retrieves at or above confidence {self.retrieve_threshold:g}")
-            raise RequestError(f"This server {band}; a request may only raise the retrieve threshold (got "
-                               f"{retrieve:g}). {advice}", param="elical.retrieve_threshold",
+        if retrieve is not None and (band is None or retrieve < band):
+            band_text = ("retrieves for no question" if band is None else
+                         f"retrieves at or above confidence {band:g}")
+            raise RequestError(f"This server {band_text}{which and ' for' + which}; a request may only raise the "
+                               f"retrieve threshold (got {retrieve:g}). {advice}", param="elical.retrieve_threshold",
                                code="threshold_not_allowed")
 
     def _settings(self, job: Job) -> Any:
@@ -329,22 +324,32 @@ class GateEngine(Engine):
         return SamplingSettings(num_samples=1, max_new_tokens=job.max_tokens, batch_size=self.batch_size,
                                 stop_strings=list(job.stop), chat_template_kwargs=self.config.chat_template_kwargs)
 
-    def run_group(self, jobs: list[Job]) -> list[Reply | RequestError]:
+    def confidence_prompt_error(self, questions: list[str], param: Callable[[int], str]) -> list[RequestError | None]:
+        """Per question, the error of a confidence prompt longer than the model's `max_length` (`param(i)`: the field
+        of question `i`), else `None` (on the worker thread: it tokenizes)."""
+        if self.config.max_length is None:
+            return [None] * len(questions)
+        prompts = [self.config.format_prompt(question, self.tokenizer) for question in questions]
+        lengths = [len(ids) for ids in self.prompt_ids(prompts)]
+        return [None if length <= self.config.max_length else
+                RequestError(f"The question's confidence prompt has {length} tokens, more than the model's max_length "
+                             f"of {self.config.max_length}: shorten the question.", param=param(i),
+                             code="context_length_exceeded") for i, length in enumerate(lengths)]
+
+    def run_group(self, jobs: list[Any]) -> list[Reply | RequestError]:
         from ..gate import answer_questions
         from ..signals.generation import build_prompt_ids
 
+        if not isinstance(jobs[0], Job):  # /v1/confidence: scores only
+            from .confidence import score_jobs
+
+            return score_jobs(self, jobs)
         settings = self._settings(jobs[0])
         questions = [job.messages[0]["content"].strip() for job in jobs]
         prompt_ids = build_prompt_ids(self.tokenizer, questions, settings)
-        confidence_lengths = [len(ids) for ids in self.prompt_ids(
-            [self.config.format_prompt(q, self.tokenizer) for q in questions])]
-        replies: list[Reply | RequestError | None] = [None] * len(jobs)
-        for i, (ids, length) in enumerate(zip(prompt_ids, confidence_lengths)):
-            replies[i] = self.check_fits(len(ids), jobs[i].max_tokens)
-            if replies[i] is None and self.config.max_length is not None and length > self.config.max_length:
-                replies[i] = RequestError(f"The question's confidence prompt has {length} tokens, more than the "
-                                          f"model's max_length of {self.config.max_length}: shorten the question.",
-                                          param="messages", code="context_length_exceeded")
+        too_long = self.confidence_prompt_error(questions, lambda i: "messages")
+        replies: list[Reply | RequestError | None] = [self.check_fits(len(ids), job.max_tokens) or error
+                                                       for ids, job, error in zip(prompt_ids, jobs, too_long)]
         rows = [i for i, reply in enumerate(replies) if reply is None]
         if not rows:
             return replies
@@ -352,73 +357,46 @@ class GateEngine(Engine):
         def gone(question: str) -> bool:  # every client that asked it left
             return all(jobs[i].cancelled.is_set() for i in rows if questions[i] == question)
 
-        retrieve = self._checked_retriever(settings, errors, gone) if self.retriever is not None else None
+        streams = {row: TokenStream(self.tokenizer, jobs[i].stop, self.special_tokens, jobs[i].top_logprobs,
+                                    jobs[i].listener) for row, i in enumerate(rows) if jobs[i].listener is not None}
+
+        def on_decision(row: int, result: dict[str, Any]) -> None:  # a streamed request's first event
+            job = jobs[rows[row]]
+            if row in streams and result["question"] not in errors:  # a failed retrieval is its error instead
+                gate = self._gate(job, result, len(jobs))
+                job.listener(("decision", gate, None if gate["answered"] else self.abstain_message,
+                              len(prompt_ids[rows[row]])))
+
+        retrieve = checked_retriever(self, settings, errors, gone) if self.retriever is not None else None
+        asked = [jobs[i].top_logprobs for i in rows if jobs[i].top_logprobs is not None]
         results = answer_questions(self.model, [questions[i] for i in rows], threshold=jobs[0].threshold,
                                    retrieve_threshold=jobs[0].retrieve_threshold, retrieve=retrieve,
-                                   settings=settings, cancelled=lambda row: jobs[rows[row]].cancelled.is_set())
+                                   settings=settings, cancelled=lambda row: jobs[rows[row]].cancelled.is_set(),
+                                   top_logprobs=max(asked, default=0), on_decision=on_decision if streams else None,
+                                   on_token=(lambda row, *token: row in streams and streams[row].push(*token))
+                                   if streams else None)
         for i, result in zip(rows, results):
             replies[i] = errors.get(questions[i]) or self._reply(jobs[i], result, len(prompt_ids[i]), len(jobs))
         return replies
 
-    def _checked_retriever(self, settings: Any, errors: dict[str, RequestError],
-                           gone: Callable[[str], bool]) -> Callable[[str], str | None]:
-        """The retriever, called with a timeout (not at all for a question whose clients all left, `gone`), with its
-        failures (an exception, a timeout, a context that is not text or too long for the model) kept per question
-        in `errors` (answered with a 502 or 504) instead of failing the batch."""
-        from ..prompts import CONTEXT_QA_PROMPT, check_prompt_texts
-        from ..signals.generation import build_prompt_ids
-
-        def retrieve(question: str) -> str | None:
-            if gone(question):
-                return None
-            try:
-                context = call_with_timeout(self.retriever, question, self.retriever_timeout)
-            except TimeoutError:
-                logger.warning("The retriever did not answer within %g s on %r.", self.retriever_timeout, question)
-                errors[question] = RequestError(f"The retriever did not answer within {self.retriever_timeout:g} s.",
-                                                code="retriever_timeout", status=504, type="server_error")
-                return None
-            except Exception as error:  # noqa: BLE001 - the retriever is the user's code: report it, keep serving
-                logger.exception("The retriever failed on %r", question)
-                errors[question] = RequestError(f"The retriever failed: {type(error).__name__}: {error}",
-                                                code="retriever_failed", status=502, type="server_error")
-                return None
-            if context is not None and not isinstance(context, str):
-                errors[question] = RequestError(f"The retriever returned a {type(context).__name__}, not a string "
-                                                "or None.", code="retriever_failed", status=502, type="server_error")
-                return None
-            if context:
-                try:
-                    check_prompt_texts([context], ["the retrieved context"])
-                except ValueError as error:
-                    errors[question] = RequestError(f"The retriever failed: {error}", code="retriever_failed",
-                                                    status=502, type="server_error")
-                    return None
-                prompt = CONTEXT_QA_PROMPT.format(context=context, question=question)  # as the gate renders it
-                ids = build_prompt_ids(self.tokenizer, [prompt], dataclasses.replace(settings,
-                                                                                     prompt_template="{question}"))
-                if self.check_fits(len(ids[0]), settings.max_new_tokens) is not None:
-                    errors[question] = RequestError("The retrieved context does not fit the model's context of "
-                                                    f"{self.context_length} tokens.", code="context_length_exceeded",
-                                                    status=502, type="server_error")
-                    return None
-            return context
-
-        return retrieve
+    @staticmethod
+    def _gate(job: Job, result: dict[str, Any], batch_size: int) -> dict[str, Any]:
+        """The `elical` field of a reply: known as soon as the decision is (a retrieve decision: with its context)."""
+        return {"confidence": result["confidence"], "decision": result["decision"], "threshold": job.threshold,
+                "retrieve_threshold": job.retrieve_threshold,
+                "answered": result["decision"] == "answer" or bool(result["context"]),
+                "context": result["context"], "batch_size": batch_size}
 
     def _reply(self, job: Job, result: dict[str, Any], prompt_tokens: int, batch_size: int) -> Reply:
-        decision, confidence = result["decision"], result["confidence"]
-        gate = {"confidence": confidence, "decision": decision, "threshold": job.threshold,
-                "retrieve_threshold": job.retrieve_threshold, "answered": result["answer"] is not None,
-                "context": result["context"], "batch_size": batch_size}
+        gate = self._gate(job, result, batch_size)
         if result["answer"] is None:
             reply = self.reply(job, self.abstain_message, ABSTAIN_FINISH_REASON, prompt_tokens, 0, elical=gate)
         else:
             tokens = result["answer_tokens"]
             reply = self.reply(job, result["answer"], self.finish_reason(tokens, job), prompt_tokens, len(tokens),
                                elical=gate)
-        reply.headers = {"x-elical-confidence": f"{confidence:.6f}", "x-elical-decision": decision,
-                         "x-elical-threshold": f"{job.threshold:g}", "x-elical-answered": str(gate["answered"]).lower()}
-        if job.retrieve_threshold is not None:
-            reply.headers["x-elical-retrieve-threshold"] = f"{job.retrieve_threshold:g}"
+            if job.top_logprobs is not None:
+                reply.body["choices"][0]["logprobs"] = {
+                    "content": logprob_entries(self.tokenizer, result, job.top_logprobs, self.special_tokens)}
+        reply.headers = gate_headers(gate)
         return reply

@@ -1,19 +1,20 @@
 """The OpenAI chat-completions wire format the server speaks: the request schema, its checks, and the error body.
 
-Only what the server does is accepted: a request asking for something it does not do (streaming, several choices,
-tools, a JSON response format, log-probabilities) is refused with a 400 rather than answered as if it had been
-done. Fields of the OpenAI API that do not change a greedy answer (`user`, `seed`, `temperature`, `top_p`, ...)
-are accepted and ignored: answers are always greedy, the answer the confidence is about. Numbers and flags are
+Only what the server does is accepted: a request asking for something it does not do (several choices, tools, a JSON
+response format) is refused with a 400 rather than answered as if it had been done. Fields of the OpenAI API that do
+not change a greedy answer (`user`, `seed`, `temperature`, `top_p`, ...) are accepted and ignored: answers are always
+greedy, the answer the confidence is about. Numbers and flags are
 strict (`"max_tokens": true` or `"3"` is refused, not read as 1 or 3), and every string of a request must be text
 (no lone surrogate), so that nothing a request holds can fail later, inside a batch shared with other requests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 
 class RequestError(Exception):
@@ -35,6 +36,14 @@ class RequestError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.param, self.code)
+
+
+@dataclasses.dataclass
+class Reply:
+    """A response body (`chat.completion`, or `/v1/confidence`'s list) and its extra headers."""
+
+    body: dict[str, Any]
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
@@ -80,6 +89,20 @@ class GateOptions(BaseModel):
     threshold: StrictFloat | None = Field(default=None, description="Answer at or above this confidence.")
     retrieve_threshold: StrictFloat | None = Field(default=None,
                                                    description="Retrieve at or above this (below threshold).")
+    domain: StrictStr | None = Field(default=None, min_length=1,
+                                     description="The question's domain: gated with that domain's saved thresholds.")
+
+
+class StreamOptions(BaseModel):
+    """`stream_options` of a streamed request."""
+
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: StrictBool | None = False
+
+
+MAX_TOP_LOGPROBS = 20
+"""The most `top_logprobs` a request may ask for (OpenAI's limit)."""
 
 
 class ChatCompletionRequest(BaseModel):
@@ -93,7 +116,10 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
     stream: StrictBool | None = False
+    stream_options: StreamOptions | None = None
     n: StrictInt | None = 1
+    logprobs: StrictBool | None = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     temperature: StrictFloat | None = None
     top_p: StrictFloat | None = None
     repetition_penalty: StrictFloat | None = Field(default=None, gt=0)
@@ -109,6 +135,19 @@ class ChatCompletionRequest(BaseModel):
         return tuple(stops)
 
 
+class ConfidenceRequest(BaseModel):
+    """`POST /v1/confidence`: scores only, no generation. Unknown fields are refused (a misspelt `questions` would
+    otherwise be a request for nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    questions: list[StrictStr] = Field(min_length=1, description="The questions to score.")
+    domains: list[StrictStr | None] | None = Field(default=None, description="Each question's domain (`null`: the "
+                                                   "request's `elical.domain`, else none).")
+    elical: GateOptions | None = None
+
+
 UNSUPPORTED: dict[str, str] = {
     "tools": "tool calls", "tool_choice": "tool calls", "functions": "function calls", "function_call": "function calls",
     "audio": "audio output", "prediction": "predicted outputs",
@@ -118,12 +157,14 @@ UNSUPPORTED: dict[str, str] = {
 
 def check_supported(request: ChatCompletionRequest) -> None:
     """Refuse, with a `RequestError`, what the server would otherwise pretend to do."""
-    if request.stream:
-        raise RequestError("Streaming is not supported: send `stream: false` (the gate decides before the first "
-                           "token, and answers whole).", param="stream", code="unsupported_parameter")
     if request.n not in (None, 1):
-        raise RequestError(f"Only n=1 is supported (one greedy answer), got n={request.n}.", param="n",
+        raise RequestError(f"Only n=1 is supported, got n={request.n}: the answer is the greedy one, the answer the "
+                           "confidence is about (n greedy answers would be n copies of it).", param="n",
                            code="unsupported_parameter")
+    if request.top_logprobs is not None and not request.logprobs:
+        raise RequestError("`top_logprobs` needs `logprobs: true`.", param="top_logprobs")
+    if request.stream_options is not None and not request.stream:
+        raise RequestError("`stream_options` is only for `stream: true`.", param="stream_options")
     extra = request.model_extra or {}
     for name, what in UNSUPPORTED.items():
         if extra.get(name) not in (None, [], {}):
@@ -132,9 +173,6 @@ def check_supported(request: ChatCompletionRequest) -> None:
     response_format = extra.get("response_format")
     if response_format not in (None, {"type": "text"}, "text"):
         raise RequestError("Only the text `response_format` is supported.", param="response_format",
-                           code="unsupported_parameter")
-    if extra.get("logprobs") or extra.get("top_logprobs"):
-        raise RequestError("`logprobs` are not supported by this server.", param="logprobs",
                            code="unsupported_parameter")
 
 
@@ -162,9 +200,9 @@ def check_text(data: Any) -> None:
                 raise RequestError(str(error), param=param or None, code="invalid_text") from None
 
 
-def parse_request(body: bytes) -> ChatCompletionRequest:
-    """The request a JSON body holds: a `RequestError` for a body that is not JSON, holds a string that is not text
-    ([`check_text`]) or is not a valid request ([`validation_error`])."""
+def parse_request(body: bytes, schema: type[BaseModel] = ChatCompletionRequest) -> Any:
+    """The request (a `schema`, by default a chat completion) a JSON body holds: a `RequestError` for a body that is
+    not JSON, holds a string that is not text ([`check_text`]) or is not a valid request ([`validation_error`])."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError (not UTF-8), too deep
@@ -172,7 +210,7 @@ def parse_request(body: bytes) -> ChatCompletionRequest:
         raise RequestError(f"The request body is not valid JSON: {reason}.", code="invalid_json") from None
     check_text(data)
     try:
-        return ChatCompletionRequest.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as error:
         raise validation_error(list(error.errors())) from None
 

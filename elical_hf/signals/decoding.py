@@ -108,7 +108,8 @@ class Decoder:
     def __init__(
         self, model, tokenizer, settings: SamplingSettings, autocast_dtype: torch.dtype | None, greedy_only=False,
         share_prefix: bool = False, on_prefill: Callable[[list[str]], list[bool] | None] | None = None,
-        cancelled: Callable[[str], bool] | None = None,
+        cancelled: Callable[[str], bool] | None = None, top_logprobs: int = 0,
+        on_token: Callable[[str, int, float, list[tuple[int, float]] | None], None] | None = None,
     ):
         self.model, self.tokenizer, self.settings = model, tokenizer, settings
         # Called with the batch's questions right after its prefill (the model may keep what that prefill computed,
@@ -117,6 +118,10 @@ class Decoder:
         # Called with a question after each decoding step of its rows: True stops them there (a server's client left;
         # their output is what they decoded so far), and a batch whose rows all stopped ends.
         self.cancelled = cancelled
+        # The greedy rows also keep, per step, the `top_logprobs` most likely tokens of the distribution the greedy
+        # pick was made from (`greedy_top_logprobs`: `(token id, log-probability)` pairs), and `on_token` is called
+        # with each greedy token as it is decoded: (question, token id, its log-probability, those pairs or None).
+        self.top_logprobs, self.on_token = top_logprobs, on_token
         # Prompts of a batch that start with the same tokens (few-shot demonstrations, a long instruction) prefill
         # that prefix once: far fewer prefill tokens, the same positions and attention; floats may differ slightly.
         self.share_prefix = share_prefix
@@ -147,10 +152,10 @@ class Decoder:
         tail = self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
         return any(s in tail for s in self.settings.stop_strings)
 
-    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs) -> torch.Tensor:
+    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs, tops) -> torch.Tensor:
         """Greedy rows: argmax of the logits (after `greedy_repetition_penalty` when it is not 1), logging the raw
-        log-probability of the chosen token. Sample rows: penalty, temperature, top-k, top-p, then a draw from the
-        row's own generator."""
+        log-probability of the chosen token (and the `top_logprobs` most likely tokens' in `tops`). Sample rows:
+        penalty, temperature, top-k, top-p, then a draw from the row's own generator."""
         settings = self.settings
         next_tokens = torch.empty(len(row_ids), dtype=torch.long, device=logits.device)
         if greedy.any():
@@ -160,9 +165,14 @@ class Decoder:
                 penalized = apply_repetition_penalty(raw, seen[greedy], settings.greedy_repetition_penalty)
             chosen = penalized.argmax(-1)
             next_tokens[greedy] = chosen
-            chosen_logprobs = raw.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1).tolist()
+            log_probs = raw.log_softmax(-1)
+            chosen_logprobs = log_probs.gather(-1, chosen[:, None]).squeeze(-1).tolist()
             for r, logprob in zip(row_ids[greedy].tolist(), chosen_logprobs):
                 logprobs[r].append(logprob)
+            if self.top_logprobs:
+                values, ids = log_probs.topk(min(self.top_logprobs, log_probs.shape[-1]), dim=-1)
+                for r, pairs in zip(row_ids[greedy].tolist(), zip(ids.tolist(), values.tolist())):
+                    tops[r].append(list(zip(*pairs)))
         if not greedy.all():
             sampled = ~greedy
             scores = logits[sampled]
@@ -227,6 +237,7 @@ class Decoder:
         ]
         tokens: list[list[int]] = [[] for _ in range(n_rows)]
         logprobs: list[list[float]] = [[] for _ in range(n_rows)]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n_rows)]
         if keep is not None and not all(keep):  # prompts not to answer leave before the first token (no output)
             rows = torch.tensor(keep, device=device).repeat_interleave(group).nonzero().squeeze(-1)
             cache.batch_select_indices(rows)
@@ -235,10 +246,12 @@ class Decoder:
 
         while len(row_ids):
             rows = row_ids.tolist()
-            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs)
+            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs, tops)
             done = []
             for r, t in zip(rows, next_tokens.tolist()):
                 tokens[r].append(t)
+                if self.on_token is not None and r % group == 0:
+                    self.on_token(questions[r // group], t, logprobs[r][-1], tops[r][-1] if self.top_logprobs else None)
                 done.append(self._finished(tokens[r]) or (self.cancelled is not None and
                                                           self.cancelled(questions[r // group])))
             if all(done):
@@ -272,6 +285,8 @@ class Decoder:
                     "num_generated_tokens": sum(len(tokens[r]) for r in rows),
                 }
             )
+            if self.top_logprobs:
+                results[-1]["greedy_top_logprobs"] = tops[q * group]
         return results
 
 
