@@ -66,14 +66,15 @@ def set_decision_threshold(
             `risk_control`.
         domains (`list[str]`, *optional*): Each row's domain (its `by` column): one threshold per domain, chosen on
             its rows by the same rule, is saved as `domain_thresholds`, beside the pooled threshold (all rows), which
-            is the fallback of a domain with fewer than `min_domain_rows` rows or none certified. Without it an
+            is the fallback of a domain with fewer than `min_domain_rows` rows. With `alpha`, a domain with enough rows
+            that certify no threshold is refused (the pooled threshold is no guarantee for it). Without `domains` an
             earlier map is removed.
         by (`str`, *optional*, defaults to `"dataset"`), min_domain_rows (`int`, *optional*, defaults to 30): With
             `domains`: the column they come from, and the fewest rows a domain needs for a threshold of its own.
 
     Raises:
-        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified on all the rows (nothing
-        is written then; the message says what the best candidates reach).
+        `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified on all the rows or on a
+        domain's rows (nothing is written then; the message says what the best candidates reach).
     """
     path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
     if not os.path.isfile(path):
@@ -133,8 +134,9 @@ def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], dom
                        min_rows: int, alpha: float | None, delta: float,
                        max_abstention: float | None) -> dict[str, Any]:
     """The [`~elical_hf.ConfidenceConfig.domain_thresholds`] map: each domain's threshold by the rule, or `null`
-    (the pooled fallback) with the reason."""
+    (the pooled fallback) for a domain with too few rows; a `ValueError` when a domain's rows certify nothing."""
     entries: dict[str, Any] = {}
+    uncertified: list[str] = []
     for name in sorted(set(domains)):
         rows = [i for i, domain in enumerate(domains) if domain == name]
         entry: dict[str, Any] = {"decision_threshold": None, "rows": len(rows), "answered": None,
@@ -145,10 +147,15 @@ def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], dom
             conf, right = [confidences[i] for i in rows], [correct[i] for i in rows]
             threshold, record, problem = _choose(conf, right, alpha, delta, max_abstention)
             if threshold is None:
-                entry["fallback"] = problem
+                uncertified.append(f"{name} ({problem})")
             else:
                 record = None if record is None else {k: v for k, v in record.items() if k != "method"}
                 entry.update(decision_threshold=threshold, answered=sum(c >= threshold for c in conf),
                              risk_control=record)
         entries[name] = entry
+    if uncertified:  # the pooled threshold is no guarantee for a domain whose own rows certify nothing: never implied
+        raise ValueError(f"No threshold is certified for {by} {'; '.join(uncertified)}. Give those domains more "
+                         "labelled rows, a larger alpha or delta, or --min_domain_rows above their row counts to gate "
+                         "them knowingly with the pooled threshold (which carries no guarantee for their questions "
+                         "alone). Nothing was written.")
     return {"by": by, "min_rows": min_rows, "domains": entries}

@@ -113,3 +113,35 @@ def test_it_composes_in_chains_and_reads_the_usual_inputs(setup):
         gate.invoke({"query": QUESTIONS[0]})
     with pytest.raises(ValueError, match="must be a LangChain Runnable"):
         ConfidenceGate(model, retriever=lambda q: q)
+
+
+def test_domain_gates_with_that_domains_saved_thresholds(setup):
+    """`domain=` (and a dict input's `domain` key) gate with the thresholds the model saved for that domain, as
+    `model.answer(domain=)` does; an unknown domain is refused at construction, or as that input's error."""
+    model, _, _, expected = setup
+    config = model.confidence_config
+    saved = config.decision_threshold, config.retrieve_threshold, config.domain_thresholds
+    config.retrieve_threshold = None
+    config.domain_thresholds = {"by": "dataset", "min_rows": 30, "domains": {
+        "strict": {"decision_threshold": 1.0}, "lenient": {"decision_threshold": 0.0},
+        "small": {"decision_threshold": None, "fallback": "5 rows, fewer than 30"}}}
+    try:
+        strict = ConfidenceGate(model, domain="strict", max_new_tokens=MAX_TOKENS)
+        replies = strict.batch([QUESTIONS[0], {"question": QUESTIONS[1], "domain": "lenient"},
+                                {"question": QUESTIONS[2], "domain": None}, {"question": QUESTIONS[3],
+                                                                             "domain": "small"},
+                                {"question": QUESTIONS[4], "domain": "law"}], return_exceptions=True)
+        meta = [reply.response_metadata["elical"] for reply in replies[:4]]
+        assert [(m["domain"], m["threshold"]) for m in meta] == [
+            ("strict", 1.0), ("lenient", 0.0), (None, saved[0]), ("small", saved[0])]
+        assert meta[0]["decision"] == "abstain" and replies[0].content == strict.abstain_message
+        assert meta[1]["decision"] == "answer"
+        assert replies[1].content == model.answer(QUESTIONS[1], domain="lenient", max_new_tokens=MAX_TOKENS)[0][
+            "answer"]
+        for i in (2, 3):  # the pooled threshold: the decisions of the plain gate
+            assert meta[i]["decision"] == ("answer" if expected[i]["confidence"] >= saved[0] else "abstain")
+        assert isinstance(replies[4], ValueError) and "Unknown domain 'law'" in str(replies[4])
+        with pytest.raises(ValueError, match="Unknown domain 'law'"):
+            ConfidenceGate(model, domain="law")
+    finally:
+        config.decision_threshold, config.retrieve_threshold, config.domain_thresholds = saved

@@ -121,8 +121,9 @@ def test_each_question_is_decided_with_its_domains_thresholds(gate):
     status, chat = post(port, "/chat/completions", {"messages": [{"role": "user", "content": lowest}],
                                                     "elical": {"domain": "open"}, "max_tokens": 2})
     assert status == 200 and chat["elical"]["decision"] == "answer" and chat["elical"]["threshold"] == 0.0
+    assert chat["elical"]["domain"] == "open"  # the reply names the domain it was gated for
     status, chat = post(port, "/chat/completions", {"messages": [{"role": "user", "content": lowest}]})
-    assert chat["elical"]["decision"] != "answer"
+    assert chat["elical"]["decision"] != "answer" and chat["elical"]["domain"] is None
     # a request may only make its domain's gate stricter
     status, error = post(port, "/chat/completions", {"messages": [{"role": "user", "content": lowest}],
                                                      "elical": {"domain": "closed", "threshold": 0.5}})
@@ -197,3 +198,41 @@ def test_the_served_revision_names_a_hub_commit_and_changes_with_the_saved_files
     engine = build_engine(ServeArguments(model=local))
     assert engine.model_info == {"base_model": os.path.basename(tiny_llama), **saved_model_revision(local)}
     assert engine.model_info["revision"] is None
+
+
+def test_server_thresholds_replace_the_fallback_only(gate):
+    """`--threshold` / `--retrieve_threshold` replace the saved fallback: a domain on the fallback gets them, a domain
+    with a threshold of its own keeps it, also when that threshold equals the saved fallback's value."""
+    from elical_hf.serve.engine import GateEngine
+
+    model = gate[1]
+    config = model.confidence_config
+    saved = config.domain_thresholds
+    config.domain_thresholds = {"by": "dataset", "domains": {
+        "same": {"decision_threshold": config.decision_threshold}, "own": {"decision_threshold": 0.25},
+        "few": {"decision_threshold": None}}}
+    try:
+        engine = GateEngine(model, NAME, threshold=0.95, retrieve_threshold=0.9)
+        assert engine.domain_thresholds(None) == engine.domain_thresholds("few") == (0.95, 0.9)
+        assert engine.domain_thresholds("own") == (0.25, min(config.retrieve_threshold, 0.25))
+        assert engine.domain_thresholds("same")[0] == config.decision_threshold
+        from elical_hf.serve.schema import GateOptions, RequestError
+
+        plain = GateEngine(model, NAME)
+        own_band = min(config.retrieve_threshold, 0.25)
+        for domain, phrase in (("own", f"retrieves for questions of the domain 'own' at or above confidence "
+                                       f"{own_band:g};"),
+                               (None, "retrieves at or above confidence")):
+            with pytest.raises(RequestError) as refused:
+                plain.request_thresholds(GateOptions(retrieve_threshold=0.0), domain)
+            assert f"This server {phrase}" in refused.value.message
+        config.retrieve_threshold, band = None, config.retrieve_threshold
+        try:
+            for domain, phrase in (("own", "for no questions of the domain 'own';"), (None, "for no question;")):
+                with pytest.raises(RequestError) as refused:
+                    GateEngine(model, NAME).request_thresholds(GateOptions(retrieve_threshold=0.1), domain)
+                assert f"This server retrieves {phrase}" in refused.value.message
+        finally:
+            config.retrieve_threshold = band
+    finally:
+        config.domain_thresholds = saved

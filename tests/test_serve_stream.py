@@ -279,3 +279,33 @@ def test_the_streamed_text_is_always_the_beginning_of_the_answer():
         assert all(answer.startswith(part) and "\ufffd" not in part for part in sent)
         assert all(b.startswith(a) for a, b in zip(sent, sent[1:])) and sent[-1] == answer
         assert not any(part.endswith((" ", "S", "ST", "STO", "\n")) for part in sent)
+
+
+def test_a_failure_after_the_decision_is_an_error_event_and_the_server_goes_on(gate):
+    """The backbone fails on the third decoding step of an answered, streamed request: the client has its decision
+    and first tokens, then the openai client raises the error event (not a cut connection); the next request is
+    answered."""
+    port, model, _, expected = gate
+    question = QUESTIONS[[want["decision"] for want in expected].index("answer")]
+    backbone = model.get_base_model().model if hasattr(model, "get_base_model") else model.model
+    calls = []
+
+    def fail(module, inputs, output):
+        calls.append(1)
+        if len(calls) > 3:
+            raise RuntimeError("the accelerator fell over")
+
+    handle = backbone.register_forward_hook(fail)
+    received = []
+    try:
+        with pytest.raises(openai.APIError, match="fell over"):
+            for chunk in client(port).chat.completions.create(model=NAME, messages=ask(question), max_tokens=8,
+                                                              stream=True):
+                received.append(chunk)
+    finally:
+        handle.remove()
+    assert received and received[0].elical["decision"] == "answer"
+    assert expected[QUESTIONS.index(question)]["answer"].startswith(
+        "".join(chunk.choices[0].delta.content or "" for chunk in received))
+    again = client(port).chat.completions.create(model=NAME, messages=ask(question), max_tokens=MAX_TOKENS)
+    assert again.choices[0].message.content == expected[QUESTIONS.index(question)]["answer"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
@@ -35,6 +36,7 @@ def judged(tmp_path, tiny_llama):
     records.mkdir(parents=True)
     write_judged(records, "train", 60, wrong_every=10)  # 10% wrong
     write_judged(records, "test", 40, wrong_every=10)
+    torch.manual_seed(0)  # the random head's confidences decide which thresholds certify: the same head every run
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "model")
     mark_trained(tmp_path / "model")  # evaluate refuses untrained heads
     return tmp_path
@@ -177,13 +179,22 @@ def test_thresholds_per_domain_with_a_fallback(two_domains, capsys):
 def test_per_domain_guarantees_and_bad_columns(two_domains, capsys):
     model = two_domains / "model"
     assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
-                     "--alpha", "0.3", "--min_domain_rows", "10", "--allow_other_model", "true"]) == 0
+                     "--alpha", "0.3", "--min_domain_rows", "20", "--allow_other_model", "true"]) == 0, \
+        capsys.readouterr().err
     domains = saved_config(model).domain_thresholds["domains"]
     assert domains["nq"]["risk_control"]["risk_upper_bound"] <= 0.3 and domains["nq"]["risk_control"]["n"] == 60
-    # 12 rows with a third wrong: nothing certifiable at alpha 0.3, so the pooled threshold, with the reason
-    assert domains["triviaqa"]["decision_threshold"] is None
-    assert domains["triviaqa"]["fallback"].startswith("no threshold keeps the error rate")
+    # 12 rows, fewer than --min_domain_rows 20: the pooled threshold, with the reason
+    assert domains["triviaqa"]["decision_threshold"] is None and domains["triviaqa"]["fallback"] == "12 rows, fewer than 20"
+    # with --min_domain_rows 10, triviaqa's own 12 rows (a third wrong) certify nothing at alpha 0.3: refused, since
+    # the pooled threshold would be no guarantee for it; nothing written
+    before = (model / CONFIDENCE_CONFIG_NAME).read_text()
     capsys.readouterr()
+    assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
+                     "--alpha", "0.3", "--min_domain_rows", "10", "--allow_other_model", "true"]) == 2
+    error = capsys.readouterr().err
+    assert "No threshold is certified for dataset triviaqa (no threshold keeps the error rate" in error
+    assert "Nothing was written" in error and len([l for l in error.splitlines() if "error:" in l]) == 1
+    assert (model / CONFIDENCE_CONFIG_NAME).read_text() == before
     assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "category",
                      "--allow_other_model", "true"]) == 2
     assert "--by category: the records have no such column" in capsys.readouterr().err

@@ -20,13 +20,16 @@ does), then
   Runnable taking the question), else the reply is `abstain_message`.
 
 The output is an `AIMessage` whose `response_metadata` holds `finish_reason` (`"stop"`, `"length"` or `"abstain"`) and
-`elical`: the `confidence`, `decision`, `threshold`, `retrieve_threshold`, `context`, `answered` (by the base model)
-and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call, and fails
+`elical`: the `confidence`, `decision`, `threshold`, `retrieve_threshold`, `domain`, `context`, `answered` (by the base
+model) and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call, and fails
 per item: an input that is not a question, a retriever or `abstain` that fails on a question, is that item's error
 (`batch(..., return_exceptions=True)` returns it in its place; without, the first one is raised); when the batched call
 itself fails, each question is answered on its own, so that only the questions at fault fail. Inputs: a question
 string, a dict with a `question` (or `input`) key, one `HumanMessage`, or a prompt value / message list holding a
-single human message.
+single human message. A question is gated with the thresholds the model saved for its domain
+([`~elical_hf.gate.thresholds_for`], `elical-hf threshold --by dataset`): the gate's `domain=`, or a dict input's own
+`domain` key (`None`: the pooled thresholds); an unknown domain is refused (the gate's at construction, an input's as
+that item's error).
 
 One model answers one call at a time: `abatch`, `ainvoke` and `astream` run each input on a thread of their own, and
 `model.answer` makes the calls on one model (from any number of gates, or any other caller) take turns
@@ -50,7 +53,7 @@ from langchain_core.prompt_values import PromptValue  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
 
-__all__ = ["ConfidenceGate", "context_of", "question_of"]
+__all__ = ["ConfidenceGate", "context_of", "domain_of", "question_of"]
 
 
 def question_of(value: Any) -> str:
@@ -79,6 +82,14 @@ def question_of(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"The gate needs a non-empty question, got {value!r}.")
     return value.strip()
+
+
+def domain_of(value: Any, default: str | None = None) -> str | None:
+    """The domain of an input of [`ConfidenceGate`]: a dict input's `domain` key when it has one (`None` included: the
+    pooled thresholds), else `default` (the gate's `domain=`)."""
+    if isinstance(value, dict) and "domain" in value:
+        return value["domain"]
+    return default
 
 
 def context_of(documents: Any, question: str) -> str | None:
@@ -121,7 +132,9 @@ class ConfidenceGate(Runnable):
         abstain (`Runnable`, *optional*): Where abstained questions go (called with the question); its output (a
             message or a string) is the reply. Without it the reply is `abstain_message`.
         threshold (`float`, *optional*), retrieve_threshold (`float`, *optional*): The gate's thresholds (defaults:
-            the model's saved ones).
+            the model's saved ones, those of the question's domain).
+        domain (`str`, *optional*): The questions' domain: they are gated with the thresholds the model saved for it
+            ([`~elical_hf.gate.thresholds_for`]); a dict input's `domain` key overrides it. `None`: the pooled ones.
         abstain_message (`str`, *optional*): The reply of an abstention without `abstain`.
         max_new_tokens (`int`, *optional*, defaults to 64), batch_size (`int`, *optional*, defaults to 16): Of the
             answers.
@@ -129,7 +142,10 @@ class ConfidenceGate(Runnable):
 
     def __init__(self, model: Any, *, retriever: Runnable | None = None, abstain: Runnable | None = None,
                  threshold: float | None = None, retrieve_threshold: float | None = None,
-                 abstain_message: str = ABSTAIN_MESSAGE, max_new_tokens: int = 64, batch_size: int = 16) -> None:
+                 abstain_message: str = ABSTAIN_MESSAGE, max_new_tokens: int = 64, batch_size: int = 16,
+                 domain: str | None = None) -> None:
+        from ..gate import thresholds_for
+
         if isinstance(model, str):
             from ..auto import AutoModelForConfidence
 
@@ -139,7 +155,8 @@ class ConfidenceGate(Runnable):
                 raise ValueError(f"`{name}` must be a LangChain Runnable, got a {type(value).__name__}.")
         self.model, self.retriever, self.abstain = model, retriever, abstain
         self.inner = unwrap_peft(model)
-        self.threshold, self.retrieve_threshold = threshold, retrieve_threshold
+        thresholds_for(self.inner.confidence_config, domain)  # an unknown domain: one line, before any question
+        self.threshold, self.retrieve_threshold, self.domain = threshold, retrieve_threshold, domain
         self.abstain_message, self.max_new_tokens, self.batch_size = abstain_message, max_new_tokens, batch_size
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AIMessage:
@@ -156,25 +173,29 @@ class ConfidenceGate(Runnable):
         run_managers = run_manager  # one per input (LangChain passes them under this name)
         replies: list[AIMessage | Exception | None] = [None] * len(inputs)
         questions: dict[int, str] = {}
+        domains: dict[int, str | None] = {}
+        from ..gate import thresholds_for
         from ..prompts import check_prompt_texts
 
         for i, value in enumerate(inputs):
             try:
                 questions[i] = question_of(value)
                 check_prompt_texts([questions[i]], [f"input {i}" if len(inputs) > 1 else "the question"])
+                domains[i] = domain_of(value, self.domain)
+                thresholds_for(self.inner.confidence_config, domains[i])
             except ValueError as error:  # that input's error only
                 questions.pop(i, None)
                 replies[i] = error
         rows = list(questions)
         try:
-            self._answer(rows, questions, run_managers, replies)
+            self._answer(rows, questions, domains, run_managers, replies)
         except Exception as error:  # noqa: BLE001 - put in the place of the questions at fault only
             if len(rows) == 1:
                 replies[rows[0]] = error
             else:  # one question at a time, to find them
                 for i in rows:
                     try:
-                        self._answer([i], questions, run_managers, replies)
+                        self._answer([i], questions, domains, run_managers, replies)
                     except Exception as failure:  # noqa: BLE001 - that question's error, in its place
                         replies[i] = failure
         unanswered = [i for i in rows if isinstance(replies[i], AIMessage)
@@ -194,10 +215,11 @@ class ConfidenceGate(Runnable):
                     replies[i] = AIMessage(str(output), response_metadata={"finish_reason": "stop", "elical": gate})
         return replies
 
-    def _answer(self, rows: list[int], questions: dict[int, str], run_managers: list[Any],
-                replies: list[AIMessage | Exception | None]) -> None:
-        """One `model.answer` call for the questions of `rows`: their replies (an abstention where not answered), or
-        the retriever's error for a question it failed on, into `replies`."""
+    def _answer(self, rows: list[int], questions: dict[int, str], domains: dict[int, str | None],
+                run_managers: list[Any], replies: list[AIMessage | Exception | None]) -> None:
+        """One `model.answer` call for the questions of `rows`, each gated with its domain's thresholds: their replies
+        (an abstention where not answered), or the retriever's error for a question it failed on, into `replies`."""
+        from ..gate import thresholds_per_question
         from ..serve.engine import finish_reason
 
         if not rows:
@@ -206,19 +228,20 @@ class ConfidenceGate(Runnable):
         retrieve = None
         if self.retriever is not None:
             retrieve = self._retrieve({questions[i]: run_managers[i] for i in rows}, failures)
+        row_domains = [domains[i] for i in rows]
         results = self.model.answer([questions[i] for i in rows], threshold=self.threshold,
                                     retrieve_threshold=self.retrieve_threshold, retrieve=retrieve,
-                                    max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
-        config = self.inner.confidence_config
-        threshold = config.decision_threshold if self.threshold is None else self.threshold
-        retrieve_threshold = config.retrieve_threshold if self.retrieve_threshold is None else self.retrieve_threshold
+                                    max_new_tokens=self.max_new_tokens, batch_size=self.batch_size,
+                                    domain=row_domains)
+        rules = thresholds_per_question(self.inner.confidence_config, len(rows), row_domains, self.threshold,
+                                        self.retrieve_threshold)
         specials = set(self.inner.tokenizer.all_special_tokens)
-        for i, result in zip(rows, results):
+        for i, result, (threshold, retrieve_threshold) in zip(rows, results, rules):
             if questions[i] in failures:
                 replies[i] = failures[questions[i]]
                 continue
             gate = {"confidence": result["confidence"], "decision": result["decision"], "threshold": threshold,
-                    "retrieve_threshold": retrieve_threshold, "context": result["context"],
+                    "retrieve_threshold": retrieve_threshold, "domain": domains[i], "context": result["context"],
                     "answered": result["answer"] is not None, "routed": False}
             if result["answer"] is None:
                 replies[i] = AIMessage(self.abstain_message, response_metadata={"finish_reason": "abstain",

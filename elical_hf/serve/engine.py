@@ -61,6 +61,8 @@ class Job:
     chat_template_kwargs: dict[str, Any] | None = None
     top_logprobs: int | None = None
     """`logprobs` with this many `top_logprobs` per token (`None`: no `logprobs`)."""
+    domain: str | None = None
+    """The request's `elical.domain`: its thresholds are that domain's ([`GateEngine.domain_thresholds`])."""
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
@@ -257,7 +259,8 @@ class GateEngine(Engine):
                                "confidence was trained with); `chat_template_kwargs` is only for --mode completion.",
                                param="chat_template_kwargs", code="unsupported_parameter")
         options = request.elical
-        job.threshold, job.retrieve_threshold = self.request_thresholds(options, options and options.domain)
+        job.domain = options.domain if options else None
+        job.threshold, job.retrieve_threshold = self.request_thresholds(options, job.domain)
         return job
 
     def domain_thresholds(self, domain: str | None, param: str = "elical.domain") -> tuple[float, float | None]:
@@ -272,9 +275,9 @@ class GateEngine(Engine):
             own = thresholds_for(self.config, domain)
         except ValueError as error:
             raise RequestError(str(error).replace("`", ""), param=param, code="unknown_domain") from None
-        if own == thresholds_for(self.config, None):  # the fallback: gated as any question
-            return self.threshold, self.retrieve_threshold
-        return own
+        if self.config.domain_thresholds["domains"][domain].get("decision_threshold") is None:
+            return self.threshold, self.retrieve_threshold  # the map's fallback: gated as any question
+        return own  # its own, even where it equals the saved fallback that --threshold replaced
 
     def request_thresholds(self, options: GateOptions | None, domain: str | None,
                            domain_param: str = "elical.domain") -> tuple[float, float | None]:
@@ -312,9 +315,9 @@ class GateEngine(Engine):
                                code="threshold_not_allowed")
         retrieve = options.retrieve_threshold
         if retrieve is not None and (band is None or retrieve < band):
-            band_text = ("retrieves for no question" if band is None else
-                         f"retrieves at or above confidence {band:g}")
-            raise RequestError(f"This server {band_text}{which and ' for' + which}; a request may only raise the "
+            band_text = (f"retrieves for no{which or ' question'}" if band is None else
+                         f"retrieves{which and ' for' + which} at or above confidence {band:g}")
+            raise RequestError(f"This server {band_text}; a request may only raise the "
                                f"retrieve threshold (got {retrieve:g}). {advice}", param="elical.retrieve_threshold",
                                code="threshold_not_allowed")
 
@@ -383,7 +386,7 @@ class GateEngine(Engine):
     def _gate(job: Job, result: dict[str, Any], batch_size: int) -> dict[str, Any]:
         """The `elical` field of a reply: known as soon as the decision is (a retrieve decision: with its context)."""
         return {"confidence": result["confidence"], "decision": result["decision"], "threshold": job.threshold,
-                "retrieve_threshold": job.retrieve_threshold,
+                "retrieve_threshold": job.retrieve_threshold, "domain": job.domain,
                 "answered": result["decision"] == "answer" or bool(result["context"]),
                 "context": result["context"], "batch_size": batch_size}
 
