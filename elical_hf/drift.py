@@ -10,11 +10,14 @@ confidences alike: only fresh labels show that).
 
 The reference confidences are the calibration rows' own, saved by `elical-hf threshold` in the model folder
 ([`save_reference`], `calibration_confidences.json`), so a served model is monitored without its records; they can
-also be recomputed from labelled records.
+also be recomputed from labelled records. A saved reference belongs to one trained model and threshold
+([`model_fingerprint`]): after the model is trained again in its folder, or its threshold is set otherwise, it is
+refused rather than compared with another model's confidences.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -24,7 +27,8 @@ from typing import Any
 from .atomic import atomic_write_json
 
 
-__all__ = ["DRIFT_SIGNIFICANCE", "REFERENCE_NAME", "confidence_drift", "load_reference", "save_reference"]
+__all__ = ["DRIFT_SIGNIFICANCE", "REFERENCE_NAME", "confidence_drift", "load_reference", "model_fingerprint",
+           "save_reference"]
 
 REFERENCE_NAME = "calibration_confidences.json"
 """The file in a model folder holding the confidences of the rows its threshold was chosen on."""
@@ -32,11 +36,29 @@ DRIFT_SIGNIFICANCE = 0.01
 """Default level of [`confidence_drift`]: a p-value below it is reported as drift."""
 
 
+def model_fingerprint(model_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """What a saved reference belongs to: the model folder's `decision_threshold` and a SHA-256 of its
+    `training_history` (both from `confidence_config.json`, so a copy or a Hub snapshot of the folder has the same);
+    `None` for a folder without that file."""
+    from .configuration import CONFIDENCE_CONFIG_NAME
+
+    path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    history = json.dumps(config.get("training_history") or [], sort_keys=True)
+    return {"decision_threshold": config.get("decision_threshold"),
+            "training_history_sha256": hashlib.sha256(history.encode("utf-8")).hexdigest()}
+
+
 def save_reference(model_dir: str | os.PathLike, confidences: Sequence[float], source: Mapping[str, Any]) -> str:
-    """Write the calibration rows' `confidences` (with `source`: where the rows came from) into `model_dir` as
+    """Write the calibration rows' `confidences` (with `source`: where the rows came from, and the
+    [`model_fingerprint`] of the folder as it is now, after its threshold was written) into `model_dir` as
     [`REFERENCE_NAME`], atomically; returns its path."""
     path = os.path.join(model_dir, REFERENCE_NAME)
-    atomic_write_json(path, {**source, "confidences": [float(c) for c in confidences]})
+    atomic_write_json(path, {**source, "saved_for": model_fingerprint(model_dir),
+                             "confidences": [float(c) for c in confidences]})
     return path
 
 
@@ -55,6 +77,15 @@ def load_reference(model_dir: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(values, list) or not values or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values):
         raise ValueError(f"{path} must hold a non-empty list `confidences` of numbers in [0, 1].")
+    saved_for, now = data.get("saved_for"), model_fingerprint(model_dir)
+    if saved_for and now and saved_for != now:
+        raise ValueError(
+            f"{path} holds the confidences of another state of this model: it was saved with the decision threshold "
+            f"{saved_for.get('decision_threshold')} and the model has {now['decision_threshold']} now"
+            + (", after training again" if saved_for.get("training_history_sha256") != now["training_history_sha256"]
+               else "") + ". Run `elical-hf threshold` again (it saves a new reference), or pass the labelled records "
+            "to compare with (--reference)."
+        )
     return data
 
 

@@ -157,6 +157,39 @@ def test_a_changed_results_file_is_read_again(tmp_path):
     assert {r["model"] for r in load_records(run, cache_dir=tmp_path / "cache").to_list()} == {"org/other-model"}
 
 
+def test_a_folder_with_two_runs_of_a_task_reads_the_latest(tmp_path, caplog):
+    """lm-eval adds a run's files beside the earlier run's: each task of a model is read from its latest run, each
+    samples file with the results file of its date (its model), and an earlier run's file given alone is read."""
+    run = tmp_path / "out" / MODEL
+    shutil.copytree(GENERATION / MODEL, run)
+    earlier = samples_file("generation", "nq")
+    (results_file,) = run.glob("results_*.json")
+    later = "2027-01-02T03-04-05.678901"
+    results = json.loads(results_file.read_text())
+    (run / f"results_{later}.json").write_text(json.dumps(results))
+    kept = {0, 1, 2}  # a rerun of the same model with --limit 3, whose answers are all right
+    (run / f"samples_nq_{later}.jsonl").write_text("".join(
+        json.dumps({**line, "exact_match": 1.0}) + "\n" for line in lines(earlier) if line["doc_id"] in kept))
+    for read in (lambda: load_records(tmp_path / "out", cache_dir=tmp_path / "cache").to_list(),
+                 lambda: read_lm_eval_records(tmp_path / "out")):
+        with caplog.at_level("WARNING"):
+            records = read()
+        nq = [r for r in records if r["dataset"] == "nq"]
+        assert sorted(int(r["id"]) for r in nq) == sorted(kept)
+        assert all(r["greedy_correctness"] and r["model"] == MODEL for r in nq)
+        assert len([r for r in records if r["dataset"] == "pararel"]) == 24  # its only run
+        assert "skipped 1 samples file(s) of earlier runs" in caplog.text and earlier.name in caplog.text
+        caplog.clear()
+    alone = read_lm_eval_records(run / earlier.name)
+    assert len(alone) == 24 and {r["model"] for r in alone} == {MODEL}
+    # `--output_path out/run.json` writes every model's runs into one folder: another model's run is no rerun
+    other = "2027-02-03T04-05-06.789012"
+    (run / f"run_{other}.json").write_text(json.dumps({**results, "model_name": "org/other"}))
+    shutil.copy(earlier, run / f"samples_nq_{other}.jsonl")
+    nq = [(r["model"], int(r["id"])) for r in read_lm_eval_records(run) if r["dataset"] == "nq"]
+    assert sorted(nq) == sorted([(MODEL, i) for i in kept] + [("org/other", i) for i in range(24)])
+
+
 def confidence_model(base: str, folder: Path) -> str:
     from elical_hf import AutoModelForConfidence
 

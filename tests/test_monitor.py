@@ -38,7 +38,24 @@ def test_the_reference_is_read_strictly(tmp_path):
     with pytest.raises(ValueError, match="non-empty list `confidences`"):
         load_reference(tmp_path)
     save_reference(tmp_path, [0.25, 0.75], {"records": "r", "split": "train"})
-    assert load_reference(tmp_path) == {"records": "r", "split": "train", "confidences": [0.25, 0.75]}
+    assert load_reference(tmp_path) == {"records": "r", "split": "train", "saved_for": None,
+                                        "confidences": [0.25, 0.75]}  # no confidence_config.json to belong to
+
+
+def test_a_reference_of_another_state_of_the_model_is_refused(tmp_path):
+    """The reference belongs to the trained model and threshold it was saved with: training again in the same
+    folder, or setting the threshold another way, leaves a file of other confidences, refused in one line."""
+    config = tmp_path / "confidence_config.json"
+    config.write_text(json.dumps({"decision_threshold": 0.4, "training_history": [{"epochs": 1}]}))
+    save_reference(tmp_path, [0.25, 0.75], {"records": "r", "split": "train"})
+    assert load_reference(tmp_path)["confidences"] == [0.25, 0.75]
+    config.write_text(json.dumps({"decision_threshold": 0.45, "training_history": [{"epochs": 1}]}))
+    with pytest.raises(ValueError, match=r"decision threshold 0.4 and the model has 0.45 now\. Run `elical-hf "
+                                         "threshold` again"):
+        load_reference(tmp_path)
+    config.write_text(json.dumps({"decision_threshold": None, "training_history": [{"epochs": 2}]}))
+    with pytest.raises(ValueError, match="has None now, after training again"):
+        load_reference(tmp_path)
 
 
 def test_monitor_compares_new_questions_with_the_saved_calibration_confidences(judged, tmp_path, capsys):
@@ -85,3 +102,8 @@ def test_the_saved_reference_is_published_with_the_model(hub, tmp_path, judged):
     upload_base(tmp_path)
     push_folder(model, "alice/monitored", base_model_name_or_path="tiny/llama")
     assert json.loads(hub.files("alice/monitored")[REFERENCE_NAME]) == json.loads((model / REFERENCE_NAME).read_text())
+    # a served Hub model is monitored from its repository's reference, as a folder is from its own
+    questions = str(records / "tiny-model" / "nq_train.jsonl")
+    assert cli_main(["monitor", "alice/monitored", "--questions", questions, "--output", str(tmp_path / "d.json")]) == 0
+    result = json.loads((tmp_path / "d.json").read_text())
+    assert result["n_reference"] == 60 and result["p_value"] == pytest.approx(1.0)

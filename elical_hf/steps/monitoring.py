@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 class MonitorArguments(only(RecordArguments, "allow_incomplete", "batch_size"), QuestionArguments):
     """Options of [`monitor`] (`elical-hf monitor`); `questions` are the new, unlabelled questions."""
 
-    model: str = field(metadata={"positional": True, "help": "A saved confidence model folder (with a threshold)."})
+    model: str = field(metadata={"positional": True, "help": "A saved confidence model (a folder or a Hub id) with "
+                                 "a threshold."})
     reference: str | None = field(
         default=None,
         metadata={"help": "Records to take the calibration confidences from (scored again); default: those "
@@ -59,18 +60,20 @@ def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None)
     from ..auto import AutoModelForConfidence
     from ..drift import confidence_drift, load_reference
     from ..plots import confidence_drift_plot
+    from ..saved_model import find_saved_model
     from ..signals.records import load_records
     from .evaluating import check_trained_model
     from .sampling import load_questions
 
     say = say or logger.info
     check_trained_model(args.model, args.model)
+    folder = find_saved_model(args.model)  # a Hub id's snapshot: `push` publishes the reference with the model
     questions = [row["question"] for row in load_questions(args.questions)]
     if not questions:
         raise ValueError(f"{args.questions} holds no questions.")
     reference_questions = None
     if args.reference is None:
-        saved = load_reference(args.model)
+        saved = load_reference(folder)
         reference, where = saved["confidences"], f"{args.model} (saved by `elical-hf threshold` on "\
             f"{saved.get('records')}, split {saved.get('split')})"
     else:

@@ -30,7 +30,8 @@ from .storage import normalize_at
 
 __all__ = [
     "CORRECTNESS_METRICS", "LM_EVAL_JUDGE", "LM_EVAL_MARKERS", "QUESTION_KEYS", "is_lm_eval_samples",
-    "iter_lm_eval_batches", "lm_eval_results_file", "lm_eval_split", "read_lm_eval_records", "refuse_lm_eval_results",
+    "iter_lm_eval_batches", "latest_lm_eval_runs", "lm_eval_results_file", "lm_eval_split", "read_lm_eval_records",
+    "refuse_lm_eval_results",
 ]
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,28 @@ def lm_eval_results_file(samples_path: str | os.PathLike) -> str | None:
     return os.path.join(folder, others[0]) if others else None
 
 
+def latest_lm_eval_runs(files: list[str]) -> list[str]:
+    """`files` without the lm-eval samples files of a task that a later run of the same task and model wrote into the
+    same folder: lm-eval never overwrites a log, it adds `samples_<task>_<later date>.jsonl` beside the earlier one,
+    and two runs of one task hold the same questions twice. The latest run of each task and model (the `model_name`
+    of its results file: with `--output_path NAME.json` every model's runs share one folder) is kept, as lm-eval's
+    own tools read a log folder (`lm_eval.utils.get_latest_filename`); the skipped files are named in the log. A
+    file given alone is always read."""
+    runs: dict[tuple[str, str, str | None], list[tuple[str, str]]] = {}
+    for file in files:
+        named = _SAMPLES_FILE.fullmatch(os.path.basename(file))
+        if named is not None and is_lm_eval_samples(file):
+            model = (_results_of(file) or {}).get("model_name")
+            key = (os.path.dirname(os.path.abspath(file)), named["task"], model)
+            runs.setdefault(key, []).append((named["date"], file))
+    skipped = {file for run in runs.values() for _, file in sorted(run)[:-1]}
+    if skipped:
+        logger.warning("Reading the latest lm-eval run of each task: skipped %d samples file(s) of earlier runs of "
+                       "the same task and model in the same folder (%s); pass a file to read that run.", len(skipped),
+                       ", ".join(sorted(skipped)))
+    return [file for file in files if file not in skipped]
+
+
 _RESULTS_FILE = re.compile(r"results_(?P<date>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)\.json")
 
 
@@ -117,21 +140,28 @@ def _results(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
     return results
 
 
+def _results_of(samples_path: str) -> dict[str, Any] | None:
+    """The content of the results file written with `samples_path` ([`lm_eval_results_file`]); `None` without one."""
+    results_path = lm_eval_results_file(samples_path)
+    if results_path is None:
+        return None
+    stat = os.stat(results_path)
+    try:
+        return _results(results_path, stat.st_mtime_ns, stat.st_size)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{results_path} (the lm-eval results file of {samples_path}) is not valid JSON: {error}") \
+            from None
+
+
 def _run_info(samples_path: str, task: str) -> tuple[str | None, dict[str, Any]]:
     """The run's model name and `task`'s config, from the results file beside `samples_path`; without one, the model
     is the folder lm-eval named after it (`/` written `__`) and the config is empty."""
-    results_path = lm_eval_results_file(samples_path)
-    if results_path is None:
+    results = _results_of(samples_path)
+    if results is None:
         folder = os.path.basename(os.path.dirname(os.path.abspath(samples_path)))
         logger.warning("%s: no lm-eval results file beside it (results_<date>.json); the model is read from its "
                        "folder's name (%s) and the evaluated split is taken to be a test split.", samples_path, folder)
         return folder.replace("__", "/") or None, {}
-    stat = os.stat(results_path)
-    try:
-        results = _results(results_path, stat.st_mtime_ns, stat.st_size)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{results_path} (the lm-eval results file of {samples_path}) is not valid JSON: {error}") \
-            from None
     return results.get("model_name") or None, (results.get("configs") or {}).get(task) or {}
 
 
@@ -328,7 +358,8 @@ def read_lm_eval_records(
     `elical-hf evaluate` scores them, training refuses them.
 
     Args:
-        path: A `samples_<task>_<date>.jsonl` file, or a folder: every lm-eval samples file below it.
+        path: A `samples_<task>_<date>.jsonl` file, or a folder: every lm-eval samples file below it, of the latest
+            run of each task and model ([`latest_lm_eval_runs`]).
         question_key (`str`, *optional*): The document key holding the question; defaults to the first of
             [`QUESTION_KEYS`] the document has, else the prompt lm-eval sent (with its few-shot examples).
         correctness_metric (`str`, *optional*): The 0/1 metric that is `greedy_correctness`; defaults to the first of
@@ -349,7 +380,7 @@ def read_lm_eval_records(
         raise FileNotFoundError(2, "No such file or folder", path)
     from .storage import record_files
 
-    files = [f for f in record_files(path) if is_lm_eval_samples(f)]
+    files = latest_lm_eval_runs([f for f in record_files(path) if is_lm_eval_samples(f)])
     if not files:
         raise ValueError(f"No lm-eval samples files (samples_<task>_<date>.jsonl, written with --log_samples) "
                          f"{'under' if os.path.isdir(path) else 'at'} {path}.")

@@ -27,7 +27,8 @@ from .layout import (
     parse_record_path, path_hint, source_split,
 )
 from .lm_eval_logs import (
-    LM_EVAL_JUDGE, is_lm_eval_samples, iter_lm_eval_batches, lm_eval_results_file, refuse_lm_eval_results,
+    LM_EVAL_JUDGE, is_lm_eval_samples, iter_lm_eval_batches, latest_lm_eval_runs, lm_eval_results_file,
+    refuse_lm_eval_results,
 )
 from .schema import (
     RECORD_FEATURES, TRAINING_FEATURES, add_training_columns, is_record, is_records_table, record_features,
@@ -261,6 +262,8 @@ def load_records(
     if _is_table(root):
         return _read_table(root, reading, path_parser)
     hinted = hinted_record_files(root, path_parser)
+    latest = set(latest_lm_eval_runs([file for file, _, _ in hinted]))  # the latest lm-eval run of each task and model
+    hinted = [item for item in hinted if item[0] in latest]
     folder = _cache_folder(cache_dir, hinted, reading, path_parser)
     if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
         from ...atomic import cache_lock
