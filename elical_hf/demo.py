@@ -224,6 +224,18 @@ def _sample_labels(pool: list[dict], num_labels: int, seed: int) -> list[dict]:
     return random.Random(seed).sample(pool, num_labels)
 
 
+def cpu_bf16() -> bool:
+    """Whether the demo runs in bfloat16 on the CPU (the precision policy's choice here). There, limiting the heap
+    ([`~elical_hf.memory.limit_heap_growth`]) brought the peak under 1.5 GB (1509-1529 MiB over five runs, against
+    1557-1694 without) for 1.25x the wall time; in float32 it changed the peak by 10 MiB and took 1.47x the time
+    (`docs/benchmarks.md` section 5)."""
+    import torch
+
+    from .precision import default_device, resolve_dtype
+
+    return default_device() == "cpu" and resolve_dtype() == torch.bfloat16
+
+
 def warn_if_busy() -> float | None:
     """Warn when other work already keeps this machine's cores busy (1-minute load average at or above the core
     count): torch runs one OpenMP thread per core, and two such jobs on the same cores slow each other far more than
@@ -259,7 +271,8 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     from .steps import diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
-    limit_heap_growth()  # freed tensors leave the process instead of fragmenting the heap (elical_hf.memory)
+    if cpu_bf16():  # bf16's half-size tensors fragment glibc's heap: limit it (elical_hf.memory; float32 only slows)
+        limit_heap_growth()
     warn_if_busy()
     start, timings = time.perf_counter(), {}
 

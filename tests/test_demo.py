@@ -101,6 +101,22 @@ def test_demo_settings_are_checked(overrides, message):
         DemoSettings(**overrides)
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_the_heap_is_limited_in_bf16_only(bf16, monkeypatch, tmp_path):
+    import torch
+
+    from elical_hf import demo, precision
+
+    monkeypatch.setattr(precision, "resolve_dtype", lambda: torch.bfloat16 if bf16 else torch.float32)
+    monkeypatch.setattr(precision, "default_device", lambda: "cpu")
+    calls = []
+    monkeypatch.setattr(demo, "limit_heap_growth", lambda: calls.append(True))
+    settings = DemoSettings(records=str(tmp_path / "missing.jsonl"), output_dir=str(tmp_path / "out"))
+    with pytest.raises(FileNotFoundError, match="No demo records"):
+        demo.run_demo(settings)
+    assert calls == ([True] if bf16 else [])
+
+
 def test_a_busy_machine_is_named_before_the_demo_runs(monkeypatch, caplog):
     import logging
 
