@@ -76,19 +76,22 @@ def check_thresholds(threshold: Any, retrieve_threshold: Any = None) -> tuple[fl
     return threshold, retrieve_threshold
 
 
-def thresholds_for(config: Any, domain: str | None = None) -> tuple[float | None, float | None]:
+def thresholds_for(config: Any, domain: str | None = None,
+                   fallback: tuple[float | None, float | None] | None = None) -> tuple[float | None, float | None]:
     """
     The saved `(decision_threshold, retrieve_threshold)` a question of `domain` is gated with: the domain's own
     decision threshold when the model saved one for it (`elical-hf threshold --by dataset`:
-    [`ConfidenceConfig.domain_thresholds`]), else the model's single ones (the fallback, also for a domain the map
-    sends to the fallback, e.g. one with too few calibration rows). The retrieve threshold is the model's, lowered to a
-    domain's decision threshold when above it. `domain=None` always gets the fallback.
+    [`ConfidenceConfig.domain_thresholds`]), else the fallback (also for a domain the map sends to the fallback, e.g.
+    one with too few calibration rows): `fallback` when given (a server's `--threshold`), else the model's single
+    ones. The retrieve threshold of a domain's own is the model's, lowered to the domain's decision threshold when
+    above it. `domain=None` always gets the fallback.
 
     Raises:
         `ValueError`: for a domain the map does not name (listing those it does), a domain given to a model without
         a map, or a domain that is not a string.
     """
-    fallback = (config.decision_threshold, config.retrieve_threshold)
+    if fallback is None:
+        fallback = (config.decision_threshold, config.retrieve_threshold)
     if domain is None:
         return fallback
     if not isinstance(domain, str):

@@ -267,17 +267,12 @@ class GateEngine(Engine):
         """The thresholds a question of `domain` is gated with before a request's own: the domain's saved ones
         ([`~elical_hf.gate.thresholds_for`]), else the server's (`domain=None`, or a domain the model has no
         thresholds of its own for); a `RequestError` (`unknown_domain`, naming `param`) for a domain it refuses."""
-        if domain is None:
-            return self.threshold, self.retrieve_threshold
         from ..gate import thresholds_for
 
-        try:
-            own = thresholds_for(self.config, domain)
+        try:  # a domain's own thresholds, even where they equal the saved fallback that --threshold replaced
+            return thresholds_for(self.config, domain, fallback=(self.threshold, self.retrieve_threshold))
         except ValueError as error:
             raise RequestError(str(error).replace("`", ""), param=param, code="unknown_domain") from None
-        if self.config.domain_thresholds["domains"][domain].get("decision_threshold") is None:
-            return self.threshold, self.retrieve_threshold  # the map's fallback: gated as any question
-        return own  # its own, even where it equals the saved fallback that --threshold replaced
 
     def request_thresholds(self, options: GateOptions | None, domain: str | None,
                            domain_param: str = "elical.domain") -> tuple[float, float | None]:
