@@ -9,7 +9,7 @@ One generic implementation, [`ForConfidenceMixin`], serves every architecture: `
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -289,6 +289,7 @@ class ForConfidenceMixin:
         batch_size: int = 16,
         tokenizer: Any | None = None,
         progress: bool = False,
+        prompt_template: str | None = None,
     ) -> list[float]:
         """
         Confidence, before answering, that the model answers each question correctly.
@@ -305,6 +306,10 @@ class ForConfidenceMixin:
                 Defaults to the tokenizer loaded with the model.
             progress (`bool`, *optional*, defaults to `False`):
                 Show a progress bar.
+            prompt_template (`str`, *optional*):
+                Read the questions with this prompt instead of the saved one, the rest of the saved prompt settings
+                (chat template, system prompt, tail) kept: e.g. [`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`] for
+                multiple-choice questions, as the paper reads MMLU with a model trained on free-form questions.
 
         Returns:
             `list[float]`: one confidence in [0, 1] per question, in input order.
@@ -313,7 +318,7 @@ class ForConfidenceMixin:
             logits = self.confidence_head(pooled.to(self.confidence_head_dtype)).squeeze(-1).float()
             return torch.sigmoid(logits)
 
-        outputs = self._map_prompts(questions, head, batch_size, tokenizer, progress)
+        outputs = self._map_prompts(questions, head, batch_size, tokenizer, progress, prompt_template=prompt_template)
         return torch.cat(outputs).tolist() if outputs else []
 
     def answer(self, questions: Sequence[str] | str, **kwargs: Any) -> list[dict[str, Any]]:
@@ -340,6 +345,7 @@ class ForConfidenceMixin:
         tokenizer: Any | None = None,
         progress: bool = False,
         layer: int | None = None,
+        prompt_template: str | None = None,
     ) -> torch.Tensor:
         """
         What the confidence head reads for each question: the hidden state of the last prompt token at the feature
@@ -351,15 +357,16 @@ class ForConfidenceMixin:
         blocks up to it run); `None`, the model's own ([`feature_layer_index`]).
         """
         outputs = self._map_prompts(questions, lambda pooled: pooled.float().cpu(), batch_size, tokenizer, progress,
-                                    layer)
+                                    layer, prompt_template)
         return torch.cat(outputs) if outputs else torch.zeros(0, self.config.get_text_config().hidden_size)
 
     def _map_prompts(
         self, questions: Sequence[str] | str, fn: Any, batch_size: int, tokenizer: Any | None, progress: bool,
-        layer: int | None = None,
+        layer: int | None = None, prompt_template: str | None = None,
     ) -> list[torch.Tensor]:
-        """Render, tokenize and batch `questions` (longest first), apply `fn` to each batch's pooled hidden states at
-        `layer` (eval mode); `[]` for no questions, else one tensor of `fn`'s rows in input order, in a list."""
+        """Render (with `prompt_template` in place of the saved one, when given), tokenize and batch `questions`
+        (longest first), apply `fn` to each batch's pooled hidden states at `layer` (eval mode); `[]` for no
+        questions, else one tensor of `fn`'s rows in input order, in a list."""
         from tqdm.auto import tqdm
 
         from .encoding import encode_prompts, length_batches, pad_batch
@@ -377,7 +384,10 @@ class ForConfidenceMixin:
             raise ValueError("No tokenizer: pass `tokenizer=` or load the model with `AutoModelForConfidence`.")
         if not questions:
             return []
-        encoded = encode_prompts(list(questions), tokenizer, self.confidence_config)
+        config = self.confidence_config
+        if prompt_template is not None:
+            config = replace(config, prompt_template=prompt_template)
+        encoded = encode_prompts(list(questions), tokenizer, config)
         # Prompts of similar length batch together (little padding), within a token budget; the outputs come back
         # in input order.
         shared = shared_prefix_length(encoded) if self.share_prompt_prefix else 0

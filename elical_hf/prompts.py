@@ -14,6 +14,13 @@ from typing import Any
 QA_PROMPT = "Answer the following question.\nQuestion: {question}"
 """Free-form QA prompt (the paper's default, used for sampling answers and for the confidence head)."""
 
+MULTIPLE_CHOICE_PROMPT = (
+    "Select the correct answer to the following question based on your internal knowledge.\nQuestion: {question}"
+)
+"""Multiple-choice prompt (the reference code's `long_mc_qa`, what it asks MMLU with): the question is written with
+its options ([`~elical_hf.multiple_choice.format_question`]). Used for sampling multiple-choice questions and for the
+confidence read on them."""
+
 REFERENCE_PROMPT_TAIL = "\nAnswer: "
 """The tail that the reference code's prompt table defines for every prompt type. Its released prompt builder never
 appends it to the QA prompt (only the `none` text is formatted), so elical-hf's QA prompt has no tail by default;

