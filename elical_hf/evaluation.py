@@ -167,38 +167,57 @@ def paired_difference_over_draws(
     datasets: Sequence[str],
     splits: Sequence[str],
     a_draws: Sequence[Sequence[float]],
-    b_draws: Sequence[Sequence[float]],
+    b_draws: Sequence[Sequence[float]] | None,
     bootstrap: int = 1000,
     seed: int = 0,
+    draw_resampling: str = "one",
 ) -> dict[str, dict[str, Any]]:
     """
-    `metric(a) - metric(b)` averaged over several label draws (or training seeds), with an interval that carries both
-    sources of variance: each bootstrap resample of the test questions (the paired resamples of [`evaluate_table`])
-    is scored with one draw chosen at random, so the 95% interval covers test sampling *and* the draw.
+    `metric(a) - metric(b)` (or `metric(a)` alone, `b_draws=None`) averaged over several label draws (or training
+    seeds), with a 95% interval over the bootstrap resamples of the test questions (the paired resamples of
+    [`evaluate_table`]) and over the draws, by one of two rules:
+
+    - `"one"`: each resample is scored with one draw chosen at random. Its interval is the spread of *one* draw's
+      result, wider than that of the mean over the draws printed beside it.
+    - `"hierarchical"`: each resample also resamples the draws (as many, with replacement) and averages their
+      results on it: a two-level bootstrap of the mean over draws (seeds, then test rows), the interval of the
+      printed mean. With few draws (3 seeds) it carries the seeds' spread only as far as three values show it.
 
     Args:
         correct, datasets, splits: As in [`evaluate_table`].
         a_draws, b_draws (`list[list[float]]`): One confidence list per draw for each method; draw `d` of `a` and of
-            `b` used the same labels (the difference is paired within a draw).
+            `b` used the same labels (the difference is paired within a draw). `b_draws=None`: `a`'s own metrics.
         bootstrap (`int`, *optional*, defaults to 1000), seed (`int`, *optional*, defaults to 0): Resamples and seed.
+        draw_resampling (`str`, *optional*, defaults to `"one"`): `"one"` or `"hierarchical"` (above).
 
     Returns:
         `dict`: column -> `{metric: mean difference, "<metric>_ci": [low, high], "<metric>_per_draw": [...]}`.
     """
-    if len(a_draws) != len(b_draws) or not a_draws:
-        raise ValueError(f"Need the same number (>= 1) of draws for both methods, got {len(a_draws)} and {len(b_draws)}.")
+    if b_draws is not None and len(a_draws) != len(b_draws) or not a_draws:
+        raise ValueError(f"Need the same number (>= 1) of draws for both methods, got {len(a_draws)} and "
+                         f"{len(b_draws or [])}.")
     if bootstrap < 1:
         raise ValueError(f"paired_difference_over_draws needs bootstrap >= 1, got {bootstrap}.")
+    if draw_resampling not in ("one", "hierarchical"):
+        raise ValueError(f"draw_resampling must be 'one' or 'hierarchical', got {draw_resampling!r}.")
     correct_array, masks, split_of, draws = _prepare(
         correct, datasets, splits, {"a": a_draws[0]}, bootstrap, seed
     )
     rows, samples = [], []
-    for a, b in zip(a_draws, b_draws):
+    for index, a in enumerate(a_draws):
         row_a, samples_a = _evaluate_method("a", a, correct_array, masks, split_of, draws)
-        row_b, samples_b = _evaluate_method("b", b, correct_array, masks, split_of, draws)
+        if b_draws is None:
+            rows.append({c: {m: row_a[c][m] for m in TABLE_METRICS} for c in row_a})
+            samples.append({c: {m: samples_a[c][m] for m in TABLE_METRICS} for c in row_a})
+            continue
+        row_b, samples_b = _evaluate_method("b", b_draws[index], correct_array, masks, split_of, draws)
         rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in TABLE_METRICS} for c in row_a})
         samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in TABLE_METRICS} for c in row_a})
-    pick = np.random.default_rng(seed + 1).integers(0, len(rows), size=bootstrap)  # one draw per resample
+    rng = np.random.default_rng(seed + 1)
+    if draw_resampling == "one":
+        pick = rng.integers(0, len(rows), size=(bootstrap, 1))  # one draw per resample
+    else:
+        pick = rng.integers(0, len(rows), size=(bootstrap, len(rows)))  # the draws resampled, then averaged
     out: dict[str, dict[str, Any]] = {}
     for column in rows[0]:
         cell: dict[str, Any] = {}
@@ -207,7 +226,8 @@ def paired_difference_over_draws(
             cell[metric] = float(np.nanmean(per_draw)) if not all(math.isnan(v) for v in per_draw) else math.nan
             cell[f"{metric}_per_draw"] = per_draw
         stacked = {m: np.stack([s[column][m] for s in samples]) for m in TABLE_METRICS}  # draws x resamples
-        _intervals(cell, {m: stacked[m][pick, np.arange(bootstrap)] for m in TABLE_METRICS})
+        resampled = {m: stacked[m][pick, np.arange(bootstrap)[:, None]].mean(axis=1) for m in TABLE_METRICS}
+        _intervals(cell, resampled)
         out[column] = cell
     return out
 

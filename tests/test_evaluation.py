@@ -234,6 +234,31 @@ def test_paired_difference_over_draws_carries_the_draw_variance():
         paired_difference_over_draws(correct, datasets, splits, [good], [noise, noise])
 
 
+def test_the_hierarchical_interval_is_that_of_the_mean_over_draws():
+    correct, datasets, splits, sources = synthetic()
+    good, noise = sources["good"], sources["noise"]
+    draws = [good, noise, good]
+    one = paired_difference_over_draws(correct, datasets, splits, draws, None, 400, seed=5)
+    nested = paired_difference_over_draws(correct, datasets, splits, draws, None, 400, seed=5,
+                                          draw_resampling="hierarchical")
+    single = evaluate_table(correct, datasets, splits, {"good": good, "noise": noise})
+    for cell in (one, nested):  # one method alone: the mean of its draws' metrics
+        assert cell["squad"]["auroc_per_draw"] == pytest.approx(
+            [single["good"]["squad"]["auroc"], single["noise"]["squad"]["auroc"], single["good"]["squad"]["auroc"]])
+        assert cell["squad"]["auroc"] == pytest.approx(np.mean(cell["squad"]["auroc_per_draw"]))
+    # one draw per resample spans both draws' results; the mean over resampled draws is narrower and holds the mean
+    low, high = nested["squad"]["auroc_ci"]
+    assert low < nested["squad"]["auroc"] < high
+    assert high - low < one["squad"]["auroc_ci"][1] - one["squad"]["auroc_ci"][0]
+    # a single draw: both rules are the plain bootstrap
+    a = paired_difference_over_draws(correct, datasets, splits, [good], None, 200, seed=1)
+    b = paired_difference_over_draws(correct, datasets, splits, [good], None, 200, seed=1,
+                                     draw_resampling="hierarchical")
+    assert a["squad"]["auroc_ci"] == pytest.approx(b["squad"]["auroc_ci"])
+    with pytest.raises(ValueError, match="draw_resampling"):
+        paired_difference_over_draws(correct, datasets, splits, [good], None, 10, draw_resampling="nested")
+
+
 def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama, tmp_path, capsys):
     from elical_hf.cli import main as cli_main
     from elical_hf.metrics import select_threshold
