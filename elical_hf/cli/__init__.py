@@ -23,7 +23,8 @@ COMMANDS = {
     "convert-official": ("elical_hf.cli.convert", "Convert a released checkpoint of the paper to a confidence model."),
     "train": ("elical_hf.cli.train", "Train stage 1 (elicitation), stage 2 (calibration) and Cal-Only."),
     "judge": ("elical_hf.cli.judge", "Add or redo correctness / consistency judgements (lexical, embedding, LLM)."),
-    "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10."),
+    "baselines": ("elical_hf.cli.baselines", "Training-free confidences: Prob, N-Prob, Consis-Lex/Sem, Verbal-0/10, "
+                  "Option-Prob."),
     "evaluate": ("elical_hf.cli.evaluate", "Score test records with models and baselines: the paper's table and plots."),
     "threshold": ("elical_hf.cli.threshold", "Choose a model's answer/abstain threshold on labelled records and save it."),
     "monitor": ("elical_hf.cli.monitor", "Do new questions' confidences still look like the calibration set's? (KS test)"),

@@ -1,8 +1,11 @@
-"""`elical-hf baselines`: training-free confidences (Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0, Verbal-10).
+"""`elical-hf baselines`: training-free confidences (Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0, Verbal-10, and
+Option-Prob for multiple-choice questions).
 
 Reads judged HonestyBench records (a jsonl/parquet file or a folder of them), adds one `confidence_<name>` column per
 baseline and writes them atomically to `--output`. Verbal baselines run `--model`; Verbal-10 draws its demonstrations
-from `--train_records` (never from the scored records). When every record has a greedy correctness label, the AUROC
+from `--train_records` (never from the scored records). Option-Prob reads `--model`'s probability of each option
+letter after the multiple-choice prompt (stored as `option_probabilities`; records that carry them, e.g. read from
+lm-evaluation-harness logs, need no model). When every record has a greedy correctness label, the AUROC
 (x100) of each baseline is printed too.
 """
 
@@ -24,12 +27,14 @@ class BaselinesArguments(only(RecordArguments, "records", "allow_incomplete", "b
     output: str = field(metadata={"help": "Where to write the records with `confidence_<name>` columns."})
     which: str = field(
         default="prob,n_prob,consis_lex,consis_sem",
-        metadata={"help": "Comma-separated baselines: prob,n_prob,consis_lex,consis_sem,verbal0,verbal10."},
+        metadata={"help": "Comma-separated baselines: prob,n_prob,consis_lex,consis_sem,verbal0,verbal10,option_prob "
+                  "(multiple-choice records)."},
     )
     train_records: str | None = field(
         default=None, metadata={"help": "Judged TRAIN records, the source of Verbal-10's demonstrations."}
     )
-    model: str = field(default=DEFAULT_MODEL, metadata={"help": "Answering model (Hub id or folder) of verbal0/10."})
+    model: str = field(default=DEFAULT_MODEL,
+                       metadata={"help": "Answering model (Hub id or folder) of verbal0/10 and option_prob."})
     parser: str = field(default="paper", metadata={"help": "Verbal score parser: 'paper' (its regex) or 'robust'."})
     seed: int = field(default=42, metadata={"help": "Seed of the demonstration draw."})
 

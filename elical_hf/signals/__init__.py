@@ -44,8 +44,12 @@ _LAZY = {
     "make_backend": ".backends",
     "merge_judged": ".judge_runner",
     "merge_samples": ".runner",
+    "next_token_logprobs": ".generation",
     "normalize_answer": ".lexical_judge",
     "normalize_record": ".records",
+    "option_confidence": ".option_probability",
+    "option_distribution": ".option_probability",
+    "option_prob": ".option_probability",
     "parse_record_path": ".records",
     "parse_verdict": ".llm_judge",
     "read_lm_eval_records": ".records",
@@ -75,7 +79,9 @@ if TYPE_CHECKING:
     from .embedding_judge import EmbeddingJudge
     from .endpoint import ChatEndpoint
     from .decoding import apply_repetition_penalty, filter_candidates, sample_seed
-    from .generation import build_prompt_ids, complete_prompts, generate_answers, resolve_autocast_dtype
+    from .generation import (
+        build_prompt_ids, complete_prompts, generate_answers, next_token_logprobs, resolve_autocast_dtype,
+    )
     from .lexical_judge import (
         CORRECTNESS_JUDGES,
         exact_match,
@@ -93,6 +99,7 @@ if TYPE_CHECKING:
     from .judge_runner import judge_records, merge_judged
     from .judging import apply_judges
     from .llm_judge import judge_with_llm, llm_consistency, llm_correctness, parse_verdict
+    from .option_probability import option_confidence, option_distribution, option_prob
     from .records import (
         DATASET_ALIASES, PAPER_SPLITS, RECORD_FEATURES, canonical_dataset, load_records, normalize_record,
         parse_record_path, read_lm_eval_records, read_records, save_records, training_columns,

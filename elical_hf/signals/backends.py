@@ -7,6 +7,9 @@ A backend has a `name` (the model id, for provenance), a `kind`, and two methods
 - `complete(prompts, max_new_tokens=16, batch_size=16, progress=True) -> list[str]`: greedy completions of raw user
   prompts wrapped in the chat template (LLM judges, verbalized confidence).
 
+[`HFBackend`] also reads the model's distribution over the first reply token: `first_token_logprobs` (the LLM judges'
+`logprob` verdict) and `next_token_logprobs` (given token ids, after question prompts: the Option-Prob baseline).
+
 Both backends build prompts with the same [`~elical_hf.prompts.render_prompt`] and hand the model the same token ids,
 so a question's prompt is identical whichever backend samples it. Their samples differ (different random streams).
 """
@@ -22,6 +25,7 @@ from ..precision import precision_report, resolve_dtype
 from .decoding import context_length, cut_at_stop, sample_seed
 from .generation import (
     SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, first_token_logprobs, generate_answers,
+    next_token_logprobs,
 )
 
 
@@ -143,6 +147,13 @@ class HFBackend:
         kwargs.pop("max_new_tokens", None)  # one token, by definition
         return first_token_logprobs(self.model, self.tokenizer, list(prompts), batch_size=batch_size,
                                     progress=progress, autocast_dtype=self.autocast_dtype, **kwargs)
+
+    def next_token_logprobs(self, questions: list[str], token_ids: list[int], settings: SamplingSettings,
+                            batch_size: int = 16, progress: bool = True) -> list[list[float]]:
+        """The log-probability of each of `token_ids` as the first reply token after each question's prompt (rendered
+        from `settings` as [`generate`] renders it); see [`~elical_hf.signals.generation.next_token_logprobs`]."""
+        return next_token_logprobs(self.model, self.tokenizer, list(questions), token_ids, settings,
+                                   batch_size=batch_size, progress=progress, autocast_dtype=self.autocast_dtype)
 
 
 def vllm_available() -> bool:

@@ -1,4 +1,5 @@
-"""Training-free confidence baselines of the paper: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10.
+"""Training-free confidence baselines of the paper: Prob, N-Prob, Consis-Lex, Consis-Sem, Verbal-0 and Verbal-10, and
+Option-Prob for multiple-choice questions ([`~elical_hf.signals.option_probability`]).
 
 Each returns one float in [0, 1] per record (or question). [`compute_baselines`] runs several by name (see
 [`BASELINES`]) and stores them in the records as `confidence_<name>`.
@@ -18,6 +19,7 @@ from ..bundled import normalize_question
 from ..prompts import VERBAL_CONFIDENCE_PROMPT
 from .lexical_judge import LEXICAL_SCORINGS, lexical_consistency, lexical_scores, response_text
 from .llm_judge import CompletionFn, call_completion
+from .option_probability import option_prob, records_needing_model
 
 
 logger = logging.getLogger(__name__)
@@ -296,12 +298,27 @@ def verbal(
 @dataclass(frozen=True)
 class Baseline:
     """A registered baseline: its function, the paper's name (how reports and tables label it), and what it needs
-    beyond the records."""
+    beyond the records.
+
+    Args:
+        needs_model (`bool`): Whether it runs the answering model.
+        demonstrations (`int`): Demonstrations drawn from train records (Verbal-10).
+        model_input (`str`): What it takes of the model: `"complete"`, a completion function (Verbal-0/10), or
+            `"backend"`, a loaded [`~elical_hf.signals.HFBackend`] (Option-Prob's next-token log-probabilities).
+        model_needed (`Callable`, *optional*): Which records still need the model (a falsy result: none, the records
+            carry what it would compute); `None`: every record set does.
+    """
 
     fn: Callable[..., Any]
     paper_name: str
     needs_model: bool = False
     demonstrations: int = 0
+    model_input: str = "complete"
+    model_needed: Callable[[Sequence[dict]], Any] | None = None
+
+    def needs_model_for(self, records: Sequence[dict]) -> bool:
+        """Whether scoring `records` runs the answering model (a `ValueError` for records this baseline refuses)."""
+        return self.needs_model and (self.model_needed is None or bool(self.model_needed(records)))
 
 
 BASELINES: dict[str, Baseline] = {
@@ -311,6 +328,8 @@ BASELINES: dict[str, Baseline] = {
     "consis_sem": Baseline(consis_sem, "Consis-Sem"),
     "verbal0": Baseline(verbal, "Verbal-0", needs_model=True),
     "verbal10": Baseline(verbal, "Verbal-10", needs_model=True, demonstrations=10),
+    "option_prob": Baseline(option_prob, "Option-Prob", needs_model=True, model_input="backend",
+                            model_needed=records_needing_model),
 }
 """Baselines by name; `compute_baselines(which=...)` takes these names."""
 
@@ -320,6 +339,7 @@ def compute_baselines(
     complete: CompletionFn | None = None,
     train_records: Sequence[dict] | None = None,
     which: Sequence[str] = ("prob", "n_prob", "consis_lex", "consis_sem"),
+    backend: Any = None,
     seed: int = 42,
     parser: str = "paper",
     batch_size: int = 16,
@@ -333,15 +353,17 @@ def compute_baselines(
         records (`list[dict]`):
             HonestyBench records to score.
         complete (`Callable`, *optional*):
-            The answering model's completion function; needed by `verbal0` and `verbal10`.
+            The answering model's completion function; needed by `verbal0` and `verbal10` (default: `backend`'s).
         train_records (`list[dict]`, *optional*):
             Judged TRAIN records; `verbal10` draws its 10 demonstrations from them with [`select_demonstrations`].
         which (`list[str]`, *optional*):
             Names from [`BASELINES`].
+        backend ([`~elical_hf.signals.HFBackend`], *optional*):
+            The answering model, loaded; needed by `option_prob` for records without `option_probabilities`.
         seed (`int`, *optional*, defaults to `42`):
             Seed of the demonstration draw.
         parser, batch_size, progress:
-            As in [`verbal`].
+            As in [`verbal`] (`batch_size` and `progress` also [`~elical_hf.signals.option_probability.option_prob`]'s).
         summary (`dict`, *optional*):
             When given, receives the verbal baselines' summaries (parse-failure rates) under their names.
         lexical_scoring (`str`, *optional*, defaults to `"rouge_score"`):
@@ -362,6 +384,10 @@ def compute_baselines(
             options = {"scoring": lexical_scoring} if name == "consis_lex" else {}
             results[name] = baseline.fn(records, **options)
             continue
+        if baseline.model_input == "backend":
+            results[name] = baseline.fn(records, backend, batch_size=batch_size, progress=progress)
+            continue
+        complete = complete if complete is not None or backend is None else backend.complete
         if complete is None:
             raise ValueError(f"{name} needs the answering model: pass `complete` (the CLI's `--model`).")
         demos = None

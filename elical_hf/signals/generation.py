@@ -9,6 +9,7 @@ text and the sample index, so a question's samples do not depend on which batch 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -198,7 +199,36 @@ def complete_prompts(
     return [r["greedy_response"] for r in decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
 
 
-@torch.no_grad()
+def _last_token_logprobs(
+    model: Any, tokenizer: Any, prompt_ids: list[list[int]], batch_size: int, progress: bool,
+    autocast_dtype: torch.dtype | str | None, desc: str,
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Yield `(rows, logprobs)` over `prompt_ids` in batches of `batch_size`: the rows (indices into `prompt_ids`)
+    of a batch and the float32 log-softmax of the model's logits at each one's last prompt token (`[rows, vocab]`).
+
+    One forward pass per batch, left-padded, positions counted from each prompt's first token, so a prompt's numbers
+    do not depend on its batch (up to float rounding); prompts of similar lengths share a batch."""
+    from contextlib import nullcontext
+
+    from tqdm.auto import tqdm
+
+    dtype = resolve_autocast_dtype(model, autocast_dtype)
+    device = model.device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = sorted(range(len(prompt_ids)), key=lambda i: -len(prompt_ids[i]))
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=not progress):
+        rows = order[start : start + batch_size]
+        width = max(len(prompt_ids[i]) for i in rows)
+        ids = torch.tensor([[pad] * (width - len(prompt_ids[i])) + prompt_ids[i] for i in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(prompt_ids[i])) + [1] * len(prompt_ids[i]) for i in rows],
+                            device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
+        with torch.no_grad(), autocast:
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
+        yield rows, torch.log_softmax(logits[:, -1].float(), dim=-1)
+
+
 def first_token_logprobs(
     model: Any,
     tokenizer: Any,
@@ -217,31 +247,13 @@ def first_token_logprobs(
 
     One forward pass per batch of `batch_size` prompts, left-padded, positions counted from each prompt's first
     token, so a prompt's numbers do not depend on its batch (up to float rounding)."""
-    from contextlib import nullcontext
-
-    from tqdm.auto import tqdm
-
     prompts = list(prompts)
     settings = completion_settings(1, batch_size, use_chat_template, system_prompt)
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
     check_prompt_lengths(prompt_ids, context_length(model), 1, [f"prompt {i}" for i in range(len(prompts))])
-    dtype = resolve_autocast_dtype(model, autocast_dtype)
-    device = model.device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompt_ids[i]))  # similar lengths share a batch
     found: list[dict[str, float] | None] = [None] * len(prompts)
-    for start in tqdm(range(0, len(order), batch_size), desc="First-token log-probabilities", unit="batch",
-                      disable=not progress):
-        rows = order[start : start + batch_size]
-        width = max(len(prompt_ids[i]) for i in rows)
-        ids = torch.tensor([[pad] * (width - len(prompt_ids[i])) + prompt_ids[i] for i in rows], device=device)
-        mask = torch.tensor([[0] * (width - len(prompt_ids[i])) + [1] * len(prompt_ids[i]) for i in rows],
-                            device=device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        autocast = torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
-        with autocast:
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits
-        logprobs = torch.log_softmax(logits[:, -1].float(), dim=-1)
+    for rows, logprobs in _last_token_logprobs(model, tokenizer, prompt_ids, batch_size, progress, autocast_dtype,
+                                               "First-token log-probabilities"):
         values, tokens = logprobs.topk(min(top_logprobs, logprobs.shape[-1]), dim=-1)
         for row, top_values, top_tokens in zip(rows, values.tolist(), tokens.tolist()):
             texts = tokenizer.batch_decode([[t] for t in top_tokens])
@@ -250,3 +262,51 @@ def first_token_logprobs(
                 entry.setdefault(text, value)
             found[row] = entry
     return [entry or {} for entry in found]
+
+
+def next_token_logprobs(
+    model: Any,
+    tokenizer: Any,
+    questions: list[str],
+    token_ids: list[int],
+    settings: SamplingSettings,
+    batch_size: int = 16,
+    progress: bool = True,
+    autocast_dtype: torch.dtype | str | None = "auto",
+) -> list[list[float]]:
+    """
+    The log-probability of each of `token_ids` as the first reply token after each question's prompt, the prompt
+    rendered from `settings` exactly as [`generate_answers`] renders it ([`build_prompt_ids`]: its `prompt_template`,
+    chat template with the generation prompt, system prompt and template variables).
+
+    One forward pass per batch of `batch_size` prompts (left-padded, positions from each prompt's first token, so a
+    prompt's numbers do not depend on its batch up to float rounding); the log-softmax is over the whole vocabulary,
+    in float32, of the model's own logits (no repetition penalty, no temperature).
+
+    Args:
+        model ([`~transformers.PreTrainedModel`]): A causal LM.
+        tokenizer ([`~transformers.PreTrainedTokenizerBase`]): Its tokenizer.
+        questions (`list[str]`): The questions, filled into `settings.prompt_template`.
+        token_ids (`list[int]`): The vocabulary ids to read.
+        settings ([`SamplingSettings`]): How the prompts are rendered (only its prompt fields are used).
+        batch_size (`int`, *optional*, defaults to 16): Prompts per forward pass.
+        progress (`bool`, *optional*, defaults to `True`): Progress bar over batches.
+        autocast_dtype (`torch.dtype` or `"auto"`, *optional*, defaults to `"auto"`): As in [`generate_answers`].
+
+    Returns:
+        `list[list[float]]`: one row per question, in input order, one log-probability per id of `token_ids`.
+    """
+    questions, token_ids = list(questions), [int(t) for t in token_ids]
+    prompt_ids = build_prompt_ids(tokenizer, questions, settings)
+    check_prompt_lengths(prompt_ids, context_length(model), 1,
+                         [f"question row {i}" for i in range(len(questions))])
+    found: list[list[float]] = [[] for _ in questions]
+    wanted = torch.tensor(token_ids, dtype=torch.long, device=model.device)
+    for rows, logprobs in _last_token_logprobs(model, tokenizer, prompt_ids, batch_size, progress, autocast_dtype,
+                                               "Next-token log-probabilities"):
+        outside = [t for t in token_ids if not 0 <= t < logprobs.shape[-1]]
+        if outside:
+            raise ValueError(f"Token ids {outside[:5]} are outside the model's {logprobs.shape[-1]} output ids.")
+        for row, values in zip(rows, logprobs.index_select(-1, wanted).tolist()):
+            found[row] = values
+    return found

@@ -187,6 +187,7 @@ def score_baselines(
     *,
     output: str | None = None,
     complete: Any = None,
+    backend: Any = None,
     model: str = DEFAULT_MODEL,
     train_records: Any = None,
     parser: str = "paper",
@@ -204,7 +205,11 @@ def score_baselines(
         which (`list[str]`): Names of [`~elical_hf.signals.BASELINES`].
         output (`str`, *optional*): Also write the records there (atomically); not inside the `records` folder.
         complete (`Callable`, *optional*): The answering model's completion function (Verbal-0/10); by default
-            `model`'s, loaded when a verbal baseline is asked for.
+            `backend`'s.
+        backend ([`~elical_hf.signals.HFBackend`], *optional*): The answering model, loaded (Option-Prob's
+            next-token log-probabilities, and Verbal-0/10's completions without `complete`); by default `model`,
+            loaded only when a baseline asked for runs it (not for Option-Prob of records that carry
+            `option_probabilities`).
         train_records: Judged TRAIN records (any records input), Verbal-10's demonstrations (never test records).
         parser, seed, batch_size, lexical_scoring: As in [`~elical_hf.signals.compute_baselines`].
 
@@ -222,13 +227,15 @@ def score_baselines(
     train = None
     if train_records is not None:
         train = load_records(train_records, derive=False, allow_incomplete=allow_incomplete).to_list()
-    if complete is None and any(BASELINES[name].needs_model for name in which):
+    running = [BASELINES[name] for name in which if name in BASELINES and BASELINES[name].needs_model_for(rows)]
+    if backend is None and any(b.model_input == "backend" or complete is None for b in running):
         from ..signals.backends import HFBackend
 
-        complete = HFBackend(model).complete
+        backend = HFBackend(model)
     verbal: dict = {}
-    scores = compute_baselines(rows, complete=complete, train_records=train, which=list(which), seed=seed,
-                               parser=parser, batch_size=batch_size, summary=verbal, lexical_scoring=lexical_scoring)
+    scores = compute_baselines(rows, complete=complete, train_records=train, which=list(which), backend=backend,
+                               seed=seed, parser=parser, batch_size=batch_size, summary=verbal,
+                               lexical_scoring=lexical_scoring)
     labels = [r.get("greedy_correctness") for r in rows]
     report: dict[str, Any] = {"mean": {}, "auroc": {}, "verbal": verbal}
     if any(label is None for label in labels):
