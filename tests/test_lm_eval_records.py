@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from elical_hf.multiple_choice import LETTERS
 from elical_hf.signals.records import CORRECTNESS_METRICS, load_records, read_lm_eval_records
 from elical_hf.signals.records.lm_eval_logs import lm_eval_split
 from tests.tiny import mark_trained
@@ -19,6 +20,7 @@ from tests.tiny import mark_trained
 
 FIXTURE = Path(__file__).parent / "data" / "lm_eval"
 GENERATION = FIXTURE / "generation"
+MULTIPLE_CHOICE = FIXTURE / "multiple_choice"
 MODEL = "SmolLM2-135M-Instruct"
 
 
@@ -69,14 +71,125 @@ def test_a_task_with_several_filters_reads_the_one_asked_for():
         read_lm_eval_records(path, filter_name="strict")
 
 
-def test_a_multiple_choice_log_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="'pararel_choice' is a multiple_choice task.*generate_until"):
-        load_records(FIXTURE / "multiple_choice", cache_dir=tmp_path / "cache")
-    alone = tmp_path / "run" / samples_file("multiple_choice", "pararel_choice").name  # no results file: its shape
+def test_a_multiple_choice_log_reads_as_the_option_of_highest_log_likelihood(tmp_path):
+    """lm-eval's MMLU template over 16 real MMLU questions (cais/mmlu layout): the answer is the argmax of the raw
+    log-likelihoods (what `acc` scores), the question and options those of the document."""
+    loaded = load_records(MULTIPLE_CHOICE, splits=True, cache_dir=tmp_path / "cache").to_list()
+    samples = lines(samples_file("multiple_choice", "mmlu_mini"))
+    assert len(loaded) == len(samples) == 16
+    for record, sample in zip(loaded, samples):
+        lls = [float(ll) for ll, _ in sample["filtered_resps"]]
+        best = max(range(len(lls)), key=lls.__getitem__)
+        doc = sample["doc"]
+        assert record["id"] == str(sample["doc_id"]) and record["choices"] == doc["choices"]
+        assert record["greedy_response"] == record["greedy_choice"] == LETTERS[best]
+        assert record["answer"] == [LETTERS[doc["answer"]]] and record["subject"] == doc["subject"]
+        assert record["greedy_correctness"] is bool(sample["acc"]) is (best == doc["answer"])
+        assert math.isclose(sum(record["option_probabilities"]), 1.0)
+        assert max(record["option_probabilities"]) == record["option_probabilities"][best]
+        assert record["question"] == doc["question"] + "\n" + "".join(
+            f"{letter}.{choice}\n" for letter, choice in zip(LETTERS, doc["choices"]))
+        assert record["question"].rstrip("\n").split("\n")[-1] == "D." + doc["choices"][3]
+    by_id = {record["id"]: record for record in loaded}
+    # by hand from the log: doc 0's log-likelihoods -0.91 (A), -5.90, -4.02, -4.06, gold 0; doc 8's -4.08, -9.45,
+    # -7.23, -3.57 (D), gold 1
+    read = {i: (by_id[i]["greedy_response"], by_id[i]["answer"], by_id[i]["greedy_correctness"]) for i in ("0", "8")}
+    assert read == {"0": ("A", ["A"], True), "8": ("D", ["B"], False)}
+    assert by_id["8"]["subject"] == "high_school_geography"
+    assert by_id["0"]["question"].startswith("What is true for a type-Ia")
+    assert {(r["dataset"], r["model"], r["paper_split"], r["correctness_judge"]) for r in loaded} == {
+        ("mmlu_mini", MODEL, "ood_test", "lm-eval:acc")}
+    assert 0 < sum(r["greedy_correctness"] for r in loaded) < len(loaded)  # the fixture has both kinds of answer
+    alone = tmp_path / "run" / samples_file("multiple_choice", "mmlu_mini").name  # no results file: read by its shape
     alone.parent.mkdir()
-    shutil.copy(samples_file("multiple_choice", "pararel_choice"), alone)
-    with pytest.raises(ValueError, match="is a loglikelihood or multiple_choice task"):
-        read_lm_eval_records(alone)
+    shutil.copy(samples_file("multiple_choice", "mmlu_mini"), alone)
+    assert [{**r, "model": MODEL} for r in read_lm_eval_records(alone)] == read_lm_eval_records(MULTIPLE_CHOICE)
+
+
+def generic_choice_sample(**changes) -> dict:
+    """An ARC-like multiple-choice line as lm-eval logs it (the document is not in the cais/mmlu layout: its options
+    are the scored continuations, its gold the target)."""
+    context = "Question: Which gas do plants take in to make their food?\nAnswer:"
+    options = ["oxygen", "carbon dioxide", "nitrogen"]
+    sample = {
+        "doc_id": 0, "doc": {"id": "Mercury_1", "question": "Which gas do plants take in to make their food?",
+                             "choices": {"text": options, "label": ["A", "B", "C"]}, "answerKey": "B"},
+        "target": "1", "arguments": {f"gen_args_{i}": {"arg_0": context, "arg_1": " " + option}
+                                     for i, option in enumerate(options)},
+        "resps": [], "filtered_resps": [["-3.5", "False"], ["-1.25", "True"], ["-4.0", "False"]], "filter": "none",
+        "metrics": ["acc", "acc_norm"], "acc": 1.0, "acc_norm": 1.0,
+    }
+    return {**sample, **changes}
+
+
+def write_samples(folder: Path, *samples: dict, task: str = "arc_easy") -> Path:
+    path = folder / f"samples_{task}_2026-01-02T03-04-05.678901.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(sample) + "\n" for sample in samples), encoding="utf-8")
+    return path
+
+
+def test_a_generic_multiple_choice_log_reads_its_options_from_the_arguments(tmp_path):
+    path = write_samples(tmp_path / "org__model", generic_choice_sample())
+    (record,) = load_records(path, cache_dir=tmp_path / "cache").to_list()
+    assert record["question"] == ("Question: Which gas do plants take in to make their food?\nAnswer:\n"
+                                  "A.oxygen\nB.carbon dioxide\nC.nitrogen\n")
+    assert record["choices"] == ["oxygen", "carbon dioxide", "nitrogen"] and record["answer"] == ["B"]
+    assert (record["greedy_response"], record["greedy_choice"], record["greedy_correctness"]) == ("B", "B", True)
+    weights = [math.exp(ll) for ll in (-3.5, -1.25, -4.0)]
+    assert record["option_probabilities"] == pytest.approx([w / sum(weights) for w in weights])
+    assert record.get("subject") is None and (record["dataset"], record["model"]) == ("arc_easy", "org/model")
+    (keyed,) = read_lm_eval_records(path, question_key="question")
+    assert keyed["question"].startswith("Which gas do plants take in to make their food?\nA.oxygen\n")
+
+
+def one_line_error(read, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as error:
+        read()
+    assert len(str(error.value).splitlines()) == 1
+
+
+def test_a_multiple_choice_log_without_a_gold_index_or_acc_is_refused_in_one_line(tmp_path):
+    for number, target in enumerate(("3", "carbon dioxide", "[0, 1]")):
+        path = write_samples(tmp_path / f"target{number}", generic_choice_sample(),
+                             generic_choice_sample(target=target))
+        one_line_error(lambda: read_lm_eval_records(path),
+                       rf"line 2: the target '{re.escape(target)}' is not the index of one of its 3 options")
+    no_acc = generic_choice_sample(metrics=["acc_norm"])
+    del no_acc["acc"]
+    path = write_samples(tmp_path / "no_acc", no_acc)
+    one_line_error(lambda: load_records(path, cache_dir=tmp_path / "cache"),
+                   r"multiple-choice task 'arc_easy' logs the metrics \['acc_norm'\]: .* logs as 'acc'")
+    path = write_samples(tmp_path / "other_metric", generic_choice_sample())
+    one_line_error(lambda: read_lm_eval_records(path, correctness_metric="acc_norm"),
+                   r"logs the metrics \['acc', 'acc_norm'\] \(correctness_metric 'acc_norm'\)")
+    one_value_short = generic_choice_sample()
+    del one_value_short["acc"]
+    path = write_samples(tmp_path / "short", generic_choice_sample(), one_value_short)
+    one_line_error(lambda: read_lm_eval_records(path), r"line 2: no 'acc' value")
+    path = write_samples(tmp_path / "resps", generic_choice_sample(filtered_resps=[["x", "False"]] * 3))
+    one_line_error(lambda: read_lm_eval_records(path), r"line 1: `filtered_resps` holds .* not one \[log-likelihood")
+
+
+def test_a_loglikelihood_log_is_refused(tmp_path):
+    """A loglikelihood task scores one continuation per document (lambada): no options to choose among."""
+    source = samples_file("multiple_choice", "mmlu_mini")
+    (results_file,) = (MULTIPLE_CHOICE / MODEL).glob("results_*.json")
+
+    def one_continuation(sample):
+        sample["arguments"] = {"gen_args_0": sample["arguments"]["gen_args_0"]}
+        sample["resps"], sample["filtered_resps"] = sample["resps"][:1], sample["filtered_resps"][:1]
+        return sample
+
+    alone = rewrite(source, tmp_path / "alone" / MODEL / source.name, one_continuation)
+    one_line_error(lambda: read_lm_eval_records(alone), "'mmlu_mini' is a loglikelihood \\(or loglikelihood_rolling\\) "
+                                                        "task: .* reads generation tasks .* and multiple-choice tasks")
+    configured = rewrite(source, tmp_path / "configured" / MODEL / source.name, one_continuation)
+    results = json.loads(results_file.read_text())
+    results["configs"]["mmlu_mini"]["output_type"] = "loglikelihood"
+    (configured.parent / results_file.name).write_text(json.dumps(results))
+    one_line_error(lambda: load_records(configured.parent, cache_dir=tmp_path / "cache"),
+                   "'mmlu_mini' is a loglikelihood task: lm-eval scores one given continuation")
 
 
 def test_a_task_without_a_correctness_metric_is_refused(tmp_path):
@@ -218,6 +331,15 @@ def test_evaluate_scores_a_confidence_model_against_lm_eval_correctness(tiny_lla
     assert evaluation.correct == logged  # the labels are lm-eval's own exact-match scores
 
 
+def test_evaluate_scores_a_multiple_choice_log_against_lm_eval_acc(tiny_llama, tmp_path):
+    from elical_hf.steps import evaluate
+
+    model = confidence_model(tiny_llama, tmp_path / "model")
+    evaluation = evaluate(MULTIPLE_CHOICE, models={"Tiny": model}, baselines=(), allow_other_model=True)
+    assert evaluation.correct == [int(s["acc"]) for s in lines(samples_file("multiple_choice", "mmlu_mini"))]
+    assert len(evaluation.confidences["Tiny"]) == 16
+
+
 def test_training_on_lm_eval_records_is_refused_in_one_line(tmp_path, capsys):
     from elical_hf.cli import main as cli_main
 
@@ -254,13 +376,17 @@ def load_make_fixture():
 @pytest.mark.slow
 def test_a_fresh_lm_eval_run_on_a_tiny_model_is_scored_end_to_end(tiny_llama, tmp_path):
     """The real `lm_eval run --log_samples` on a tiny random model (its answers are noise, the format is the point),
-    then `evaluate` with a confidence model on that base: the records name the model lm-eval ran."""
+    of the generation and the multiple-choice tasks, then `evaluate` with a confidence model on that base: the records
+    name the model lm-eval ran."""
     pytest.importorskip("lm_eval", reason="lm-evaluation-harness (`pip install lm-eval`) is not installed")
     from elical_hf.steps import evaluate
 
     name = Path(tiny_llama).name
-    written = load_make_fixture().produce(Path(tiny_llama), name, tmp_path / "lm_eval", {"generation": "nq,pararel"},
-                                          num_questions=6)
+    written = load_make_fixture().produce(Path(tiny_llama), name, tmp_path / "lm_eval",
+                                          {"generation": "nq,pararel", "multiple_choice": "mmlu_mini"}, num_questions=6)
+    choices = read_lm_eval_records(written["multiple_choice"])  # the 16 questions of tasks/mmlu_mini.jsonl
+    assert len(choices) == 16 and {(r["dataset"], r["model"]) for r in choices} == {("mmlu_mini", name)}
+    assert all(r["greedy_choice"] in "ABCD" and math.isclose(sum(r["option_probabilities"]), 1) for r in choices)
     records = load_records(written["generation"], splits=True, cache_dir=tmp_path / "cache").to_list()
     assert len(records) == 12 and {r["model"] for r in records} == {name}
     assert {r["dataset"] for r in records} == {"nq", "pararel"}

@@ -1,13 +1,15 @@
 """lm-evaluation-harness logs as records: what `lm_eval run ... --log_samples --output_path OUT` writes, read as judged
-greedy answers, so `elical-hf evaluate` scores a confidence model against lm-eval's own correctness.
+greedy answers (generated, or the option a multiple-choice task ranks first), so `elical-hf evaluate` scores a
+confidence model against lm-eval's own correctness.
 
 lm-eval (0.4) writes, under `OUT/<model name, sanitized>/`, one `results_<date>.json` per run (the run's `model_name`
 and each task's config) and one `samples_<task>_<date>.jsonl` per task: a line per document and filter, with the
 document (`doc`), the prompt and generation settings (`arguments`), the model's answer before and after the task's
 filters (`resps`, `filtered_resps`), the filter's name (`filter`), the names of the per-sample metrics (`metrics`) and
 their values (`exact_match: 1.0`, ...). [`read_lm_eval_records`] turns each document of a generation task
-(`output_type: generate_until`) into one record; [`~elical_hf.signals.records.load_records`] does so for any such file
-or folder it is given (a `.jsonl` file whose first line has lm-eval's fields, [`is_lm_eval_samples`]).
+(`output_type: generate_until`) or a multiple-choice task (`multiple_choice`: MMLU, ARC, ...; one log-likelihood
+request per option) into one record; [`~elical_hf.signals.records.load_records`] does so for any such file or folder it
+is given (a `.jsonl` file whose first line has lm-eval's fields, [`is_lm_eval_samples`]).
 
 A record holds one greedy answer and no sampled answers: it serves evaluation, not training.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -24,6 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from ...files import text_lines
+from ...multiple_choice import LETTERS, multiple_choice_row
 from .layout import canonical_dataset, paper_split
 from .storage import normalize_at
 
@@ -51,6 +55,9 @@ its `greedy_correctness`. Scores between 0 and 1 (`f1`, `bleu`, `rouge*`) are no
 with `correctness_metric`."""
 
 GENERATION_OUTPUT_TYPE = "generate_until"
+MULTIPLE_CHOICE_OUTPUT_TYPE = "multiple_choice"
+CHOICE_METRIC = "acc"
+"""The per-sample metric of a multiple-choice task that scores its answer, the option of highest raw log-likelihood."""
 LM_EVAL_JUDGE = "lm-eval:"
 """Prefix of a record's `correctness_judge` read from an lm-eval log (`"lm-eval:exact_match"`)."""
 
@@ -205,7 +212,7 @@ def _correct(value: Any, metric: str, where: str) -> bool:
 
 
 class _Task:
-    """What one samples file's lines share: its task, model, split, filter, metric and question key."""
+    """What one samples file's lines share: its task, model, split, kind, filter, metric and question key."""
 
     def __init__(self, path: str, first: Mapping[str, Any], question_key: str | None, correctness_metric: str | None,
                  filter_name: str | None):
@@ -213,15 +220,15 @@ class _Task:
         self.task = _task_of(path)
         self.model, self.config = _run_info(path, self.task)
         self.split = lm_eval_split(self.task, self.config)
-        output_type = self.config.get("output_type")
-        if output_type is None and not _is_generation(first):
-            output_type = "loglikelihood or multiple_choice"
-        if output_type is not None and output_type != GENERATION_OUTPUT_TYPE:
+        output_type = self.config.get("output_type") or _output_type(first)
+        if output_type not in (GENERATION_OUTPUT_TYPE, MULTIPLE_CHOICE_OUTPUT_TYPE):
             raise ValueError(
-                f"{path}: task {self.task!r} is a {output_type} task: lm-eval scores given continuations by their "
-                "log-likelihood, so its log holds no generated answer whose correctness a confidence model predicts. "
-                f"elical-hf reads generation tasks (output_type: {GENERATION_OUTPUT_TYPE}: nq_open, triviaqa, ...)."
+                f"{path}: task {self.task!r} is a {output_type} task: lm-eval scores one given continuation by its "
+                "log-likelihood, so its log holds neither a generated answer nor a choice among options whose "
+                f"correctness a confidence model predicts. elical-hf reads generation tasks ({GENERATION_OUTPUT_TYPE}: "
+                f"nq_open, triviaqa, ...) and multiple-choice tasks ({MULTIPLE_CHOICE_OUTPUT_TYPE}: mmlu, arc, ...)."
             )
+        self.choice = output_type == MULTIPLE_CHOICE_OUTPUT_TYPE
         filters = [f["name"] for f in self.config.get("filter_list") or [] if isinstance(f, dict) and "name" in f]
         self.filter = filter_name or first["filter"]
         if filter_name is not None and filters and filter_name not in filters:
@@ -229,28 +236,49 @@ class _Task:
         if len(filters) > 1 and filter_name is None:
             logger.info("%s: task %s has the filters %s; reading the answers of the first, %r (pass `filter_name` for "
                         "another).", path, self.task, filters, self.filter)
-        logged = list(first["metrics"])
-        if correctness_metric is not None:
-            if correctness_metric not in logged:
-                raise ValueError(f"{path}: task {self.task!r} logs no metric {correctness_metric!r}; it logs {logged}.")
-            self.metric = correctness_metric
-        else:
-            self.metric = next((m for m in CORRECTNESS_METRICS if m in logged), None)
-            if self.metric is None:
-                raise ValueError(
-                    f"{path}: task {self.task!r} logs the metrics {logged}, none of which says whether an answer is "
-                    f"right ({', '.join(CORRECTNESS_METRICS)}: 0 or 1 per sample); a confidence model is scored "
-                    "against that. Pass `correctness_metric` if one of its metrics is 0 or 1."
-                )
+        self.metric = self._metric(list(first["metrics"]), correctness_metric)
         gen_kwargs = _gen_kwargs(first)
         if gen_kwargs.get("do_sample") or float(gen_kwargs.get("temperature") or 0) > 0:
             logger.warning("%s: task %s sampled its answers (%s), so they are not greedy answers: the evaluation label "
                            "is the correctness of the greedy answer.", path, self.task,
                            {k: gen_kwargs.get(k) for k in ("do_sample", "temperature")})
 
+    def _metric(self, logged: list[str], asked: str | None) -> str:
+        """The 0/1 metric read as `greedy_correctness`: `acc` for a multiple-choice task (it scores the option read as
+        the answer), else `asked` or the first of [`CORRECTNESS_METRICS`] the task logs."""
+        if self.choice and (CHOICE_METRIC not in logged or asked not in (None, CHOICE_METRIC)):
+            raise ValueError(
+                f"{self.path}: multiple-choice task {self.task!r} logs the metrics {logged}"
+                f"{f' (correctness_metric {asked!r})' if asked else ''}: its answer is the option of highest "
+                f"log-likelihood, whose correctness lm-eval logs as {CHOICE_METRIC!r}; add it to the task's "
+                "metric_list."
+            )
+        if asked is not None:
+            if asked not in logged:
+                raise ValueError(f"{self.path}: task {self.task!r} logs no metric {asked!r}; it logs {logged}.")
+            return asked
+        metric = next((m for m in CORRECTNESS_METRICS if m in logged), None)
+        if metric is None:
+            raise ValueError(
+                f"{self.path}: task {self.task!r} logs the metrics {logged}, none of which says whether an answer is "
+                f"right ({', '.join(CORRECTNESS_METRICS)}: 0 or 1 per sample); a confidence model is scored "
+                "against that. Pass `correctness_metric` if one of its metrics is 0 or 1."
+            )
+        return metric
+
     def record(self, sample: Mapping[str, Any], where: str) -> dict[str, Any]:
+        if self.metric not in sample:
+            raise ValueError(f"{where}: no {self.metric!r} value (the line logs {sample.get('metrics')}).")
         doc = sample.get("doc") if isinstance(sample.get("doc"), dict) else {}
-        question = self._question(doc, sample, where)
+        record = {"id": str(sample["doc_id"])}
+        record.update(self._choice(doc, sample, where) if self.choice else self._generated(doc, sample, where))
+        record.update(greedy_correctness=_correct(sample[self.metric], self.metric, where),
+                      correctness_judge=LM_EVAL_JUDGE + self.metric, lm_eval_filter=self.filter, dataset=self.task,
+                      model=self.model, split=self.split)
+        return record
+
+    def _generated(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """The question, gold answers and answer of a generation task's line."""
         answer = sample["filtered_resps"]
         if isinstance(answer, list):
             if len(answer) != 1 or not isinstance(answer[0], str):
@@ -258,14 +286,41 @@ class _Task:
                                  "several answers per question, e.g. without a take_first filter, gives no greedy "
                                  "answer).")
             answer = answer[0]
-        if self.metric not in sample:
-            raise ValueError(f"{where}: no {self.metric!r} value (the line logs {sample.get('metrics')}).")
-        return {
-            "id": str(sample["doc_id"]), "question": question, "answer": _gold(sample.get("target")),
-            "greedy_response": answer, "greedy_correctness": _correct(sample[self.metric], self.metric, where),
-            "correctness_judge": LM_EVAL_JUDGE + self.metric, "lm_eval_filter": self.filter,
-            "dataset": self.task, "model": self.model, "split": self.split,
-        }
+        return {"question": self._question(doc, sample, where), "answer": _gold(sample.get("target")),
+                "greedy_response": answer}
+
+    def _choice(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """The formatted question, options, gold letter, answer (the option of highest raw log-likelihood, as `acc`
+        scores it) and option probabilities (softmax of the log-likelihoods) of a multiple-choice task's line."""
+        requests, lls = _requests(sample), _loglikelihoods(sample, where)
+        if "acc_mutual_info" in sample["metrics"]:  # lm-eval adds one unconditional request per option after them
+            requests, lls = requests[: len(requests) // 2], lls[: len(lls) // 2]
+        if len(requests) != len(lls) or len(lls) < 2:
+            raise ValueError(f"{where}: {len(requests)} requests and {len(lls)} log-likelihoods: not one request and "
+                             "one log-likelihood per option of a multiple-choice question.")
+        if _is_cais_mmlu(doc):  # the options and gold of the document, not the letters lm-eval scored
+            row = self._row(doc, where)
+        else:  # the options are the scored continuations, the stem the prompt (or the document's question_key)
+            options = [str(request.get("arg_1", "")).strip() for request in requests]
+            stem = self._question(doc, sample, where) if self.question_key else str(requests[0].get("arg_0", ""))
+            row = self._row({"question": stem.strip(), "choices": options,
+                             "answer": _gold_index(sample.get("target"), len(options), where)}, where)
+        if len(row["choices"]) != len(lls):
+            raise ValueError(f"{where}: the document has {len(row['choices'])} options but lm-eval scored {len(lls)}.")
+        letter = LETTERS[max(range(len(lls)), key=lls.__getitem__)]  # the first highest, as numpy's argmax
+        top = max(lls)
+        weights = [math.exp(ll - top) for ll in lls]
+        choice = {"question": row["question"], "answer": row["answer"], "choices": row["choices"],
+                  "greedy_response": letter, "greedy_choice": letter,
+                  "option_probabilities": [weight / sum(weights) for weight in weights]}
+        return {**choice, "subject": row["subject"]} if isinstance(row.get("subject"), str) else choice
+
+    @staticmethod
+    def _row(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+        try:
+            return multiple_choice_row(row)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
 
     def _question(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> str:
         if self.question_key is not None:
@@ -288,12 +343,21 @@ class _Task:
         return prompt
 
 
-def _first_request(sample: Mapping[str, Any]) -> dict[str, Any]:
-    """The first request's arguments as lm-eval logs them (`{"arg_0": prompt, "arg_1": generation settings}` for a
-    generation task); `{}` when the line has none."""
+def _requests(sample: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The requests' arguments as lm-eval logs them, in order (`gen_args_0`, `gen_args_1`, ...): `{"arg_0": prompt,
+    "arg_1": generation settings}` for a generation task, `{"arg_0": context, "arg_1": continuation}` per option of a
+    multiple-choice task."""
     arguments = sample.get("arguments")
-    first = arguments.get("gen_args_0") if isinstance(arguments, dict) else None
-    return first if isinstance(first, dict) else {}
+    if not isinstance(arguments, dict):
+        return []
+    named = {int(key[len("gen_args_"):]): value for key, value in arguments.items()
+             if key.startswith("gen_args_") and key[len("gen_args_"):].isdecimal() and isinstance(value, dict)}
+    return [named[index] for index in sorted(named)]
+
+
+def _first_request(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """The first request's arguments ([`_requests`]); `{}` when the line has none."""
+    return next(iter(_requests(sample)), {})
 
 
 def _gen_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,11 +365,47 @@ def _gen_kwargs(sample: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs if isinstance(kwargs, dict) else {}
 
 
-def _is_generation(sample: Mapping[str, Any]) -> bool:
-    """One request per document whose second argument is the generation settings: a `generate_until` line (a
-    log-likelihood request's second argument is the continuation, text; a multiple-choice line has one per choice)."""
-    arguments = sample.get("arguments")
-    return isinstance(arguments, dict) and len(arguments) == 1 and bool(_gen_kwargs(sample))
+def _output_type(sample: Mapping[str, Any]) -> str:
+    """A task's `output_type` read from the shape of a line (when no results file gives its config): one request
+    whose second argument is the generation settings is `generate_until`, several whose second argument is a
+    continuation (text) `multiple_choice`, anything else a log-likelihood task (one continuation, or none)."""
+    requests = _requests(sample)
+    if len(requests) == 1 and isinstance(requests[0].get("arg_1"), dict):
+        return GENERATION_OUTPUT_TYPE
+    if len(requests) > 1 and all(isinstance(request.get("arg_1"), str) for request in requests):
+        return MULTIPLE_CHOICE_OUTPUT_TYPE
+    return "loglikelihood (or loglikelihood_rolling)"
+
+
+def _loglikelihoods(sample: Mapping[str, Any], where: str) -> list[float]:
+    """The log-likelihood of each request of a multiple-choice line: its `filtered_resps`, one `[log-likelihood,
+    is_greedy]` pair per request (numbers lm-eval logs as text)."""
+    resps = sample.get("filtered_resps")
+    if isinstance(resps, list) and all(isinstance(resp, (list, tuple)) and len(resp) == 2 for resp in resps):
+        try:
+            values = [float(resp[0]) for resp in resps]
+        except (TypeError, ValueError):
+            values = None
+        if values is not None and not any(math.isnan(value) for value in values):
+            return values
+    raise ValueError(f"{where}: `filtered_resps` holds {resps!r}, not one [log-likelihood, is_greedy] pair per option.")
+
+
+def _gold_index(target: Any, count: int, where: str) -> int:
+    """The gold option of a multiple-choice line read from its `target` (lm-eval logs the index as text)."""
+    text = str(target).strip()
+    if not text.isdecimal() or int(text) >= count:
+        raise ValueError(f"{where}: the target {target!r} is not the index of one of its {count} options (0 to "
+                         f"{count - 1}): a multiple-choice task whose target is a text or several indices has no one "
+                         "gold option.")
+    return int(text)
+
+
+def _is_cais_mmlu(doc: Mapping[str, Any]) -> bool:
+    """Whether a document is in the cais/mmlu layout: `question` (text), `choices` (options), `answer` (an index)."""
+    answer = doc.get("answer")
+    return isinstance(doc.get("question"), str) and isinstance(doc.get("choices"), list) \
+        and isinstance(answer, int) and not isinstance(answer, bool)
 
 
 def iter_lm_eval_batches(
@@ -354,16 +454,26 @@ def read_lm_eval_records(
     `greedy_correctness` (its 0/1 metric), `correctness_judge` (`"lm-eval:<metric>"`), `lm_eval_filter`, `dataset`
     (the task), `model` (the run's `model_name`, from `results_<date>.json` beside the samples; without it, the
     folder lm-eval named after the model) and `split`: `in_domain_test` for the paper's in-domain datasets
-    (`nq_open`, `triviaqa`), `ood_test` for any other task ([`lm_eval_split`]). Records have no sampled answers:
+    (`nq_open`, `triviaqa`), `mmlu` for a task named `mmlu`, `ood_test` for any other task ([`lm_eval_split`]).
+
+    Each document of a multiple-choice task (MMLU, ARC, HellaSwag: one log-likelihood per option) becomes one
+    multiple-choice record ([`~elical_hf.multiple_choice`]): `question` (the stem with one `A.<option>` line per
+    option), `choices`, `answer` (`[gold letter]`), `greedy_response` and `greedy_choice` (the letter of the option of
+    highest raw log-likelihood), `greedy_correctness` (its `acc`), `option_probabilities` (the softmax of the options'
+    log-likelihoods, in option order) and `subject` when the document has one, with the fields above. A document in
+    the cais/mmlu layout (`question`, `choices`, `answer` an index) gives the stem, options and gold; any other gives
+    the stem from the prompt (its first request's context; or its `question_key`), the options from the scored
+    continuations and the gold from lm-eval's `target` (an option's index). Records have no sampled answers:
     `elical-hf evaluate` scores them, training refuses them.
 
     Args:
         path: A `samples_<task>_<date>.jsonl` file, or a folder: every lm-eval samples file below it, of the latest
             run of each task and model ([`latest_lm_eval_runs`]).
-        question_key (`str`, *optional*): The document key holding the question; defaults to the first of
-            [`QUESTION_KEYS`] the document has, else the prompt lm-eval sent (with its few-shot examples).
+        question_key (`str`, *optional*): The document key holding the question (of a multiple-choice task not in
+            the cais/mmlu layout: its stem); defaults to the first of [`QUESTION_KEYS`] the document has, else the
+            prompt lm-eval sent (with its few-shot examples), which is also a multiple-choice task's default stem.
         correctness_metric (`str`, *optional*): The 0/1 metric that is `greedy_correctness`; defaults to the first of
-            [`CORRECTNESS_METRICS`] the task logs.
+            [`CORRECTNESS_METRICS`] the task logs (a multiple-choice task's is `acc`).
         filter_name (`str`, *optional*): The task's filter whose answers are read (a task with several filters, e.g.
             gsm8k's `strict-match` and `flexible-extract`, logs each document once per filter); defaults to the first.
 
@@ -371,9 +481,10 @@ def read_lm_eval_records(
         `list[dict]`: the normalized records, file by file, in lm-eval's order.
 
     Raises:
-        `ValueError`: naming the file (and line): a multiple-choice or log-likelihood task (no generated answer), a
-            task that logs no 0/1 correctness metric (naming those it logs), an unknown filter or question key, a
-            folder without samples files, a line that is not an lm-eval sample.
+        `ValueError`: naming the file (and line): a log-likelihood task (no answer among options), a task that logs
+            no 0/1 correctness metric (naming those it logs; a multiple-choice task without `acc`), a multiple-choice
+            target that is not an option's index, an unknown filter or question key, a folder without samples files,
+            a line that is not an lm-eval sample.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
