@@ -167,9 +167,11 @@ class QuestionArguments(OptionGroup):
 
     questions: str = field(
         metadata={
-            "help": "Question table (jsonl/json/parquet/csv/arrow file, saved dataset folder or Hub id) with a "
-            "`question` column (`id`, `answer`, `dataset` optional), or `bundled:<name>[:<limit>]` for the bundled "
-            "sets (several: `bundled:nq:100,squad:50`)."
+            "help": "Question table (jsonl/json/parquet/csv/arrow file, saved dataset folder or Hub dataset "
+            "`<repo>[:<config>[:<split>]]`, e.g. `cais/mmlu:all:test`) with a `question` column (`id`, `answer`, "
+            "`dataset` optional; multiple-choice questions in cais/mmlu's, the reference code's or our layout), or "
+            "`bundled:<name>[:<limit>]` for the bundled sets (several: `bundled:nq:100,squad:50`; MMLU: "
+            "`bundled:mmlu:57`)."
         }
     )
 

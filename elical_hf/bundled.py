@@ -1,5 +1,5 @@
-"""The paper's QA datasets (in-domain and out-of-domain), and the real questions of them bundled with the package
-(see ``resources/qa/README.md``)."""
+"""The paper's QA datasets (in-domain and out-of-domain), and the real questions of them bundled with the package,
+with a subject-stratified subset of MMLU (multiple choice; see ``resources/qa/README.md``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,18 @@ from importlib.resources import files
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 __all__ = [
-    "BUNDLED_DATASETS", "IN_DOMAIN", "IN_DOMAIN_DATASETS", "OOD_DATASETS", "OUT_OF_DOMAIN", "bundled_file_sha256",
-    "bundled_manifest", "load_bundled_questions", "normalize_question", "split_questions",
+    "BUNDLED_DATASETS", "IN_DOMAIN", "IN_DOMAIN_DATASETS", "MULTIPLE_CHOICE", "MULTIPLE_CHOICE_ROLE", "OOD_DATASETS",
+    "OUT_OF_DOMAIN", "bundled_file_sha256", "bundled_manifest", "load_bundled_questions", "normalize_question",
+    "split_questions",
 ]
 
 IN_DOMAIN_DATASETS: tuple[str, ...] = ("nq", "triviaqa", "hotpotqa", "2wikimultihopqa", "pararel")
 """The paper's in-domain datasets: their train questions train EliCal, their test questions are the in-domain test."""
 OOD_DATASETS: tuple[str, ...] = ("squad", "webquestions", "complexwebquestions", "musique", "popqa")
 """The paper's out-of-domain datasets: test questions only."""
+MULTIPLE_CHOICE_ROLE = "multiple-choice"
+"""The manifest role of a bundled multiple-choice set (MMLU): neither in-domain nor out-of-domain, its rows carry
+`choices`, `answer` `[<gold letter>]` and `subject` ([`~elical_hf.multiple_choice`])."""
 
 if TYPE_CHECKING:
     BUNDLED_DATASETS: dict[str, dict]
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
     """The bundled in-domain datasets: those of `IN_DOMAIN_DATASETS` with a bundled subset, in that order."""
     OUT_OF_DOMAIN: tuple[str, ...]
     """The bundled out-of-domain datasets: those of `OOD_DATASETS` with a bundled subset, in that order."""
+    MULTIPLE_CHOICE: tuple[str, ...]
+    """The bundled multiple-choice datasets (role `MULTIPLE_CHOICE_ROLE`), in manifest order: `("mmlu",)`."""
 
 
 def _qa_dir():
@@ -54,6 +60,8 @@ def __getattr__(attr: str) -> Any:
     if attr in ("IN_DOMAIN", "OUT_OF_DOMAIN"):
         paper = IN_DOMAIN_DATASETS if attr == "IN_DOMAIN" else OOD_DATASETS
         return tuple(name for name in paper if name in bundled_manifest())
+    if attr == "MULTIPLE_CHOICE":
+        return tuple(name for name, entry in bundled_manifest().items() if entry["role"] == MULTIPLE_CHOICE_ROLE)
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
@@ -82,7 +90,7 @@ def load_bundled_questions(
 
     Args:
         name (`str`):
-            One of `BUNDLED_DATASETS` (`IN_DOMAIN + OUT_OF_DOMAIN`).
+            One of `BUNDLED_DATASETS` (`IN_DOMAIN + OUT_OF_DOMAIN + MULTIPLE_CHOICE`).
         limit (`int`, *optional*):
             Return only the first `limit` rows (file order), counted after `exclude`. `None` returns all rows.
         exclude (`Iterable[str]`, *optional*):
@@ -90,7 +98,9 @@ def load_bundled_questions(
             out-of-domain test questions that do not repeat them).
 
     Returns:
-        `list[dict]`: rows `{"id": str, "question": str, "answer": list[str], "dataset": str}` in file order.
+        `list[dict]`: rows `{"id": str, "question": str, "answer": list[str], "dataset": str}` in file order; those
+        of a multiple-choice set (`MULTIPLE_CHOICE`) also hold `choices` and `subject`, their `question` the
+        options ([`~elical_hf.multiple_choice.format_question`]) and their `answer` the gold letter.
 
     Raises:
         `ValueError`: if `name` is unknown or `limit` is negative.
@@ -109,9 +119,9 @@ def load_bundled_questions(
             row = json.loads(line)
             if excluded and normalize_question(row["question"]) in excluded:
                 continue
-            rows.append(
-                {"id": row["id"], "question": row["question"], "answer": list(row["answer"]), "dataset": name}
-            )
+            extra = {key: row[key] for key in ("choices", "subject") if key in row}  # multiple choice
+            rows.append({"id": row["id"], "question": row["question"], "answer": list(row["answer"]), **extra,
+                         "dataset": name})
             if limit is not None and len(rows) >= limit:
                 break
     return rows

@@ -107,14 +107,24 @@ def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dat
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
 
+def split_hub_source(source: str) -> tuple[str, str | None, str | None]:
+    """The repo id, config and split of a Hub dataset named `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test`;
+    `user/questions::test` names a split without a config); `None` for a part not given. A repo id holds no `:`, so
+    the split may hold one (`cais/mmlu:all:test[:100]`, a slice as `datasets` reads it)."""
+    repo, config, split = (source.split(":", 2) + [None, None])[:3]
+    return repo, config or None, split or None
+
+
 def load_table(source: str, split: str = "train") -> Dataset:
     """
     Load a question table from a file (`.jsonl`, `.json`, `.parquet`, `.csv`, `.arrow`), a folder written by
-    `Dataset.save_to_disk`, or a dataset on the Hub (`split` of it).
+    `Dataset.save_to_disk`, or a dataset on the Hub: `<repo>[:<config>[:<split>]]` ([`split_hub_source`]; e.g.
+    `cais/mmlu:all:test`, MMLU's 14,042 test questions), `split` when the name gives none.
 
     Raises:
         `ValueError`: an unknown format, an empty file, a line of a `.jsonl` file that is not JSON (file and line
-            named), a text file that is not UTF-8, or a name that is neither here nor on the Hub.
+            named), a text file that is not UTF-8, a name that is neither here nor on the Hub, or a Hub dataset
+            without that config or split (one line).
         `FileNotFoundError`: `source` does not exist and looks like a local path, not a Hub id
             ([`~elical_hf.files.looks_local`]).
     """
@@ -150,12 +160,18 @@ def load_table(source: str, split: str = "train") -> Dataset:
         raise FileNotFoundError(2, "No such file or folder", source)
     from datasets.exceptions import DatasetNotFoundError
 
+    repo, config, hub_split = split_hub_source(source)
     try:
-        return load_dataset(source, split=split)
+        return load_dataset(repo, config, split=hub_split or split)
     except (ConnectionError, DatasetNotFoundError) as error:
         raise ValueError(
             f"{source} is not a file or folder here, and not a dataset the Hub gave ({type(error).__name__}: {error}). "
             "Check the path; a Hub dataset needs the network or the local cache."
+        ) from None
+    except ValueError as error:  # `datasets`' words for a missing or unknown config or split, over several lines
+        raise ValueError(
+            f"Cannot load the Hub dataset {repo} (config {config!r}, split {hub_split or split!r}): "
+            f"{' '.join(str(error).split())} Name them as `<repo>:<config>:<split>`, e.g. `cais/mmlu:all:test`."
         ) from None
 
 

@@ -103,7 +103,11 @@ def _check(stem: Any, choices: Any, gold: Any, name: str) -> tuple[list[str], st
     if len(choices) < 2:
         raise ValueError(f"The multiple-choice question of {name} has one option; a choice needs at least two.")
     if not all(isinstance(c, str) and c.strip() for c in choices):
-        raise ValueError(f"The multiple-choice question of {name} has an empty or non-text option: {list(choices)!r}.")
+        number = any(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices)
+        why = (" (a CSV reader reads a column of numbers as numbers, `6` as 6.0: write the table as jsonl or parquet)"
+               if number else "")
+        raise ValueError(f"The multiple-choice question of {name} has an empty or non-text option: {list(choices)!r}"
+                         f"{why}.")
     if isinstance(gold, (list, tuple)):
         gold = gold[0] if len(gold) == 1 else gold
     if isinstance(gold, bool) or not isinstance(gold, (str, int)):

@@ -10,6 +10,7 @@ import pytest
 from elical_hf.bundled import (
     BUNDLED_DATASETS,
     IN_DOMAIN,
+    MULTIPLE_CHOICE,
     OUT_OF_DOMAIN,
     bundled_file_sha256,
     bundled_manifest,
@@ -18,17 +19,19 @@ from elical_hf.bundled import (
     split_questions,
 )
 
-ALL_NAMES = IN_DOMAIN + OUT_OF_DOMAIN
+ALL_NAMES = IN_DOMAIN + OUT_OF_DOMAIN  # the free-form sets (MMLU's rows: tests/test_mmlu_questions.py)
 FRACTIONS = {"train": 0.6, "dev": 0.1, "test": 0.3}
 
 
 def test_manifest_lists_exactly_the_named_datasets():
-    assert set(BUNDLED_DATASETS) == set(ALL_NAMES)
+    assert set(BUNDLED_DATASETS) == set(ALL_NAMES + MULTIPLE_CHOICE)
     assert BUNDLED_DATASETS is bundled_manifest()
-    assert not set(IN_DOMAIN) & set(OUT_OF_DOMAIN)
-    for name in ALL_NAMES:
+    assert MULTIPLE_CHOICE == ("mmlu",)
+    assert not set(IN_DOMAIN) & set(OUT_OF_DOMAIN) and not set(ALL_NAMES) & set(MULTIPLE_CHOICE)
+    for name in ALL_NAMES + MULTIPLE_CHOICE:
         entry = BUNDLED_DATASETS[name]
-        assert entry["role"] == ("in-domain" if name in IN_DOMAIN else "ood")
+        roles = {**dict.fromkeys(IN_DOMAIN, "in-domain"), **dict.fromkeys(MULTIPLE_CHOICE, "multiple-choice")}
+        assert entry["role"] == roles.get(name, "ood")
         assert entry["file"] == f"{name}.jsonl.gz"
         assert entry["license"] and entry["citation"] and entry["source_file"]
         assert 0 < entry["rows"] <= entry["source_rows"]
@@ -51,7 +54,7 @@ def test_dataset_loads_with_manifest_row_count(name):
     assert indices == sorted(indices)
 
 
-@pytest.mark.parametrize("name", ALL_NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES + MULTIPLE_CHOICE)
 def test_manifest_sha256_matches_file(name):
     data = (files("elical_hf") / "resources" / "qa" / f"{name}.jsonl.gz").read_bytes()
     assert hashlib.sha256(data).hexdigest() == BUNDLED_DATASETS[name]["sha256"]

@@ -48,7 +48,8 @@ def test_the_check_catches_a_private_import(tmp_path, monkeypatch):
 
 FLOORS: list[tuple[str, list[str]]] = [
     ("plumbing", ["atomic", "distributed", "extras", "files", "lazy", "loading", "memory", "version"]),
-    ("settings", ["columns", "configuration", "precision", "prompts", "signals.settings", "training_options"]),
+    ("settings", ["columns", "configuration", "multiple_choice", "precision", "prompts", "signals.settings",
+                  "training_options"]),
     ("metrics", ["metrics", "metrics.evaluate_mixin", "metrics.functional", "metrics.resampled", "metrics.risk_control"]),
     ("data", ["bundled", "data", "encoding"]),
     ("model", ["arguments", "auto", "default_model", "feature_layer", "hub_ids", "kv_prefix", "model_card", "modeling",

