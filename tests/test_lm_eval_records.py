@@ -106,6 +106,28 @@ def test_a_multiple_choice_log_reads_as_the_option_of_highest_log_likelihood(tmp
     assert [{**r, "model": MODEL} for r in read_lm_eval_records(alone)] == read_lm_eval_records(MULTIPLE_CHOICE)
 
 
+def test_lm_evals_mmlu_subject_tasks_read_as_one_mmlu_dataset(tmp_path):
+    """lm-eval's `mmlu` group logs one task per subject (`mmlu_astronomy`, ...), each counting its docs from 0: they
+    are the paper's MMLU split, one dataset, with ids that stay apart; a task that only looks like one does not."""
+    source = samples_file("multiple_choice", "mmlu_mini")
+    run = tmp_path / "run"
+    run.mkdir()
+    by_subject: dict[str, list[dict]] = {}
+    for sample in lines(source):
+        by_subject.setdefault(sample["doc"]["subject"], []).append(sample)
+    stamp = source.name.split("_")[-1]
+    for subject, samples in by_subject.items():
+        (run / f"samples_mmlu_{subject}_{stamp}").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    (run / f"samples_mmlu_pro_mini_{stamp}").write_text(
+        "".join(json.dumps(s) + "\n" for s in by_subject["astronomy"]))
+    loaded = read_lm_eval_records(run)
+    mmlu = [r for r in loaded if r["dataset"] == "mmlu"]
+    assert len(mmlu) == 16 and {r["split"] for r in mmlu} == {"mmlu"}
+    assert len({r["id"] for r in mmlu}) == 16 and "mmlu_astronomy-0" in {r["id"] for r in mmlu}
+    assert {r["dataset"] for r in loaded} == {"mmlu", "mmlu_pro_mini"}  # not a subject task: its own dataset
+    assert {r["split"] for r in loaded if r["dataset"] == "mmlu_pro_mini"} == {"ood_test"}
+
+
 def generic_choice_sample(**changes) -> dict:
     """An ARC-like multiple-choice line as lm-eval logs it (the document is not in the cais/mmlu layout: its options
     are the scored continuations, its gold the target)."""

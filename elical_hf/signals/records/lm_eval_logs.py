@@ -275,6 +275,9 @@ class _Task:
         record.update(greedy_correctness=_correct(sample[self.metric], self.metric, where),
                       correctness_judge=LM_EVAL_JUDGE + self.metric, lm_eval_filter=self.filter, dataset=self.task,
                       model=self.model, split=self.split)
+        if self.choice and self.task in ("mmlu", f"mmlu_{doc.get('subject')}"):
+            # lm-eval's MMLU: one task per subject, each counting its docs from 0; one dataset, the paper's MMLU split
+            record.update(id=f"{self.task}-{sample['doc_id']}", dataset="mmlu", split="mmlu")
         return record
 
     def _generated(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> dict[str, Any]:
