@@ -4,8 +4,9 @@ reference code's letter rule.
 On the MMLU records of `docs/results/mmlu-smollm2-135m` (SmolLM2-135M-Instruct's greedy answers to the bundled
 subset), the option judge's verdict on each greedy answer is compared with:
 
-- **hand labels** (`tests/data/option_judge_hand_labels.jsonl`): the option each of the first answers commits to, read
-  by a person (`null`: none, or several), written before this comparison was run;
+- **hand labels** (`tests/data/option_judge_hand_labels.jsonl`): the option each answer commits to, read by a person
+  (`null`: none, or several): 60 answers the judge's rules were refined on (`seen`), and 40 more labelled before
+  the judge was run on them (`held_out`, the honest estimate);
 - **the LLM judge**: the paper's correctness prompt, told the gold option as `B. <its text>`, with the embedded
   SmolLM2-135M-Instruct as judge (the judge every CPU run here has), on the first `--llm_limit` answers;
 - **the reference code's rule**: `has_answer` of the gold letter (`docs/reference.md`): correct when the letter is a
@@ -63,16 +64,21 @@ def compare(option: list[bool], other: list[bool]) -> dict[str, Any]:
 
 
 def hand_label_check(records: list[dict[str, Any]], path: str) -> dict[str, Any]:
-    """The option judge's `greedy_choice` against the hand labels: how many agree, and the ids that do not."""
+    """The option judge's `greedy_choice` against the hand labels, per set of labels (`seen`: the answers its rules
+    were refined on; `held_out`: labelled before the judge was run on them): how many agree, the ids that do not."""
     with open(path, encoding="utf-8") as handle:
-        labels = {row["id"]: row["choice"] for row in (json.loads(line) for line in handle if line.strip())}
+        labels = [json.loads(line) for line in handle if line.strip()]
     by_id = {r["id"]: r for r in records}
-    missing = sorted(set(labels) - set(by_id))
+    missing = sorted({row["id"] for row in labels} - set(by_id))
     if missing:
         raise SystemExit(f"{path} labels ids the records lack: {missing[:5]}")
-    differ = sorted(i for i, choice in labels.items() if by_id[i].get("greedy_choice") != choice)
-    return {"n": len(labels), "agree": len(labels) - len(differ), "differ": differ,
-            "no_choice_by_hand": sum(choice is None for choice in labels.values())}
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(row["set"] for row in labels):
+        rows = [row for row in labels if row["set"] == name]
+        differ = [row["id"] for row in rows if by_id[row["id"]].get("greedy_choice") != row["choice"]]
+        out[name] = {"n": len(rows), "agree": len(rows) - len(differ), "differ": differ,
+                     "no_choice_by_hand": sum(row["choice"] is None for row in rows)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

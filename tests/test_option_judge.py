@@ -36,8 +36,20 @@ def test_which_option_an_answer_commits_to(answer, expected):
     assert answer_choice(answer, CHOICES) == expected
 
 
-def test_a_letter_wins_over_an_option_text_and_letters_count_only_among_the_options():
-    assert option_mentions("C.Paris", CHOICES) == {"C"}  # the letter decides; the text is read only without one
+def test_a_letter_names_the_option_whose_text_follows_it_too_and_letters_count_only_among_the_options():
+    # real SmolLM2 answers to MMLU: one option's letter before another's text names two options
+    gauges = ["18 gauge.", "20 gauge.", "22 gauge.", "24 gauge."]
+    assert option_mentions("B.24 gauge.", gauges) == {"B", "D"} and answer_choice("B.24 gauge.", gauges) is None
+    assert answer_choice("D.24 gauge.", gauges) == "D"
+    assert option_mentions("C.Paris", CHOICES) == {"A", "C"}
+    assert answer_choice("C.Paris, Texas is my answer", CHOICES) == "C"  # the longest option the line starts with
+    assert answer_choice("The answer is C. Paris, Texas", CHOICES) == "C"
+    stop = ["telomeric sequences are removed", "a base pair is inserted",
+            "a codon's nucleotide sequence is changed so that it terminates translation", "none of these"]
+    assert option_mentions("B.a codon's nucleotide sequence is changed so", stop) == {"B", "C"}  # cut short
+    assert answer_choice("C.a codon's", stop) == "C"  # too short a start to name an option
+    assert answer_choice("A.A dye laser\n\nThe answer is: A.A dye laser", ["a dye laser", "a ruby laser"]) == "A"
+    assert answer_choice("B.Wrong, Not wrong", ["Wrong, Wrong", "Wrong, Not wrong", "Not wrong, Wrong"]) == "B"
     assert answer_choice("(E)", CHOICES + ["Rome"]) == "E"
     assert answer_choice("(E)", CHOICES) is None
     assert answer_choice(None, CHOICES) is None

@@ -10,6 +10,11 @@ decides; a later one is not consulted):
 4. otherwise, the text of an option found in the answer (case, punctuation and spacing aside; an option whose text is
    part of a longer option that is also found does not count).
 
+A letter of rule 2 or 3 also names the option whose text follows it on its line: small models often write one
+option's letter before another's text (`B.24 gauge.` where `24 gauge.` is option D), and such an answer names two
+options. The text counts when it is an option's, starts with it, or (an answer cut short) is the start of exactly
+one option's text of at least two words.
+
 A letter counts only among the question's options (`E` is no letter of a four-option question) and never when a
 lowercase word follows it (`A cat`), so the article is not read as option A. An answer naming several options, or
 none, commits to none ("no choice"): it is judged wrong and agrees with no other answer.
@@ -46,22 +51,39 @@ def _normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
+def _text_after(body: str, options: dict[str, str]) -> set[str]:
+    """The option whose text a letter's line goes on with (`B.24 gauge.` names the option `24 gauge.` too): the
+    text is the option's, or starts with it, or (an answer cut short) is the start of exactly one option's text of at
+    least two words."""
+    said = _normalize(body)
+    if not said:
+        return set()
+    whole = {letter for letter, option in options.items() if option and (said == option
+                                                                         or said.startswith(option + " "))}
+    if whole:
+        return {max(whole, key=lambda letter: len(options[letter]))}
+    cut = {letter for letter, option in options.items() if option.startswith(said + " ")}
+    return cut if len(cut) == 1 and len(said.split()) >= 2 else set()
+
+
 def option_mentions(answer: str, choices: Sequence[str]) -> set[str]:
     """The options `answer` names, by the rules of the module docstring: the letters of the first rule that finds
-    any, else the options whose text it holds (an empty set: no option named)."""
+    any, with the options whose text follows them on their line, else the options whose text it holds (an empty set:
+    no option named)."""
     letters = LETTERS[: len(choices)]
+    options = {letter: _normalize(choice) for letter, choice in zip(letters, choices)}
     text = answer.strip()
     whole = _WHOLE.match(text)
     if whole and whole.group(1) in letters:
         return {whole.group(1)}
-    named = {m.group(1) for m in _NAMED.finditer(text) if m.group(1) in letters}
-    if named:
-        return named
-    marked = {m.group(1) or m.group(2) for m in _MARKED.finditer(text)} & set(letters)
-    if marked:
-        return marked
+    for rule in (_NAMED, _MARKED):
+        found = [(m.group(m.lastindex), m.end()) for m in rule.finditer(text) if m.group(m.lastindex) in letters]
+        if found:
+            named = {letter for letter, _ in found}
+            for _, end in found:
+                named |= _text_after(text[end:].split("\n", 1)[0], options)
+            return named
     padded = f" {_normalize(text)} "
-    options = {letter: _normalize(choice) for letter, choice in zip(letters, choices)}
     found = {letter for letter, option in options.items() if option and f" {option} " in padded}
     return {letter for letter in found
             if not any(other != letter and options[letter] in options[other] for other in found)}
