@@ -408,7 +408,10 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         not runs.done(run_name("EliCal", n, len(train), seed, args.seed)) for n, seed in lora_jobs)
     # a saved model ends with its confidence_config.json (written last): a killed stage 1 leaves a folder without it
     stage1_saved = os.path.exists(os.path.join(eli_dir, "confidence_config.json"))
-    if not runs.done("Eli-Only") or (needs_stage1 and not stage1_saved):
+    # Eli-Only is a run of its own, unless this process makes only Cal-Only's LoRA + head runs (another process, with
+    # --lora_methods EliCal, makes stage 1 and the EliCal runs)
+    wants_stage1 = "EliCal" in args.lora_methods or "head" in args.calibration
+    if (wants_stage1 and not runs.done("Eli-Only")) or (needs_stage1 and not stage1_saved):
         started = time.perf_counter()
         settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
         trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)

@@ -29,12 +29,17 @@ is above chance (above 1/4, four options) are kept, and every table of the view 
         --lexical_scores --output outputs/mmlu/judged.parquet
     HF_HUB_OFFLINE=1 elical-hf baselines --records outputs/mmlu/judged.parquet --which option_prob \\
         --output docs/results/mmlu-smollm2-135m/records.parquet
-    # 2. the replication's models (float32, as the committed runs)
+    # 2. the replication's models (float32, as the committed runs): stage 1 and EliCal in one process, Cal-Only in
+    #    another (each on one thread: OMP_NUM_THREADS=1)
     HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python examples/reproduce_paper.py --output_dir outputs/rebuild \\
         --records docs/results/honestybench-smollm2-135m --steps train --calibration lora \\
-        --label_budgets 100 1000 0 --seeded_budgets 100 1000
-    # 3. scores and tables (docs/results/mmlu.json; the models' MMLU confidences are cached in --output_dir)
-    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python experiments/mmlu_experiment.py --rebuild outputs/rebuild \\
+        --label_budgets 100 1000 0 --seeded_budgets 100 1000 --lora_methods EliCal
+    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python examples/reproduce_paper.py --output_dir outputs/rebuild-cal \\
+        --records docs/results/honestybench-smollm2-135m --steps train --calibration lora \\
+        --label_budgets 100 1000 0 --seeded_budgets 100 1000 --lora_methods Cal-Only
+    # 3. scores and tables (docs/results/mmlu.json, and the Markdown of docs/results.md printed; the models' MMLU
+    # confidences are cached in --output_dir)
+    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python experiments/mmlu_experiment.py --rebuild outputs/rebuild outputs/rebuild-cal \\
         --output_dir outputs/mmlu --result docs/results/mmlu.json
 """
 
@@ -64,8 +69,9 @@ CHANCE = 0.25
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default=RECORDS, help="The judged MMLU records (with Option-Prob).")
-    parser.add_argument("--rebuild", default="outputs/rebuild",
-                        help="reproduce_paper.py's --output_dir of the rebuilt models (runs/ and models/).")
+    parser.add_argument("--rebuild", nargs="+", default=["outputs/rebuild"],
+                        help="reproduce_paper.py's --output_dir(s) of the rebuilt models (runs/ and models/; several "
+                        "when the runs were split over processes with --lora_methods).")
     parser.add_argument("--confidences", default=COMMITTED, help="The committed replication confidences.")
     parser.add_argument("--output_dir", default="outputs/mmlu", help="Cache of each model's MMLU confidences.")
     parser.add_argument("--result", default=RESULT, help="Where the tables and per-question confidences go.")
@@ -80,16 +86,21 @@ def run_names(method: str) -> list[str]:
     return [method if seed == 42 else f"{method}~{seed}" for seed in seeds]
 
 
-def model_folder(rebuild: str, name: str) -> str:
+def rebuilt(folders: list[str], name: str) -> str:
+    """The --rebuild folder that holds run `name` (its `runs/<name>.json`); the first when none does."""
+    return next((f for f in folders if os.path.exists(os.path.join(f, "runs", f"{name}.json"))), folders[0])
+
+
+def model_folder(folders: list[str], name: str) -> str:
     """Where reproduce_paper.py saved a run's model (`runs.models` / its lowercased name)."""
-    return os.path.join(rebuild, "models", "eli-only" if name == "Eli-Only"
+    return os.path.join(rebuilt(folders, name), "models", "eli-only" if name == "Eli-Only"
                         else name.lower().replace("@", "-").replace("~", "-seed"))
 
 
-def check_reproduced(rebuild: str, committed: dict[str, Any], name: str) -> float:
+def check_reproduced(folders: list[str], committed: dict[str, Any], name: str) -> float:
     """The largest difference between the rebuilt run's confidences on the replication's test questions and the
     committed ones; `SystemExit` when it is over [`REPRODUCTION_TOLERANCE`] (not the committed model) or missing."""
-    path = os.path.join(rebuild, "runs", f"{name}.json")
+    path = os.path.join(rebuilt(folders, name), "runs", f"{name}.json")
     if not os.path.exists(path):
         raise SystemExit(f"{name} has not been rebuilt ({path} is missing): run step 2 of this script's docstring.")
     with open(path, encoding="utf-8") as handle:
@@ -173,6 +184,29 @@ def per_subject(records: list[dict[str, Any]], sources: dict[str, list[list[floa
     return out
 
 
+def _cell(cell: dict[str, Any], metric: str, signed: bool = False) -> str:
+    value, (low, high) = cell[metric], cell[f"{metric}_ci"]
+    form = "{:+.1f}" if signed else "{:.1f}"
+    return f"{form.format(value)} [{form.format(low)}, {form.format(high)}]".replace("-", "−")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The tables `docs/results.md` shows, from a result of [`main`]: each view's methods (AUROC, ECE, alignment x100
+    with their 95% intervals) and its paired differences."""
+    lines = []
+    for key, title in (("all", "every question"), ("above_chance_view", "the above-chance view")):
+        view = result[key]
+        lines += [f"**MMLU, {title}** ({view['n']} questions, greedy accuracy {view['accuracy']:.1f}%)", "",
+                  "| method | AUROC | ECE | alignment |", "|---|---|---|---|"]
+        for name, cell in view["methods"].items():
+            lines.append(f"| {name} | {_cell(cell, 'auroc')} | {_cell(cell, 'ece')} | {_cell(cell, 'alignment')} |")
+        for name, cell in view["differences"].items():
+            lines.append(f"| {name} | {_cell(cell, 'auroc', True)} | {_cell(cell, 'ece', True)} | "
+                         f"{_cell(cell, 'alignment', True)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from elical_hf.atomic import atomic_write_text, json_text
     from elical_hf.signals import BASELINES as REGISTERED, compute_baselines
@@ -212,6 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "confidences": {name: draws for name, draws in sources.items()},
     }
     atomic_write_text(args.result, json_text(result))
+    print(markdown(result))
     print(f"wrote {args.result}: accuracy {result['all']['accuracy']:.1f}% on {len(records)} questions, "
           f"{len(subjects)} subjects above chance")
     return result
