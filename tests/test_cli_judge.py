@@ -42,7 +42,7 @@ def test_judge_choices_are_the_judges_of_apply_judges():
     from elical_hf.signals.lexical_judge import CORRECTNESS_JUDGES
     from elical_hf.signals.judging import CONSISTENCY_METHODS, CORRECTNESS_METHODS
 
-    assert judge_cli.CORRECTNESS_CHOICES == CORRECTNESS_METHODS == (*CORRECTNESS_JUDGES, "llm")
+    assert judge_cli.CORRECTNESS_CHOICES == CORRECTNESS_METHODS == (*CORRECTNESS_JUDGES, "llm", "option")
     assert judge_cli.CONSISTENCY_CHOICES == CONSISTENCY_METHODS
 
 

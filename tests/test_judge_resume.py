@@ -51,9 +51,22 @@ class CountingJudge:
         return [reply(p) for p in prompts]
 
 
+def replaced(argv: list[str], changes: list[str]) -> list[str]:
+    """`argv` with each `--option value` of `changes` in place of the option's value there (an option is given once:
+    the CLI refuses a repeated one), or added."""
+    argv = list(argv)
+    for option, value in zip(changes[::2], changes[1::2]):
+        if option in argv:
+            argv[argv.index(option) + 1] = value
+        else:
+            argv += [option, value]
+    return argv
+
+
 def judge(records: str, output, *extra: str, complete=None) -> list[str]:
     """Run `elical-hf judge` in shards of 3 (LLM consistency with `complete`, else the lexical judges)."""
-    argv = ["--records", records, "--output", str(output), *(LLM if complete else LEXICAL), "--shard_size", "3", *extra]
+    argv = replaced(["--records", records, "--output", str(output), *(LLM if complete else LEXICAL), "--shard_size",
+                     "3"], list(extra))
     assert judge_cli.main(argv, complete=complete) == 0
     return argv
 
@@ -235,7 +248,7 @@ def test_a_rerun_with_other_records_or_settings_is_refused_in_one_line(source, t
     for changed, expected in ([["--lexical_threshold", "0.7"], "settings.lexical_threshold: 0.5 -> 0.7"],
                               [["--shard_size", "2"], "shard_size: 3 -> 2"],
                               [["--records", other], "fingerprint: '"]):
-        assert cli_main(argv + changed) == 2
+        assert cli_main(replaced(argv, changed)) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err and "holds records judged from other records" in err
     assert {name: (out / "shards" / name).read_bytes() for name in os.listdir(out / "shards")} == before

@@ -28,7 +28,7 @@ class BaselinesArguments(only(RecordArguments, "records", "allow_incomplete", "b
     which: str = field(
         default="prob,n_prob,consis_lex,consis_sem",
         metadata={"help": "Comma-separated baselines: prob,n_prob,consis_lex,consis_sem,verbal0,verbal10,option_prob "
-                  "(multiple-choice records)."},
+                  "(multiple-choice records).", "comma_separated": True},
     )
     train_records: str | None = field(
         default=None, metadata={"help": "Judged TRAIN records, the source of Verbal-10's demonstrations."}

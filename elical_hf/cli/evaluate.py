@@ -30,7 +30,7 @@ class EvaluateArguments(RecordArguments):
     baselines: str = field(
         default="prob,n_prob,consis_lex,consis_sem",
         metadata={"help": "Comma-separated training-free baselines (those whose inputs are missing are skipped; "
-                  "option_prob reads the records' option_probabilities)."},
+                  "option_prob reads the records' option_probabilities).", "comma_separated": True},
     )
     field_sources: list[str] = field(
         default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}

@@ -1,5 +1,12 @@
 """`ElicalArgumentParser`: `HfArgumentParser` that also reads defaults from a YAML file (`--config x.yaml`), and the
-options of the commands that talk to the Hub or to an OpenAI-compatible server."""
+options of the commands that talk to the Hub or to an OpenAI-compatible server.
+
+An option given more than once is never silently dropped (argparse keeps the last occurrence): a list option collects
+every occurrence, in order (`--model a --model b` is `--model a b`, and `--which a --which b` is `--which a,b` for
+an option declared `comma_separated`); any other option given again with a different value is refused in one line
+that names it (the same value again is accepted); a key written twice in a `--config` file is refused too. A value
+on the command line replaces the `--config` file's value of that option, a list included (never appended to it).
+See `docs/cli.md`."""
 
 from __future__ import annotations
 
@@ -26,11 +33,51 @@ class HubArguments:
     )
 
 
+FOREIGN_SECRETS = {
+    "HF_TOKEN": "the Hugging Face Hub", "HUGGING_FACE_HUB_TOKEN": "the Hugging Face Hub",
+    "HUGGINGFACE_HUB_TOKEN": "the Hugging Face Hub", "HF_API_TOKEN": "the Hugging Face Hub",
+    "GITHUB_TOKEN": "GitHub", "GH_TOKEN": "GitHub", "GH_ENTERPRISE_TOKEN": "GitHub", "GITLAB_TOKEN": "GitLab",
+    "CI_JOB_TOKEN": "GitLab CI", "AWS_*": "AWS", "GOOGLE_APPLICATION_CREDENTIALS": "Google Cloud",
+    "AZURE_CLIENT_SECRET": "Azure", "WANDB_API_KEY": "Weights & Biases", "COMET_API_KEY": "Comet",
+    "NEPTUNE_API_TOKEN": "Neptune", "MLFLOW_TRACKING_PASSWORD": "MLflow", "MLFLOW_TRACKING_TOKEN": "MLflow",
+    "TWINE_PASSWORD": "PyPI", "PYPI_TOKEN": "PyPI", "NPM_TOKEN": "npm", "DOCKER_PASSWORD": "Docker",
+    "SLACK_TOKEN": "Slack", "SLACK_BOT_TOKEN": "Slack",
+}
+"""Environment variables (a `*` ends a prefix) holding the secrets of services that are not model endpoints: a
+`--config` file may not name one as an endpoint's bearer token (`judge_api_key_env: HF_TOKEN` would send the Hub token
+to whatever `judge_endpoint` the file names); only the command line itself can ([`refuse_foreign_secrets`])."""
+
+
 def api_key_env_help(endpoint_option: str) -> str:
     """The help of the option that names the environment variable holding `endpoint_option`'s bearer token
     (`judge --judge_api_key_env`, `sample --api_key_env`: two flags, one text)."""
     return (f"The NAME of the environment variable holding the {endpoint_option}'s bearer token (e.g. OPENAI_API_KEY; "
-            "the token itself never goes on the command line, where `ps` shows it). Default: no token.")
+            "the token itself never goes on the command line, where `ps` shows it). Default: no token. A --config "
+            "file may not name another service's secret (HF_TOKEN, AWS_*, GITHUB_TOKEN, ...); the command line can.")
+
+
+def foreign_secret(name: str) -> str | None:
+    """The service whose secret the environment variable `name` holds, by [`FOREIGN_SECRETS`]; `None` for others."""
+    name = str(name).upper()
+    for known, service in FOREIGN_SECRETS.items():
+        if name == known or (known.endswith("*") and name.startswith(known[:-1])):
+            return service
+    return None
+
+
+def refuse_foreign_secrets(values: Mapping[str, Any], config: str, argv: list[str]) -> None:
+    """Refuse a `--config` file whose `*api_key_env` option names another service's secret ([`foreign_secret`]),
+    unless the command line `argv` names that option itself: one `ValueError` saying which variable and service."""
+    for key, value in values.items():
+        if not key.endswith("api_key_env") or not isinstance(value, str) or foreign_secret(value) is None:
+            continue
+        flags = {f"--{key}", f"--{key.replace('_', '-')}"}
+        if any(arg in flags or arg.split("=", 1)[0] in flags for arg in argv):
+            continue
+        raise ValueError(f"{key}: {value} in {config} names {value}, a secret of another service "
+                         f"({foreign_secret(value)}): a config file may not send it as the bearer token of the "
+                         f"endpoint it names. Name it on the command line itself (--{key} {value}) if that endpoint "
+                         "should get it.")
 
 
 def warn_token_on_command_line(argv: list[str] | None) -> None:
@@ -61,12 +108,114 @@ def slurm_array_task() -> tuple[int | None, int | None]:
     return values["COUNT"], index
 
 
+_GIVEN = "_elical_given_options"
+"""The attribute of the namespace being parsed that maps each option's `dest` to the option string it was last given
+as on the command line; `ElicalArgumentParser.parse_known_args` removes it before the namespace is read."""
+
+
+def _given(namespace: argparse.Namespace) -> dict[str, str]:
+    """The options given so far on the command line being parsed into `namespace`: `{dest: option string}`."""
+    if not hasattr(namespace, _GIVEN):
+        setattr(namespace, _GIVEN, {})
+    return getattr(namespace, _GIVEN)
+
+
+class SingleValueAction(argparse.Action):
+    """
+    The action of an option that holds one value (`store`, and `store_const` / `store_true` / `store_false` as
+    `nargs=0` with their `const`): it stores the value, and refuses the same option (or another one with the same
+    `dest`, as `--fp16` and `--no_fp16`) given again with a different value, with a `ValueError` naming both. The
+    same value twice is accepted.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        value = self.const if self.nargs == 0 else values
+        given = _given(namespace)
+        if self.dest in given and getattr(namespace, self.dest) != value:
+            earlier = given[self.dest]
+            what, fix = ((f"{option_string} given twice", "give it once") if earlier == option_string else
+                         (f"{earlier} and {option_string} both given", "give one of them"))
+            raise ValueError(f"{what} with different values ({getattr(namespace, self.dest)!r}, then {value!r}): "
+                             f"{fix} (only list options collect several occurrences).")
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, value)
+
+
+class CollectingAction(argparse.Action):
+    """
+    The action of a list option (`nargs="+"` or `"*"`): every occurrence adds its values after the earlier ones',
+    so `--model a --model b` is `--model a b`. The first occurrence replaces the default (a `--config` file's value
+    included) instead of adding to it.
+    """
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = _given(namespace)
+        value = self.combine(getattr(namespace, self.dest), values) if self.dest in given else values
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, value)
+
+    def combine(self, before: Any, values: Any) -> Any:
+        """The option's value once `values` are given after `before` (the earlier occurrences' value)."""
+        return [*before, *values]
+
+
+class CommaSeparatedAction(CollectingAction):
+    """The action of a comma-separated list option (a `str` field with `metadata={"comma_separated": True}`, e.g.
+    `evaluate --baselines`): occurrences are joined with commas, so `--which a --which b` is `--which a,b`."""
+
+    def combine(self, before: str, values: str) -> str:
+        return f"{before},{values}"
+
+
+def repetition_action(kwargs: dict[str, Any], comma_separated: bool = False) -> Any:
+    """
+    The action of an option whose `add_argument` keywords are `kwargs` under the command line's rule for repeated
+    options ([`SingleValueAction`], [`CollectingAction`], [`CommaSeparatedAction`]); `kwargs` is adapted for it
+    (`nargs=0` and `const` for `store_true` / `store_false` / `store_const`). Other actions (`help`, `append`, a
+    class of the caller's) are returned as given.
+    """
+    action = kwargs.get("action", "store")
+    if action in ("store_true", "store_false"):
+        kwargs.setdefault("default", action == "store_false")
+        kwargs["const"] = action == "store_true"
+    if action in ("store_true", "store_false", "store_const"):
+        kwargs["nargs"] = 0
+        return SingleValueAction
+    if action not in (None, "store"):
+        return action
+    if comma_separated:
+        return CommaSeparatedAction
+    return CollectingAction if kwargs.get("nargs") in ("+", "*") else SingleValueAction
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a mapping with a key written twice (`yaml.safe_load` keeps the last one
+    silently): a `--config` file's option is given once, like an option on the command line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # unhashable keys: the base class refuses them
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise ValueError(f"{key_node.start_mark.name}, line {line}: {key!r} written twice (first on line "
+                                 f"{lines[key]}); write it once.")
+            lines[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 class ElicalArgumentParser(HfArgumentParser):
     """
     Parse dataclasses from the command line; `--config file.yaml` sets defaults that flags then override.
 
     Unknown YAML keys are an error, so a typo never silently does nothing. A dataclass field with
-    `metadata={"positional": True}` is a positional argument (`elical-hf push FOLDER REPO_ID`) instead of an option.
+    `metadata={"positional": True}` is a positional argument (`elical-hf push FOLDER REPO_ID`) instead of an option;
+    a `str` field with `metadata={"comma_separated": True}` is a comma-separated list, whose occurrences are joined (the
+    rule for options given more than once, in this module's docstring).
     `overrides` changes what a command declares differently from the dataclass it parses (`elical-hf train`: its
     `--output_dir` is required, and its `--num_train_epochs` defaults to `None`, the recipe's rule), e.g.
     `{"output_dir": {"required": True, "help": ...}}`.
@@ -83,16 +232,28 @@ class ElicalArgumentParser(HfArgumentParser):
         self.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE.yaml",
                           help="YAML file of option values; options given on the command line override it.")
 
-    def add_argument(self, *names: str, positional: bool = False, **kwargs: Any) -> argparse.Action:
-        """`argparse.ArgumentParser.add_argument`, plus the `positional` metadata key of dataclass fields (which
-        `HfArgumentParser` passes on here as a keyword) and this parser's `overrides`."""
+    def add_argument(self, *names: str, positional: bool = False, comma_separated: bool = False,
+                     **kwargs: Any) -> argparse.Action:
+        """`argparse.ArgumentParser.add_argument`, plus the `positional` and `comma_separated` metadata keys of
+        dataclass fields (which `HfArgumentParser` passes on here as keywords), this parser's `overrides`, and the
+        rule for repeated options ([`repetition_action`]) for every option."""
         kwargs.update(self.overrides.get(names[0].lstrip("-"), {}) if names else {})
         if positional:
             kwargs.pop("required", None)  # positionals are required unless they have a default
             if "default" in kwargs:
                 kwargs["nargs"] = "?"
             names = (names[0].lstrip("-"),)
+        elif names and names[0].startswith("-"):
+            kwargs["action"] = repetition_action(kwargs, comma_separated)
         return super().add_argument(*names, **kwargs)
+
+    def parse_known_args(self, args: list[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        """`argparse.ArgumentParser.parse_known_args`, without the record of which options were given (kept on the
+        namespace while parsing, see [`SingleValueAction`])."""
+        namespace, rest = super().parse_known_args(args, namespace)
+        vars(namespace).pop(_GIVEN, None)
+        return namespace, rest
 
     def parse_with_config(self, argv: list[str] | None = None) -> tuple[Any, ...]:
         """
@@ -105,12 +266,12 @@ class ElicalArgumentParser(HfArgumentParser):
             `tuple`: one instance per dataclass.
         """
         pre = argparse.ArgumentParser(add_help=False)
-        pre.add_argument("--config", default=None)
+        pre.add_argument("--config", default=None, action=SingleValueAction)
         known, rest = pre.parse_known_args(argv)
         if known.config is not None:
             try:
                 with open(known.config, encoding="utf-8") as handle:
-                    values = yaml.safe_load(handle) or {}
+                    values = yaml.load(handle, Loader=UniqueKeyLoader) or {}
             except (yaml.YAMLError, UnicodeDecodeError) as error:
                 raise ValueError(f"{known.config} is not a valid YAML file: {error}") from None
             if not isinstance(values, dict):
@@ -119,6 +280,7 @@ class ElicalArgumentParser(HfArgumentParser):
             unknown = sorted(set(values) - fields)
             if unknown:
                 raise ValueError(f"Unknown option(s) in {known.config}: {unknown}.")
+            refuse_foreign_secrets(values, known.config, rest)
             self.set_defaults(**values)
             for action in self._actions:  # values from the file satisfy required options
                 if action.dest in values:

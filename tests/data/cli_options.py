@@ -44,17 +44,22 @@ def parser_options(parser: argparse.ArgumentParser) -> dict[str, dict[str, objec
     return dict(sorted(options.items()))
 
 
-def command_options() -> dict[str, dict[str, dict[str, object]]]:
-    """`{"<command>" (its run parser) or "<command> --help" (its help parser): parser_options(...)}`."""
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """`{"<command>": its run parser, "<command> --help": its help parser (where it has one)}`, freshly made."""
     from elical_hf.cli import COMMANDS
 
     out = {}
     for command, (module_name, _) in sorted(COMMANDS.items()):
         module = importlib.import_module(module_name)
-        out[command] = parser_options(module.make_parser())
+        out[command] = module.make_parser()
         if hasattr(module, "make_help_parser"):
-            out[f"{command} --help"] = parser_options(module.make_help_parser())
+            out[f"{command} --help"] = module.make_help_parser()
     return out
+
+
+def command_options() -> dict[str, dict[str, dict[str, object]]]:
+    """`{"<command>" (its run parser) or "<command> --help" (its help parser): parser_options(...)}`."""
+    return {name: parser_options(parser) for name, parser in command_parsers().items()}
 
 
 if __name__ == "__main__":
