@@ -28,10 +28,20 @@ the decision (the first chunk, with its `elical` field), to the first token (the
 Confidence endpoint (`--scenario confidence`, the batched server): c clients each post `POST /v1/confidence` requests
 of `--questions_per_request` questions, one after another; questions scored per second and the p50 latency.
 
+Short beside heavy (`--scenario heavy`, the batched server with its default limits): `--short_clients` clients each
+ask `--short_requests` questions of `max_tokens` = `--short_tokens`, one after another, (a) on the idle server, (b)
+while one client posts a maximal `POST /v1/confidence` request again and again (`--heavy_questions` distinct
+questions, 256, whose prompts fill `--heavy_tokens`, the server's `--max_confidence_tokens` of 32,768), and (c) while
+one client streams the long question with 4 stop strings of the longest length the server takes (1,000 characters,
+each a near-copy of the counting the question asks for, never met: an answer that counts is held back as the beginning
+of one) and the largest `max_tokens` (`--heavy_stream_tokens`, 256); the short requests' p50 and p95 latency per
+condition, and the heavy requests' own median time (medians over `--rounds`).
+
     python benchmarks/serve_load.py                          # the shipped stage-1 adapter on the embedded SmolLM2
     python benchmarks/serve_load.py --requests 64 --max_tokens 32 --concurrency 1 4 16
     python benchmarks/serve_load.py --scenario long --long_tokens 1000 --rounds 3
     python benchmarks/serve_load.py --scenario stream confidence --concurrency 1 4 16
+    python benchmarks/serve_load.py --scenario heavy --rounds 3
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import statistics
 import subprocess
 import threading
 import time
+import urllib.request
 
 from common import print_machine, print_table
 
@@ -94,45 +105,65 @@ def load_round(server, questions: list[str], concurrency: int, requests: int, ma
     return {"rps": requests / wall, "p50": percentile(latencies, 0.5), "p95": percentile(latencies, 0.95)}
 
 
-def long_beside_short(server, questions: list[str], long_tokens: int, args: argparse.Namespace) -> dict[str, float]:
-    """One client asks [`LONG_QUESTION`] with `max_tokens=long_tokens` until the short clients are done; the short
-    requests' p50 and p95 latency (seconds) and how many long requests were answered."""
+def short_beside(server, questions: list[str], heavy, args: argparse.Namespace) -> dict[str, float]:
+    """`heavy()` (a request that fails loudly; `None`: none) again and again on one thread while, after
+    `--long_head_start` seconds, `--short_clients` clients each ask `--short_requests` questions of
+    `max_tokens=--short_tokens`: the short requests' p50 and p95 latency (seconds), how many heavy requests ended and
+    their median time."""
     done = threading.Event()
     shorts: list[float] = []
-    longs: list[float] = []
+    heavies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
 
-    def timed(question: str, max_tokens: int, into: list[float]) -> None:
-        body = {"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens}
-        start = time.perf_counter()
-        status, reply, _ = server.post("/chat/completions", body)
-        with lock:
-            into.append(time.perf_counter() - start)
-            if status != 200:
-                failures.append(f"{status}: {reply}")
-
-    def long_client() -> None:
-        while not done.is_set():
-            timed(LONG_QUESTION, long_tokens, longs)
-
     def short_client(offset: int) -> None:
         for k in range(args.short_requests):
-            timed(questions[(offset * args.short_requests + k) % len(questions)], args.short_tokens, shorts)
+            body = {"messages": [{"role": "user", "content": questions[(offset * args.short_requests + k) %
+                                                                        len(questions)]}],
+                    "max_tokens": args.short_tokens}
+            start = time.perf_counter()
+            status, reply, _ = server.post("/chat/completions", body)
+            with lock:
+                shorts.append(time.perf_counter() - start)
+                if status != 200:
+                    failures.append(f"{status}: {reply}")
 
-    long_thread = threading.Thread(target=long_client)
-    long_thread.start()
-    time.sleep(args.long_head_start)
+    def heavy_client() -> None:
+        while not done.is_set():
+            start = time.perf_counter()
+            heavy()
+            heavies.append(time.perf_counter() - start)
+
+    background = [threading.Thread(target=heavy_client)] if heavy is not None else []
+    for thread in background:
+        thread.start()
+    time.sleep(args.long_head_start if heavy is not None else 0)
     threads = [threading.Thread(target=short_client, args=(i,)) for i in range(args.short_clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     done.set()
-    long_thread.join()
+    for thread in background:
+        thread.join()
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
-    return {"p50": percentile(shorts, 0.5), "p95": percentile(shorts, 0.95), "longs": len(longs)}
+    return {"p50": percentile(shorts, 0.5), "p95": percentile(shorts, 0.95), "longs": len(heavies),
+            "heavy": statistics.median(heavies) if heavies else float("nan")}
+
+
+def chat(server, question: str, max_tokens: int) -> None:
+    """One chat request that must succeed."""
+    status, reply, _ = server.post("/chat/completions", {"messages": [{"role": "user", "content": question}],
+                                                         "max_tokens": max_tokens})
+    if status != 200:
+        raise SystemExit(f"A request failed: {status}: {reply}")
+
+
+def long_beside_short(server, questions: list[str], long_tokens: int, args: argparse.Namespace) -> dict[str, float]:
+    """One client asks [`LONG_QUESTION`] with `max_tokens=long_tokens` until the short clients are done
+    ([`short_beside`])."""
+    return short_beside(server, questions, lambda: chat(server, LONG_QUESTION, long_tokens), args)
 
 
 def in_threads(concurrency: int, requests: int, call) -> float:
@@ -162,9 +193,11 @@ def in_threads(concurrency: int, requests: int, call) -> float:
     return time.perf_counter() - start
 
 
-def streamed(server, question: str, max_tokens: int) -> dict[str, float]:
-    """One `stream: true` request: seconds to its decision (the first chunk), its first token and `[DONE]`."""
-    body = json.dumps({"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens, "stream": True})
+def streamed(server, question: str, max_tokens: int, **fields) -> dict[str, float]:
+    """One `stream: true` request (with more body `fields`): seconds to its decision (the first chunk), its first
+    token and `[DONE]`."""
+    body = json.dumps({"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens, "stream": True,
+                       **fields})
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=600)
     start = time.perf_counter()
     times: dict[str, float] = {}
@@ -249,6 +282,74 @@ def run_confidence_scenario(args: argparse.Namespace, questions: list[str]) -> N
     print_table(["clients", "questions/s", "p50 s"], rows)
 
 
+def maximal_questions(model: str, count: int, tokens: int, filler: list[str]) -> list[str]:
+    """`count` distinct questions whose confidence prompts (`model`'s saved prompt and tokenizer) hold at most `tokens`
+    in all, each as long as its share allows (words of `filler` after a number)."""
+    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from elical_hf.default_model import resolve_model_path
+    from elical_hf.encoding import load_tokenizer
+
+    config = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME))
+    tokenizer = load_tokenizer(model, fallback=resolve_model_path(config.base_model_name_or_path)[0])
+    words = " ".join(filler).split()
+
+    def length(text: str) -> int:
+        return len(tokenizer(config.format_prompt(text, tokenizer), add_special_tokens=False)["input_ids"])
+
+    share, out = tokens // count, []
+    for i in range(count):
+        low, high = 0, len(words)  # the most filler words that keep the prompt within its share
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if length(f"{i}. {' '.join(words[:middle])}") <= share else (low, middle - 1)
+        out.append(f"{i}. {' '.join(words[:low])}")
+    return out
+
+
+def run_heavy_scenario(args: argparse.Namespace, questions: list[str]) -> None:
+    """Short requests on the idle server, beside a maximal `/v1/confidence` request, and beside streams with the
+    longest stop strings (the batched server with its default limits)."""
+    from elical_hf.serve.confidence import MAX_CONFIDENCE_TOKENS
+    from elical_hf.serve.engine import MAX_QUESTIONS, MAX_TOKENS_LIMIT
+    from elical_hf.serve.schema import MAX_STOP_LENGTH, MAX_STOP_STRINGS
+    from tests.serving import ServerProcess
+
+    count, tokens = args.heavy_questions or MAX_QUESTIONS, args.heavy_tokens or MAX_CONFIDENCE_TOKENS
+    stream_tokens = args.heavy_stream_tokens or MAX_TOKENS_LIMIT
+    many = maximal_questions(args.model, count, tokens, questions * 8)
+    counting = ", ".join(str(i) for i in range(1, 2000))
+    stops = [counting[: MAX_STOP_LENGTH - 1 - k] + "#" for k in range(MAX_STOP_STRINGS)]  # held back, never met
+
+    def confidence() -> None:
+        status, reply, _ = server.post("/confidence", {"questions": many})
+        if status != 200:
+            raise SystemExit(f"The /v1/confidence request failed: {status}: {reply}")
+
+    heavies = {"idle": None, f"/v1/confidence, {count} questions, ~{tokens} tokens": confidence,
+               f"stream, {MAX_STOP_STRINGS} stops of {MAX_STOP_LENGTH} chars, {stream_tokens} tokens":
+               lambda: streamed(server, LONG_QUESTION, stream_tokens, stop=stops)}
+    print(f"Short beside heavy: {args.short_clients} client(s) each ask {args.short_requests} questions of "
+          f"max_tokens={args.short_tokens}, {args.long_head_start:g} s after the heavy client starts; "
+          f"{args.rounds} round(s).\n")
+    server = ServerProcess(args.model, "--threshold", str(args.threshold), "--log_level", "warning",
+                           *SERVERS["batched"])
+    cells: dict[str, list[dict[str, float]]] = {}
+    try:
+        if args.warmup:
+            load_round(server, questions, 1, args.warmup, args.short_tokens)
+        for _ in range(args.rounds):
+            for name, heavy in heavies.items():
+                cells.setdefault(name, []).append(short_beside(server, questions, heavy, args))
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health", timeout=30) as response:
+            health = json.loads(response.read())["batching"]
+    finally:
+        server.stop()
+    rows = [[name, *(round(statistics.median(cell[key] for cell in runs), 3) for key in ("p50", "p95", "heavy")),
+             sum(cell["longs"] for cell in runs)] for name, runs in cells.items()]
+    print_table(["beside", "short p50 s", "short p95 s", "heavy request s", "heavy requests"], rows)
+    print(f"\nbatching counts: {health}")
+
+
 def run_long_scenario(args: argparse.Namespace, questions: list[str]) -> None:
     """The long-beside-short table: the short requests' latency with the server's token limit and without it."""
     from elical_hf.serve.engine import MAX_TOKENS_LIMIT
@@ -297,10 +398,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=4, help="Untimed requests per server first.")
     parser.add_argument("--rounds", type=int, default=1, help="Rounds per (server, concurrency); medians reported.")
     parser.add_argument("--max_tokens", type=int, default=32)
-    parser.add_argument("--scenario", choices=["load", "long", "both", "stream", "confidence"], nargs="+",
+    parser.add_argument("--scenario", choices=["load", "long", "both", "stream", "confidence", "heavy"], nargs="+",
                         default=["load"], help="load: the concurrency table; long: short requests beside a long "
                         "one; both: load and long; stream: streaming's time to the first token; confidence: "
-                        "/v1/confidence's questions/s. Several run one after another.")
+                        "/v1/confidence's questions/s; heavy: short requests beside a maximal /v1/confidence "
+                        "request and beside the longest stop strings. Several run one after another.")
+    parser.add_argument("--heavy_questions", type=int, default=None,
+                        help="Questions of the maximal /v1/confidence request (heavy; default: --max_questions, 256).")
+    parser.add_argument("--heavy_tokens", type=int, default=None, help="Prompt tokens they fill (heavy; default: "
+                        "--max_confidence_tokens, 32768).")
+    parser.add_argument("--heavy_stream_tokens", type=int, default=None, help="max_tokens of the streams with stop "
+                        "strings (heavy; default: --max_tokens_limit, 256).")
     parser.add_argument("--questions_per_request", type=int, default=16,
                         help="Questions per /v1/confidence request (confidence).")
     parser.add_argument("--long_tokens", type=int, default=1000, help="What the long client asks for (long).")
@@ -321,7 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     questions = [row["question"].strip() for row in load_bundled_questions("nq", max(args.requests, 16))]
     scenarios = set(args.scenario) | ({"load", "long"} if "both" in args.scenario else set())
     for name, run in (("long", run_long_scenario), ("stream", run_stream_scenario),
-                      ("confidence", run_confidence_scenario)):
+                      ("confidence", run_confidence_scenario), ("heavy", run_heavy_scenario)):
         if name in scenarios:
             print(f"{args.model}; threshold {args.threshold:g}.")
             run(args, questions)

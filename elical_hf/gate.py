@@ -23,6 +23,7 @@ Two modes, chosen by the model:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -313,6 +314,7 @@ def answer_questions(
     top_logprobs: int = 0,
     on_decision: Callable[[int, dict[str, Any]], None] | None = None,
     on_token: Callable[[int, int, float, list[tuple[int, float]] | None], None] | None = None,
+    max_concurrent_retrievals: int = 1,
 ) -> list[dict[str, Any]]:
     """
     Decide for each question whether to answer, retrieve or abstain, and answer it with the base model when the
@@ -331,6 +333,9 @@ def answer_questions(
             the model's pooled thresholds.
         retrieve (`Callable[[str], str | None]`, *optional*): Called with each question in the retrieve band; returns
             context to answer with (`None`: nothing found, no answer). Without it, those questions get no answer.
+        max_concurrent_retrievals (`int`, *optional*, defaults to 1): Call `retrieve` for up to this many questions
+            at once, each on a thread of its own (it must then be safe to call from several threads, and not call the
+            gate again); 1 calls it on this thread, one question after another.
         settings ([`~elical_hf.signals.SamplingSettings`], *optional*): The answer prompt and stop strings; defaults to
             the sampler's own (the paper's QA prompt), with `max_new_tokens` and `batch_size`. Its
             `chat_template_kwargs`, when `None`, are the model's (`confidence_config.chat_template_kwargs`).
@@ -369,6 +374,9 @@ def answer_questions(
     rules = thresholds_per_question(config, len(questions), domain, threshold, retrieve_threshold)
     if retrieve is not None and not callable(retrieve):
         raise ValueError(f"`retrieve` must be a callable question -> context (str or None), got {retrieve!r}.")
+    if isinstance(max_concurrent_retrievals, bool) or not isinstance(max_concurrent_retrievals, int) or \
+            max_concurrent_retrievals < 1:
+        raise ValueError(f"`max_concurrent_retrievals` must be an integer >= 1, got {max_concurrent_retrievals!r}.")
     if settings is None:
         settings = SamplingSettings(num_samples=1, max_new_tokens=max_new_tokens, batch_size=batch_size)
     if settings.chat_template_kwargs is None:  # the answer prompt rendered as the confidence prompt (Qwen3: no thinking)
@@ -420,7 +428,8 @@ def answer_questions(
             if results[i]["decision"] == "answer":
                 results[i].update(_answer_fields(output))
         if retrieve is not None:
-            _answer_with_context(results, retrieve, decoder(), tokenizer, settings, progress, on_decision)
+            _answer_with_context(results, retrieve, decoder(), tokenizer, settings, progress, on_decision,
+                                 max_concurrent_retrievals)
     return results
 
 
@@ -440,18 +449,38 @@ def _answer_fields(output: dict[str, Any]) -> dict[str, Any]:
             "answer_logprobs": output["greedy_logprobs"], "answer_top_logprobs": output.get("greedy_top_logprobs")}
 
 
+def _contexts(questions: dict[int, str], retrieve: Callable[[str], str | None],
+              workers: int) -> Iterator[tuple[int, str | None]]:
+    """`(row, context)` for each of `questions` (`{row: question}`), as the `retrieve` calls return: on this thread one
+    after another (`workers=1`), else up to `workers` calls at once. A context that is not a string or `None` raises."""
+
+    def fetch(row: int) -> tuple[int, str | None]:
+        context = retrieve(questions[row])
+        if context is not None and not isinstance(context, str):
+            raise ValueError(f"`retrieve` must return a string or None; for {questions[row]!r} it returned "
+                             f"{context!r} ({type(context).__name__}).")
+        return row, context
+
+    if workers == 1 or len(questions) <= 1:
+        yield from map(fetch, questions)
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(min(workers, len(questions)), thread_name_prefix="elical-retrieve")
+    try:
+        for future in concurrent.futures.as_completed([pool.submit(fetch, row) for row in questions]):
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _answer_with_context(
     results: list[dict[str, Any]], retrieve: Callable[[str], str | None], decoder: Decoder, tokenizer: Any,
     settings: SamplingSettings, progress: bool, on_decision: Callable[[int, dict[str, Any]], None] | None = None,
+    max_concurrent_retrievals: int = 1,
 ) -> None:
-    """Fetch context for the retrieve decisions and answer them with it (in place), telling `on_decision` each
-    decision with its context."""
+    """Fetch context for the retrieve decisions (up to `max_concurrent_retrievals` at once) and answer them with it
+    (in place), telling `on_decision` each decision with its context as it comes."""
     rows = [i for i, r in enumerate(results) if r["decision"] == "retrieve"]
-    for i in rows:
-        context = retrieve(results[i]["question"])
-        if context is not None and not isinstance(context, str):
-            raise ValueError(f"`retrieve` must return a string or None; for {results[i]['question']!r} it returned "
-                             f"{context!r} ({type(context).__name__}).")
+    for i, context in _contexts({i: results[i]["question"] for i in rows}, retrieve, max_concurrent_retrievals):
         results[i]["context"] = context
         if on_decision is not None:
             on_decision(i, results[i])

@@ -202,7 +202,8 @@ def test_the_served_revision_names_a_hub_commit_and_changes_with_the_saved_files
 
 def test_server_thresholds_replace_the_fallback_only(gate):
     """`--threshold` / `--retrieve_threshold` replace the saved fallback: a domain on the fallback gets them, a domain
-    with a threshold of its own keeps it, also when that threshold equals the saved fallback's value."""
+    with a threshold of its own keeps it (with `--allow_lower_domain_thresholds` where it lies below them; without,
+    they are its floor: `tests/test_reliability_server.py`), also when that threshold equals the saved fallback's."""
     from elical_hf.serve.engine import GateEngine
 
     model = gate[1]
@@ -212,7 +213,7 @@ def test_server_thresholds_replace_the_fallback_only(gate):
         "same": {"decision_threshold": config.decision_threshold}, "own": {"decision_threshold": 0.25},
         "few": {"decision_threshold": None}}}
     try:
-        engine = GateEngine(model, NAME, threshold=0.95, retrieve_threshold=0.9)
+        engine = GateEngine(model, NAME, threshold=0.95, retrieve_threshold=0.9, allow_lower_domain_thresholds=True)
         assert engine.domain_thresholds(None) == engine.domain_thresholds("few") == (0.95, 0.9)
         assert engine.domain_thresholds("own") == (0.25, min(config.retrieve_threshold, 0.25))
         assert engine.domain_thresholds("same")[0] == config.decision_threshold

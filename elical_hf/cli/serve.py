@@ -8,10 +8,13 @@ the response's `elical` field and its `x-elical-*` headers. `--mode completion` 
 model's base) as plain greedy chat completions, e.g. as the LLM judge of `elical-hf judge --judge_endpoint URL`.
 Requests arriving within `--batch_wait_ms` of each other are scored and decoded in one batch. A request may ask for
 at most `--max_tokens_limit` tokens and send at most `--max_request_bytes`; a retriever call may take at most
-`--retriever_timeout` seconds; only the `Host` names of this machine (and `--allowed_hosts`) are answered. Needs the
-`serve` extra: pip install "elical-hf[serve]". `stream: true` streams the answer after the decision, `logprobs: true`
-returns its tokens' log-probabilities, and `POST /v1/confidence` scores up to `--max_questions` questions without
-answering them (a router's signal). See docs/serve.md.
+`--retriever_timeout` seconds, at most `--max_concurrent_retrievals` at once; only the `Host` names of this machine
+(and `--allowed_hosts`) are answered. `--threshold` is a floor for every domain a request names (unless
+`--allow_lower_domain_thresholds`), and `--unknown_domain` says what becomes of a domain the model does not name.
+Needs the `serve` extra: pip install "elical-hf[serve]". `stream: true` streams the answer after the decision,
+`logprobs: true` returns its tokens' log-probabilities, and `POST /v1/confidence` scores up to `--max_questions`
+questions (of at most `--max_confidence_tokens` prompt tokens, scored `--confidence_slice_tokens` at a time between the
+other requests) without answering them (a router's signal). See docs/serve.md.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 from elical_hf.arguments import ModelArguments, only
 from elical_hf.prompts import ABSTAIN_MESSAGE
+from elical_hf.serve import UNKNOWN_DOMAIN_CHOICES
 
 from .parser import ElicalArgumentParser
 
@@ -59,9 +63,20 @@ class ServeArguments(only(ModelArguments, "dtype")):
     allow_request_thresholds: bool = field(
         default=False, metadata={"help": "Let a request set any thresholds ('elical': {'threshold': ...}); by "
                                  "default a request may only raise them."})
+    allow_lower_domain_thresholds: bool = field(
+        default=False, metadata={"help": "Let the thresholds the model saved for a domain ('elical': {'domain': "
+                                 "...}) lie below --threshold / --retrieve_threshold; by default those are a floor "
+                                 "for every domain."})
+    unknown_domain: str = field(
+        default="refuse", metadata={"help": "A request naming a domain the model has no thresholds for: refuse it "
+                                    "(400 unknown_domain), or fallback (gate it with the server's thresholds)."})
     retriever_timeout: float = field(
         default=10.0, metadata={"help": "Seconds a --retriever call may take; its request then gets a 504 (the "
                                 "model waits meanwhile)."})
+    max_concurrent_retrievals: int = field(
+        default=4, metadata={"help": "The most --retriever calls at once (a batch's questions in the retrieve band "
+                             "are retrieved for side by side, so the retriever must be thread-safe; 1: one after "
+                             "another); also the most threads calls past --retriever_timeout can hold."})
     max_tokens: int = field(default=64, metadata={"help": "Answer tokens when a request sets no max_tokens."})
     max_tokens_limit: int = field(
         default=256, metadata={"help": "The most answer tokens a request may ask for (more is refused with a 400): "
@@ -72,6 +87,13 @@ class ServeArguments(only(ModelArguments, "dtype")):
     max_questions: int = field(
         default=256, metadata={"help": "The most questions one POST /v1/confidence request may send (more is refused "
                                "with a 400)."})
+    max_confidence_tokens: int = field(
+        default=32768, metadata={"help": "The most prompt tokens the distinct questions of one POST /v1/confidence "
+                                 "request may hold (more is refused with a 400)."})
+    confidence_slice_tokens: int = field(
+        default=4096, metadata={"help": "The most prompt tokens of /v1/confidence questions scored in one go (at "
+                                "least one question): a larger request is scored in slices, other requests in "
+                                "between."})
     max_batch_size: int = field(default=16, metadata={"help": "Most requests scored and decoded in one batch."})
     batch_wait_ms: float = field(
         default=5.0, metadata={"help": "How long a batch's first request waits for others (milliseconds)."})
@@ -84,7 +106,8 @@ class ServeArguments(only(ModelArguments, "dtype")):
             raise ValueError(f"--mode must be one of {MODES}, got {self.mode!r}.")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"--port must lie in [0, 65535], got {self.port}.")
-        for name in ("max_tokens", "max_batch_size", "max_tokens_limit", "max_request_bytes", "max_questions"):
+        for name in ("max_tokens", "max_batch_size", "max_tokens_limit", "max_request_bytes", "max_questions",
+                     "max_confidence_tokens", "confidence_slice_tokens", "max_concurrent_retrievals"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}.")
         if self.max_tokens > self.max_tokens_limit:
@@ -94,9 +117,12 @@ class ServeArguments(only(ModelArguments, "dtype")):
             raise ValueError(f"--batch_wait_ms must be >= 0, got {self.batch_wait_ms}.")
         if not self.retriever_timeout > 0:
             raise ValueError(f"--retriever_timeout must be > 0 seconds, got {self.retriever_timeout}.")
+        if self.unknown_domain not in UNKNOWN_DOMAIN_CHOICES:
+            raise ValueError(f"--unknown_domain must be one of {UNKNOWN_DOMAIN_CHOICES}, got {self.unknown_domain!r}.")
         if self.mode == "completion":
             given = [name for name in ("threshold", "retrieve_threshold", "retriever") if getattr(self, name) is not None]
-            given += ["allow_request_thresholds"] if self.allow_request_thresholds else []
+            given += [name for name in ("allow_request_thresholds", "allow_lower_domain_thresholds")
+                      if getattr(self, name)]
             if given:
                 raise ValueError(f"--{given[0]} is a gate option; --mode completion does not gate.")
 
@@ -136,8 +162,13 @@ def build_engine(options: ServeArguments):
     return GateEngine(model, name, threshold=options.threshold, retrieve_threshold=options.retrieve_threshold,
                       retriever=retriever, abstain_message=options.abstain_message,
                       retriever_timeout=options.retriever_timeout,
-                      allow_request_thresholds=options.allow_request_thresholds, max_questions=options.max_questions,
-                      model_info=model_info(model, folder), **common)
+                      max_concurrent_retrievals=options.max_concurrent_retrievals,
+                      allow_request_thresholds=options.allow_request_thresholds,
+                      allow_lower_domain_thresholds=options.allow_lower_domain_thresholds,
+                      unknown_domain=options.unknown_domain, max_questions=options.max_questions,
+                      max_confidence_tokens=options.max_confidence_tokens,
+                      confidence_slice_tokens=options.confidence_slice_tokens, model_info=model_info(model, folder),
+                      **common)
 
 
 def model_info(model, folder: str) -> dict:

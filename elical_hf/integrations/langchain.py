@@ -19,9 +19,10 @@ does), then
 - **abstain**: the question goes to `abstain` when one is given (a larger chat model, a hand-off to a human, any
   Runnable taking the question), else the reply is `abstain_message`.
 
-The output is an `AIMessage` whose `response_metadata` holds `finish_reason` (`"stop"`, `"length"` or `"abstain"`) and
-`elical`: the `confidence`, `decision`, `threshold`, `retrieve_threshold`, `domain`, `context`, `answered` (by the base
-model) and `routed` (sent to `abstain`). `batch` scores and decodes all its questions in one `model.answer` call, and fails
+The output is an `AIMessage` whose `response_metadata` holds `finish_reason` (`"stop"`, `"length"` or `"abstain"`; a
+reply routed to `abstain` has that model's, [`finish_reason_of`]) and `elical`: the `confidence`, `decision`,
+`threshold`, `retrieve_threshold`, `domain`, `context`, `answered` (by the base model) and `routed` (sent to
+`abstain`). `batch` scores and decodes all its questions in one `model.answer` call, and fails
 per item: an input that is not a question, a retriever or `abstain` that fails on a question, is that item's error
 (`batch(..., return_exceptions=True)` returns it in its place; without, the first one is raised); when the batched call
 itself fails, each question is answered on its own, so that only the questions at fault fail. Inputs: a question
@@ -53,7 +54,7 @@ from langchain_core.prompt_values import PromptValue  # noqa: E402
 from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
 
-__all__ = ["ConfidenceGate", "context_of", "domain_of", "question_of"]
+__all__ = ["ConfidenceGate", "context_of", "domain_of", "finish_reason_of", "question_of"]
 
 
 def question_of(value: Any) -> str:
@@ -117,6 +118,23 @@ def context_of(documents: Any, question: str) -> str | None:
     return context
 
 
+STOP_REASONS = {"stop_reason": {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop"},
+                "done_reason": {"length": "length", "stop": "stop"}}
+"""How chat models that report no OpenAI `finish_reason` say why they stopped (Anthropic's `stop_reason`, Ollama's
+`done_reason`), read as OpenAI's."""
+
+
+def finish_reason_of(metadata: dict[str, Any]) -> str:
+    """The `finish_reason` of a chat model's reply (its `response_metadata`): its own, else its [`STOP_REASONS`] read
+    as OpenAI's, else `"stop"` (a reply that says nothing ended as replies do)."""
+    if metadata.get("finish_reason"):
+        return metadata["finish_reason"]
+    for key, reasons in STOP_REASONS.items():
+        if metadata.get(key) in reasons:
+            return reasons[metadata[key]]
+    return "stop"
+
+
 def _is_document(value: Any) -> bool:
     return isinstance(getattr(value, "page_content", None), str)
 
@@ -144,8 +162,12 @@ class ConfidenceGate(Runnable):
                  threshold: float | None = None, retrieve_threshold: float | None = None,
                  abstain_message: str = ABSTAIN_MESSAGE, max_new_tokens: int = 64, batch_size: int = 16,
                  domain: str | None = None) -> None:
-        from ..gate import thresholds_for
+        from ..gate import check_threshold, check_thresholds, thresholds_for
 
+        if threshold is not None:  # out of [0, 1]: one line now, rather than every question abstained
+            check_thresholds(threshold, retrieve_threshold)
+        elif retrieve_threshold is not None:
+            check_threshold(retrieve_threshold, "retrieve_threshold")
         if isinstance(model, str):
             from ..auto import AutoModelForConfidence
 
@@ -210,7 +232,8 @@ class ConfidenceGate(Runnable):
                     replies[i] = output
                 elif isinstance(output, BaseMessage):
                     replies[i] = AIMessage(output.content, response_metadata={
-                        **output.response_metadata, "elical": gate})
+                        **output.response_metadata, "finish_reason": finish_reason_of(output.response_metadata),
+                        "elical": gate})
                 else:
                     replies[i] = AIMessage(str(output), response_metadata={"finish_reason": "stop", "elical": gate})
         return replies

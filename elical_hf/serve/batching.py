@@ -6,7 +6,8 @@ runs on one thread, one call at a time, and the event loop keeps accepting reque
 batch). A batch of jobs with different `key`s (answer lengths) runs as one call per key, shortest first, each
 answered as soon as its call returns. A request whose client went away before its call started is dropped; one that
 goes away during it gets its result discarded. A call that raises is run again one job at a time, so that only the
-job that fails gets the exception.
+job that fails gets the exception. A job that `run` computed only part of ([`UNFINISHED`]: a large request done slice
+by slice) goes back to the end of the queue, so that the requests that arrived meanwhile are not held up by all of it.
 """
 
 from __future__ import annotations
@@ -23,14 +24,26 @@ logger = logging.getLogger(__name__)
 Job = TypeVar("Job")
 
 
+class Unfinished:
+    """The type of [`UNFINISHED`]."""
+
+    def __repr__(self) -> str:
+        return "UNFINISHED"
+
+
+UNFINISHED = Unfinished()
+"""What `run` returns for a job it computed only part of: the job goes back to the end of the queue and is run again
+with a later batch (its state is the job's own), after the jobs that arrived meanwhile."""
+
+
 class MicroBatcher(Generic[Job]):
     """
     Collect jobs submitted from coroutines into batches and run each batch with `run` on one worker thread.
 
     Args:
-        run (`Callable[[list[Job]], list[Any]]`): Computes one result per job, in order. When it raises for a call of
-            several jobs, each of them is run again alone: the exception of a job that fails alone is its result
-            (raised by [`submit`]); the others get theirs.
+        run (`Callable[[list[Job]], list[Any]]`): Computes one result per job, in order ([`UNFINISHED`] for a job
+            to run again later). When it raises for a call of several jobs, each of them is run again alone: the
+            exception of a job that fails alone is its result (raised by [`submit`]); the others get theirs.
         max_batch_size (`int`, *optional*, defaults to 16): The most jobs per batch.
         max_wait (`float`, *optional*, defaults to 0.005): Seconds to wait after a batch's first job for others.
         key (`Callable[[Job], Any]`, *optional*): Jobs of a batch with different keys run as separate calls, in
@@ -48,9 +61,11 @@ class MicroBatcher(Generic[Job]):
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="elical-serve")
         self.queue: asyncio.Queue | None = None
         self.task: asyncio.Task | None = None
-        self.counts = {"batches": 0, "jobs": 0, "largest_batch": 0, "dropped": 0, "discarded": 0, "rerun": 0}
+        self.counts = {"batches": 0, "jobs": 0, "largest_batch": 0, "dropped": 0, "discarded": 0, "rerun": 0,
+                       "continued": 0}
         """Calls of `run`, jobs computed, the largest call, jobs dropped before their call (their client left),
-        results discarded (the client left during the call) and calls that failed and were run again job by job."""
+        results discarded (the client left during the call), calls that failed and were run again job by job, and
+        jobs put back in the queue unfinished."""
 
     async def submit(self, job: Job) -> Any:
         """Queue `job` and wait for its result (the batch loop starts with the first job)."""
@@ -106,9 +121,12 @@ class MicroBatcher(Generic[Job]):
             for item in live:
                 await self._run([item])
             return
-        for (_, future), result in zip(live, results):
+        for (job, future), result in zip(live, results):
             if future.done():  # the client went away meanwhile
                 self.counts["discarded"] += 1
+            elif result is UNFINISHED:  # behind the jobs that arrived meanwhile
+                self.counts["continued"] += 1
+                self.queue.put_nowait((job, future))
             else:
                 future.set_result(result)
 

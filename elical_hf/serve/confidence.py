@@ -6,27 +6,44 @@ by the request's own `elical` thresholds under the chat requests' rule), and the
 model and its revision ([`saved_model_revision`]), so that a router knows which signal it read. The requests go
 through the chat requests' micro-batcher: the questions of the requests of one batch are scored in one
 `model.confidence` call on the worker thread (the confidence prompt, as the chat requests' own scores).
+
+What one request may cost the others is bounded ([`score_jobs`]): a question asked several times (in one request, or
+in several of one call) is scored once; a request's distinct questions may hold at most `max_confidence_tokens`
+prompt tokens; and one call of the worker scores at most `confidence_slice_tokens` prompt tokens (at least one
+question) before the requests that arrived meanwhile get their turn: the rest of a large request is scored in the
+next batches, after theirs ([`~elical_hf.serve.batching.UNFINISHED`]).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from .batching import UNFINISHED
 from .schema import ConfidenceRequest, Reply, RequestError
 
 
-__all__ = ["ConfidenceJob", "prepare_confidence", "saved_model_revision", "score_jobs"]
+__all__ = ["CONFIDENCE_SLICE_TOKENS", "MAX_CONFIDENCE_TOKENS", "ConfidenceJob", "prepare_confidence",
+           "saved_model_revision", "score_jobs"]
+
+CONFIDENCE_SLICE_TOKENS = 4096
+"""The most prompt tokens one call of the worker scores by default (`elical-hf serve --confidence_slice_tokens`;
+at least one question) before the other requests' turn."""
+MAX_CONFIDENCE_TOKENS = 32768
+"""The most prompt tokens the distinct questions of one `/v1/confidence` request may hold by default (`elical-hf
+serve --max_confidence_tokens`)."""
 
 
 @dataclasses.dataclass
 class ConfidenceJob:
-    """One checked `/v1/confidence` request: its questions, each one's thresholds and domain."""
+    """One checked `/v1/confidence` request: its questions, each one's thresholds and domain, and (on the worker
+    thread) the prompt tokens of its distinct questions and the scores found so far."""
 
     questions: list[str]
     thresholds: list[tuple[float, float | None]]
@@ -34,11 +51,19 @@ class ConfidenceJob:
     id: str = dataclasses.field(default_factory=lambda: f"confidence-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
+    lengths: dict[str, int] | None = dataclasses.field(default=None, repr=False, compare=False)
+    """Each distinct question's prompt tokens (`None` until its first call)."""
+    scores: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def group(self) -> tuple[int, str]:
-        """Scoring jobs share one call, before the chat requests of their batch (a prefill, no decoding)."""
-        return 0, "confidence"
+    def group(self) -> tuple[float, str]:
+        """Scoring jobs share one call, before the chat requests of their batch (a prefill, no decoding); the rest of
+        a job already partly scored runs after them."""
+        return (math.inf if self.scores else 0), "confidence"
+
+    def pending(self) -> list[str]:
+        """The distinct questions not scored yet, in order."""
+        return [q for q in dict.fromkeys(self.questions) if q not in self.scores]
 
 
 def prepare_confidence(engine: Any, request: ConfidenceRequest) -> ConfidenceJob:
@@ -70,29 +95,62 @@ def prepare_confidence(engine: Any, request: ConfidenceRequest) -> ConfidenceJob
                          [domain or default for domain in domains])
 
 
-def score_jobs(engine: Any, jobs: list[ConfidenceJob]) -> list[Reply | RequestError]:
-    """The replies of `/v1/confidence` jobs (on the worker thread): their questions scored in one call; a job with a
-    question too long for the model gets that error alone."""
+def _measure(engine: Any, job: ConfidenceJob) -> RequestError | None:
+    """Tokenize the distinct questions of `job` into its `lengths`: the error of a question too long for the model,
+    or of a request holding more than `engine.max_confidence_tokens` prompt tokens, else `None`."""
+    distinct = list(dict.fromkeys(job.questions))
+    lengths = engine.confidence_prompt_lengths(distinct)
+    first = {question: i for i, question in reversed(list(enumerate(job.questions)))}
+    errors = engine.confidence_prompt_error(distinct, lambda i: f"questions.{first[distinct[i]]}", lengths)
+    error = next((error for error in errors if error is not None), None)
+    if error is None and sum(lengths) > engine.max_confidence_tokens:
+        error = RequestError(f"This request's questions hold {sum(lengths)} prompt tokens in all (chat template "
+                             f"included), more than this server's limit of {engine.max_confidence_tokens} per request "
+                             "(--max_confidence_tokens): send them in several requests.", param="questions",
+                             code="too_many_tokens")
+    job.lengths = dict(zip(distinct, lengths))
+    return error
+
+
+def _reply(engine: Any, job: ConfidenceJob, batch_size: int) -> Reply:
     from ..gate import decide
 
-    replies: list[Reply | RequestError | None] = [None] * len(jobs)
+    data = [{"object": "confidence", "index": i, "confidence": job.scores[question],
+             "decision": decide(job.scores[question], threshold, band), "threshold": threshold,
+             "retrieve_threshold": band, "domain": domain}
+            for i, (question, (threshold, band), domain) in enumerate(zip(job.questions, job.thresholds, job.domains))]
+    return Reply({"object": "list", "id": job.id, "created": job.created, "model": engine.model_name, "data": data,
+                  "elical": {**engine.model_info, "batch_size": batch_size}})
+
+
+def score_jobs(engine: Any, jobs: list[ConfidenceJob]) -> list[Any]:
+    """
+    One call of the worker for `/v1/confidence` jobs: score their distinct questions not scored yet, in order, up to
+    `engine.confidence_slice_tokens` prompt tokens (at least one question; a question shared by several jobs once).
+
+    Returns:
+        Per job, its reply when all its questions are scored, [`~elical_hf.serve.batching.UNFINISHED`] when some are
+        left (the batcher runs it again with a later batch, after the requests that arrived meanwhile), or its error
+        (a question too long for the model, too many tokens in all: that job alone; a client that left).
+    """
+    results: list[Any] = [None] * len(jobs)
     for j, job in enumerate(jobs):
-        errors = engine.confidence_prompt_error(job.questions, lambda i: f"questions.{i}")
-        replies[j] = next((error for error in errors if error is not None), None)
-    live = [j for j, reply in enumerate(replies) if reply is None and not jobs[j].cancelled.is_set()]
-    questions = [question for j in live for question in jobs[j].questions]
-    confidences = iter(engine.inner.confidence(questions, batch_size=engine.batch_size) if questions else [])
+        if job.lengths is None and not job.cancelled.is_set():
+            results[j] = _measure(engine, job)
+    live = [j for j, result in enumerate(results) if result is None and not jobs[j].cancelled.is_set()]
+    lengths = {question: length for j in live for question, length in jobs[j].lengths.items()}
+    chosen, tokens = {}, 0
+    for question in dict.fromkeys(q for j in live for q in jobs[j].pending()):
+        if chosen and tokens + lengths[question] > engine.confidence_slice_tokens:
+            break
+        chosen[question], tokens = None, tokens + lengths[question]
+    if chosen:
+        scored = dict(zip(chosen, engine.inner.confidence(list(chosen), batch_size=engine.batch_size)))
+        for j in live:
+            jobs[j].scores.update((q, scored[q]) for q in jobs[j].pending() if q in scored)
     for j in live:
-        job = jobs[j]
-        data = []
-        for i, ((threshold, band), domain) in enumerate(zip(job.thresholds, job.domains)):
-            confidence = next(confidences)
-            data.append({"object": "confidence", "index": i, "confidence": confidence,
-                         "decision": decide(confidence, threshold, band), "threshold": threshold,
-                         "retrieve_threshold": band, "domain": domain})
-        replies[j] = Reply({"object": "list", "id": job.id, "created": job.created, "model": engine.model_name,
-                            "data": data, "elical": {**engine.model_info, "batch_size": len(live)}})
-    return [reply if reply is not None else RequestError("The client left.", status=499) for reply in replies]
+        results[j] = UNFINISHED if jobs[j].pending() else _reply(engine, jobs[j], len(live))
+    return [result if result is not None else RequestError("The client left.", status=499) for result in results]
 
 
 def saved_model_revision(folder: str) -> dict[str, Any]:

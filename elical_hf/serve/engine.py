@@ -31,7 +31,9 @@ from typing import Any
 
 from ..loading import unwrap_peft
 from ..prompts import ABSTAIN_MESSAGE
-from .retrieval import checked_retriever
+from . import UNKNOWN_DOMAIN_CHOICES
+from .confidence import CONFIDENCE_SLICE_TOKENS, MAX_CONFIDENCE_TOKENS
+from .retrieval import MAX_CONCURRENT_RETRIEVALS, RetrieverPool, checked_retriever
 from .schema import ChatCompletionRequest, GateOptions, Reply, RequestError, check_supported
 from .stream import TokenStream, gate_headers, logprob_entries
 
@@ -191,16 +193,27 @@ class GateEngine(Engine):
             max_tokens_limit (`int`, *optional*, defaults to 256): See [`Engine`].
         retriever_timeout (`float`, *optional*, defaults to 10): Seconds a retriever call may take; a request whose
             retrieval takes longer gets a 504 (`retriever_timeout`), the others of its batch are answered.
+        max_concurrent_retrievals (`int`, *optional*, defaults to 4): The most retriever calls at once (the questions
+            of a batch in the retrieve band are retrieved for side by side); also the most threads that calls past
+            their timeout can hold ([`~elical_hf.serve.retrieval.RetrieverPool`]).
         allow_request_thresholds (`bool`, *optional*, defaults to `False`): Let a request set any thresholds; by
             default a request may only make the gate stricter (a threshold at or above the server's, or its domain's,
             a retrieve threshold at or above the band).
-        max_questions (`int`, *optional*, defaults to 256): The most questions a `/v1/confidence` request may send.
+        allow_lower_domain_thresholds (`bool`, *optional*, defaults to `False`): Let a domain's saved thresholds lie
+            below `threshold` / `retrieve_threshold`; by default those given here are a floor for every domain.
+        unknown_domain (`str`, *optional*, defaults to `"refuse"`): A domain the model has no thresholds for:
+            `"refuse"` it (400 `unknown_domain`), or gate its questions with the server's thresholds (`"fallback"`).
+        max_questions (`int`, *optional*, defaults to 256), confidence_slice_tokens (`int`, *optional*, defaults to
+            4096), max_confidence_tokens (`int`, *optional*, defaults to 32768): The limits of `/v1/confidence`
+            ([`~elical_hf.serve.confidence`]): questions per request, prompt tokens scored in one call of the worker
+            before the other requests' turn, and prompt tokens per request (its distinct questions).
         model_info (`dict`, *optional*): What `/v1/models` and `/v1/confidence` say about the model (its base model,
             its revision: [`~elical_hf.serve.confidence.saved_model_revision`]); never a local path.
 
     The thresholds of a request that names its domain (`"elical": {"domain": "nq"}`) are the model's saved ones for
-    that domain ([`~elical_hf.gate.thresholds_for`]); a domain without saved thresholds of its own is gated as any
-    question (`threshold`, by default the saved fallback).
+    that domain ([`~elical_hf.gate.thresholds_for`]), raised to `threshold` / `retrieve_threshold` where those are
+    given and lie above (the operator's floor); a domain without saved thresholds of its own is gated as any question
+    (`threshold`, by default the saved fallback).
     """
 
     mode = "gate"
@@ -209,17 +222,28 @@ class GateEngine(Engine):
                  retrieve_threshold: float | None = None, retriever: Callable[[str], str | None] | None = None,
                  abstain_message: str = ABSTAIN_MESSAGE, max_tokens: int = 64, batch_size: int = 16,
                  max_tokens_limit: int = MAX_TOKENS_LIMIT, retriever_timeout: float = RETRIEVER_TIMEOUT,
-                 allow_request_thresholds: bool = False, max_questions: int = MAX_QUESTIONS,
-                 model_info: dict[str, Any] | None = None) -> None:
+                 max_concurrent_retrievals: int = MAX_CONCURRENT_RETRIEVALS, allow_request_thresholds: bool = False,
+                 allow_lower_domain_thresholds: bool = False, unknown_domain: str = "refuse",
+                 max_questions: int = MAX_QUESTIONS, confidence_slice_tokens: int = CONFIDENCE_SLICE_TOKENS,
+                 max_confidence_tokens: int = MAX_CONFIDENCE_TOKENS, model_info: dict[str, Any] | None = None) -> None:
         from ..gate import check_thresholds
         from ..signals.decoding import context_length
 
         if not retriever_timeout > 0:
             raise ValueError(f"--retriever_timeout must be > 0 seconds, got {retriever_timeout}.")
-        if max_questions < 1:
-            raise ValueError(f"--max_questions must be >= 1, got {max_questions}.")
+        for name, value in (("max_questions", max_questions), ("confidence_slice_tokens", confidence_slice_tokens),
+                            ("max_confidence_tokens", max_confidence_tokens),
+                            ("max_concurrent_retrievals", max_concurrent_retrievals)):
+            if value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {value}.")
+        if unknown_domain not in UNKNOWN_DOMAIN_CHOICES:
+            raise ValueError(f"--unknown_domain must be one of {UNKNOWN_DOMAIN_CHOICES}, got {unknown_domain!r}.")
         self.retriever_timeout, self.allow_request_thresholds = retriever_timeout, allow_request_thresholds
-        self.max_questions = max_questions
+        self.allow_lower_domain_thresholds, self.unknown_domain = allow_lower_domain_thresholds, unknown_domain
+        self.max_questions, self.confidence_slice_tokens = max_questions, confidence_slice_tokens
+        self.max_confidence_tokens, self.max_concurrent_retrievals = max_confidence_tokens, max_concurrent_retrievals
+        self.floor = (threshold, retrieve_threshold)
+        """The operator's own thresholds (`None`: not given): no domain's saved ones go below them."""
 
         self.model = model
         self.inner = unwrap_peft(model)
@@ -237,6 +261,7 @@ class GateEngine(Engine):
             logger.warning("The retrieve band [%s, %s) is set but no --retriever is: its questions abstain.",
                            self.retrieve_threshold, self.threshold)
         self.retriever, self.abstain_message = retriever, abstain_message
+        self.retriever_pool = RetrieverPool(max_concurrent_retrievals) if retriever is not None else None
         self.model_info = dict(model_info or {})
         super().__init__(self.inner.tokenizer, model_name, context_length(self.inner), max_tokens, batch_size,
                          max_tokens_limit)
@@ -265,14 +290,25 @@ class GateEngine(Engine):
 
     def domain_thresholds(self, domain: str | None, param: str = "elical.domain") -> tuple[float, float | None]:
         """The thresholds a question of `domain` is gated with before a request's own: the domain's saved ones
-        ([`~elical_hf.gate.thresholds_for`]), else the server's (`domain=None`, or a domain the model has no
-        thresholds of its own for); a `RequestError` (`unknown_domain`, naming `param`) for a domain it refuses."""
+        ([`~elical_hf.gate.thresholds_for`]) raised to the operator's [`floor`] (unless
+        `allow_lower_domain_thresholds`), else the server's (`domain=None`, a domain the model has no thresholds of
+        its own for, or with `unknown_domain="fallback"` one it does not name); a `RequestError` (`unknown_domain`,
+        naming `param`) for a domain it refuses."""
         from ..gate import thresholds_for
 
+        server = (self.threshold, self.retrieve_threshold)
         try:  # a domain's own thresholds, even where they equal the saved fallback that --threshold replaced
-            return thresholds_for(self.config, domain, fallback=(self.threshold, self.retrieve_threshold))
+            threshold, band = thresholds_for(self.config, domain, fallback=server)
         except ValueError as error:
+            if self.unknown_domain == "fallback":
+                return server
             raise RequestError(str(error).replace("`", ""), param=param, code="unknown_domain") from None
+        floor, floor_band = self.floor
+        if self.allow_lower_domain_thresholds:
+            return threshold, band
+        threshold = threshold if floor is None else max(threshold, floor)
+        band = band if band is None or floor_band is None else max(band, floor_band)
+        return threshold, (None if band is None else min(band, threshold))
 
     def request_thresholds(self, options: GateOptions | None, domain: str | None,
                            domain_param: str = "elical.domain") -> tuple[float, float | None]:
@@ -322,17 +358,23 @@ class GateEngine(Engine):
         return SamplingSettings(num_samples=1, max_new_tokens=job.max_tokens, batch_size=self.batch_size,
                                 stop_strings=list(job.stop), chat_template_kwargs=self.config.chat_template_kwargs)
 
-    def confidence_prompt_error(self, questions: list[str], param: Callable[[int], str]) -> list[RequestError | None]:
-        """Per question, the error of a confidence prompt longer than the model's `max_length` (`param(i)`: the field
-        of question `i`), else `None` (on the worker thread: it tokenizes)."""
-        if self.config.max_length is None:
+    def confidence_prompt_lengths(self, questions: list[str]) -> list[int]:
+        """The tokens of each question's confidence prompt (on the worker thread: it tokenizes)."""
+        return [len(ids) for ids in self.prompt_ids([self.config.format_prompt(q, self.tokenizer) for q in questions])]
+
+    def confidence_prompt_error(self, questions: list[str], param: Callable[[int], str],
+                                lengths: list[int] | None = None) -> list[RequestError | None]:
+        """Per question, the error of a confidence prompt longer than the model's `max_length` (or, without one, its
+        context) (`param(i)`: the field of question `i`), else `None`; `lengths`: the prompts' tokens when known."""
+        limit, what = ((self.config.max_length, "max_length") if self.config.max_length is not None else
+                       (self.context_length, "context"))
+        if limit is None:
             return [None] * len(questions)
-        prompts = [self.config.format_prompt(question, self.tokenizer) for question in questions]
-        lengths = [len(ids) for ids in self.prompt_ids(prompts)]
-        return [None if length <= self.config.max_length else
-                RequestError(f"The question's confidence prompt has {length} tokens, more than the model's max_length "
-                             f"of {self.config.max_length}: shorten the question.", param=param(i),
-                             code="context_length_exceeded") for i, length in enumerate(lengths)]
+        lengths = self.confidence_prompt_lengths(questions) if lengths is None else lengths
+        return [None if length <= limit else
+                RequestError(f"The question's confidence prompt has {length} tokens, more than the model's {what} "
+                             f"of {limit}: shorten the question.", param=param(i), code="context_length_exceeded")
+                for i, length in enumerate(lengths)]
 
     def run_group(self, jobs: list[Any]) -> list[Reply | RequestError]:
         from ..gate import answer_questions
@@ -369,6 +411,7 @@ class GateEngine(Engine):
         asked = [jobs[i].top_logprobs for i in rows if jobs[i].top_logprobs is not None]
         results = answer_questions(self.model, [questions[i] for i in rows], threshold=jobs[0].threshold,
                                    retrieve_threshold=jobs[0].retrieve_threshold, retrieve=retrieve,
+                                   max_concurrent_retrievals=self.max_concurrent_retrievals,
                                    settings=settings, cancelled=lambda row: jobs[rows[row]].cancelled.is_set(),
                                    top_logprobs=max(asked, default=0), on_decision=on_decision if streams else None,
                                    on_token=(lambda row, *token: row in streams and streams[row].push(*token))

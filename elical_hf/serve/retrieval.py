@@ -1,12 +1,15 @@
-"""The gate server's retriever (`elical-hf serve --retriever module:function`): loaded by name, called with a timeout,
-its failures kept per question so that they fail their own request alone."""
+"""The gate server's retriever (`elical-hf serve --retriever module:function`): loaded by name, called on a bounded
+set of threads with a timeout ([`RetrieverPool`]), its failures kept per question so that they fail their own request
+alone."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import logging
 import os
+import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -15,30 +18,74 @@ from typing import Any
 from .schema import RequestError
 
 
-__all__ = ["call_with_timeout", "checked_retriever", "load_entry_point"]
+__all__ = ["MAX_CONCURRENT_RETRIEVALS", "RetrieverPool", "RetrieverTimeout", "checked_retriever", "load_entry_point"]
 
 logger = logging.getLogger(__name__)
 
+MAX_CONCURRENT_RETRIEVALS = 4
+"""The most retriever calls at once by default (`elical-hf serve --max_concurrent_retrievals`)."""
 
-def call_with_timeout(function: Callable[[Any], Any], argument: Any, timeout: float) -> Any:
-    """`function(argument)`, or a `TimeoutError` when it has not returned after `timeout` seconds (it then goes on, on
-    a daemon thread that cannot hold up the server's exit)."""
-    outcome: dict[str, Any] = {}
 
-    def call() -> None:
+class RetrieverTimeout(Exception):
+    """A retriever call given up after its timeout (not a `TimeoutError` the retriever raised itself: that is its
+    failure); its message says why when it never started."""
+
+
+class RetrieverPool:
+    """
+    At most `size` threads that run the retriever's calls, each call waited for at most its timeout.
+
+    Python cannot stop a thread, so a call that does not return in time is given up (its request gets a 504) but keeps
+    its thread until it returns. The threads are a fixed set rather than one per call, so hung calls never hold more
+    than `size` of them: a call that finds them all busy waits in the queue within its own timeout, and is dropped
+    unrun when that passes (its 504 says why). The threads start as they are needed and are daemons: a hung call
+    cannot hold up the server's exit.
+
+    Args:
+        size (`int`): The most threads, hence the most calls at once.
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"--max_concurrent_retrievals must be >= 1, got {size}.")
+        self.size, self.threads = size, 0
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.queued = self.free = 0
+
+    def call(self, function: Callable[[Any], Any], argument: Any, timeout: float) -> Any:
+        """`function(argument)` on one of the threads, or a [`RetrieverTimeout`] when it has not returned after
+        `timeout` seconds (counted from now: a wait for a free thread included)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.lock:
+            self.queued += 1
+            if self.queued > self.free and self.threads < self.size:
+                self.threads, self.free = self.threads + 1, self.free + 1
+                threading.Thread(target=self._work, name=f"elical-retriever-{self.threads}", daemon=True).start()
+        self.tasks.put((future, function, argument))
         try:
-            outcome["value"] = function(argument)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            outcome["error"] = error
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if not future.cancel():  # it runs, and goes on on its thread
+                raise RetrieverTimeout(f"The retriever did not answer within {timeout:g} s.") from None
+            raise RetrieverTimeout(f"The retriever did not answer within {timeout:g} s: all {self.size} retriever "
+                                   "threads are still busy with calls that did not return "
+                                   "(--max_concurrent_retrievals).") from None
 
-    thread = threading.Thread(target=call, name="elical-serve-call", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer within {timeout:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    def _work(self) -> None:
+        while True:
+            future, function, argument = self.tasks.get()
+            with self.lock:
+                self.queued, self.free = self.queued - 1, self.free - 1
+            try:
+                if future.set_running_or_notify_cancel():  # not given up while it waited
+                    try:
+                        future.set_result(function(argument))
+                    except BaseException as error:  # noqa: BLE001 - handed to the caller
+                        future.set_exception(error)
+            finally:
+                with self.lock:
+                    self.free += 1
 
 
 def load_entry_point(spec: str) -> Callable[[str], str | None]:
@@ -65,10 +112,10 @@ def load_entry_point(spec: str) -> Callable[[str], str | None]:
 
 def checked_retriever(engine: Any, settings: Any, errors: dict[str, RequestError],
                       gone: Callable[[str], bool]) -> Callable[[str], str | None]:
-    """The retriever of `engine` (a [`~elical_hf.serve.engine.GateEngine`]), called with a timeout (not at all for a
-    question whose clients all left, `gone`), with its failures (an exception, a timeout, a context that is not text
-    or too long for the model) kept per question in `errors` (answered with a 502 or 504) instead of failing the
-    batch."""
+    """The retriever of `engine` (a [`~elical_hf.serve.engine.GateEngine`]), called on its [`RetrieverPool`] with a
+    timeout (not at all for a question whose clients all left, `gone`; from several threads at once), with its
+    failures (an exception, a timeout, a context that is not text or too long for the model) kept per question in
+    `errors` (answered with a 502 or 504) instead of failing the batch."""
     from ..prompts import CONTEXT_QA_PROMPT, check_prompt_texts
     from ..signals.generation import build_prompt_ids
 
@@ -76,11 +123,10 @@ def checked_retriever(engine: Any, settings: Any, errors: dict[str, RequestError
         if gone(question):
             return None
         try:
-            context = call_with_timeout(engine.retriever, question, engine.retriever_timeout)
-        except TimeoutError:
-            logger.warning("The retriever did not answer within %g s on %r.", engine.retriever_timeout, question)
-            errors[question] = RequestError(f"The retriever did not answer within {engine.retriever_timeout:g} s.",
-                                            code="retriever_timeout", status=504, type="server_error")
+            context = engine.retriever_pool.call(engine.retriever, question, engine.retriever_timeout)
+        except RetrieverTimeout as error:
+            logger.warning("On %r: %s", question, error)
+            errors[question] = RequestError(str(error), code="retriever_timeout", status=504, type="server_error")
             return None
         except Exception as error:  # noqa: BLE001 - the retriever is the user's code: report it, keep serving
             logger.exception("The retriever failed on %r", question)

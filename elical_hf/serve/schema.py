@@ -103,6 +103,10 @@ class StreamOptions(BaseModel):
 
 MAX_TOP_LOGPROBS = 20
 """The most `top_logprobs` a request may ask for (OpenAI's limit)."""
+MAX_STOP_STRINGS = 4
+"""The most `stop` strings a request may send (OpenAI's limit)."""
+MAX_STOP_LENGTH = 1000
+"""The longest `stop` string, in characters: every decoding step of a request looks for its stop strings."""
 
 
 class ChatCompletionRequest(BaseModel):
@@ -127,11 +131,18 @@ class ChatCompletionRequest(BaseModel):
     elical: GateOptions | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
+        """The request's stop strings, bounded: at most [`MAX_STOP_STRINGS`] (OpenAI's limit), each non-empty and at
+        most [`MAX_STOP_LENGTH`] characters long (a `RequestError` naming the string otherwise)."""
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not stop for stop in stops):
             raise RequestError("`stop` strings must be non-empty.", param="stop")
-        if len(stops) > 4:
-            raise RequestError(f"At most 4 `stop` strings, got {len(stops)}.", param="stop")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise RequestError(f"At most {MAX_STOP_STRINGS} `stop` strings, got {len(stops)}.", param="stop")
+        for i, stop in enumerate(stops):
+            if len(stop) > MAX_STOP_LENGTH:
+                name, param = ("the stop string", "stop") if isinstance(self.stop, str) else (f"stop[{i}]", f"stop.{i}")
+                raise RequestError(f"`stop` strings may be at most {MAX_STOP_LENGTH} characters long; {name} has "
+                                   f"{len(stop)}.", param=param)
         return tuple(stops)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from ..signals.decoding import cut_at_stop
 
 
-__all__ = ["TokenStream", "gate_headers", "logprob_entries", "logprob_entry", "stream_response"]
+__all__ = ["StopPrefix", "TokenStream", "gate_headers", "logprob_entries", "logprob_entry", "stream_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +72,55 @@ def logprob_entries(tokenizer: Any, result: dict[str, Any], top_logprobs: int,
             if token not in special_tokens]
 
 
+class StopPrefix:
+    """
+    How long a beginning of one stop string the text streamed so far ends with: the Knuth-Morris-Pratt automaton of
+    the stop string, fed the text's characters as they come (its failure function computed only as far as the text
+    has matched), with its state after each character kept so that a text whose end decodes otherwise later (a
+    character completed by the next token) is fed again from where the two differ. The work is linear in the characters
+    fed, never in the stop string's length (trying every beginning of it at every token was quadratic).
+
+    Args:
+        stop (`str`): The stop string (non-empty).
+    """
+
+    def __init__(self, stop: str) -> None:
+        self.stop, self.fail, self.fed, self.states = stop, [0], "", [0]
+
+    def _failure(self, index: int) -> int:
+        """The KMP failure function at `index`: the longest proper prefix of `stop[: index + 1]` that is also its
+        suffix (computed on first use, in order)."""
+        stop, fail = self.stop, self.fail
+        while len(fail) <= index:
+            i, k = len(fail), fail[-1]
+            while k and stop[i] != stop[k]:
+                k = fail[k - 1]
+            fail.append(k + 1 if stop[i] == stop[k] else k)
+        return fail[index]
+
+    def held(self, text: str) -> int:
+        """The length of the longest proper beginning of the stop string that `text` ends with."""
+        common = len(self.fed) if text.startswith(self.fed) else next(
+            (i for i, (a, b) in enumerate(zip(text, self.fed)) if a != b), min(len(text), len(self.fed)))
+        del self.states[common + 1:]
+        stop, state = self.stop, self.states[-1]
+        for char in text[common:]:
+            while state and (state == len(stop) or stop[state] != char):
+                state = self._failure(state - 1)
+            state += stop[state] == char
+            self.states.append(state)
+        self.fed = text
+        return state if state < len(stop) else 0
+
+
 class TokenStream:
     """
     One streamed answer on the worker thread: each decoded token (`push`) tells `listener` the answer's text that
     may be sent so far and the token's `logprobs` entry.
 
     The text sent is always a beginning of the final answer (the decoded tokens cut at the first stop string, stripped):
-    a character whose bytes are not all decoded yet, the beginning of a stop string and trailing whitespace wait.
+    a character whose bytes are not all decoded yet, the beginning of a stop string ([`StopPrefix`]: in time linear
+    in the text, not in every prefix of every stop string) and trailing whitespace wait.
 
     Args:
         tokenizer: The model's tokenizer. stop (`Sequence[str]`): The request's stop strings.
@@ -91,6 +133,7 @@ class TokenStream:
                  listener: Callable[[tuple], None]) -> None:
         self.tokenizer, self.stop, self.special_tokens = tokenizer, list(stop), special_tokens
         self.top_logprobs, self.listener = top_logprobs, listener
+        self.prefixes = [StopPrefix(s) for s in self.stop]
         self.ids: list[int] = []
         self.entries = 0
 
@@ -99,7 +142,7 @@ class TokenStream:
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         cut = cut_at_stop(text, self.stop)
         if cut == text:  # no stop string yet: hold back what may begin one, and a character not decoded whole
-            held = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+            held = max((prefix.held(text) for prefix in self.prefixes), default=0)
             cut = text[: len(text) - held].rstrip("\ufffd")
         return cut.strip()
 
