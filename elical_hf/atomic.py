@@ -3,9 +3,11 @@
 Everything is written under a temporary name next to its target and moved into place with `os.replace`, which is
 atomic on one file system. New files get the permissions of a plain `open` (0666 less the umask), not the 0600 of a
 temporary file. [`atomic_write_text`] writes a text file, [`atomic_write_json`] a strict JSON file ([`json_text`]:
-the one JSON writer), [`atomic_file`] lends a temporary path to any writer (parquet, safetensors), and
-[`atomic_folder`] builds a whole folder before it appears. [`one_writer`] and [`cache_lock`] keep concurrent
-processes from writing one output at once.
+the one JSON writer), [`atomic_file`] lends a temporary path to any writer (parquet, safetensors), [`atomic_files`]
+and [`atomic_write_texts`] update several files at once (all written before the first is replaced, the last one
+committing the update), and [`atomic_folder`] builds a whole folder before it appears. [`stale_temporaries`] finds
+what a killed writer left beside its file. [`one_writer`] and [`cache_lock`] keep concurrent processes from writing
+one output at once.
 """
 
 from __future__ import annotations
@@ -14,22 +16,25 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
 __all__ = [
-    "atomic_file", "atomic_folder", "atomic_write_json", "atomic_write_text", "cache_lock", "current_umask",
-    "json_text", "one_writer", "umask_permissions",
+    "atomic_file", "atomic_files", "atomic_folder", "atomic_write_json", "atomic_write_text", "atomic_write_texts",
+    "cache_lock", "current_umask", "json_text", "one_writer", "stale_temporaries", "umask_permissions",
 ]
 
 _LOCK_POLL = 0.05
 """Seconds between two tries of a held lock."""
+_TEMPORARY_PREFIX = ".tmp-"
+"""How the temporary files of [`atomic_file`] start (then tempfile's 8 random characters, then the target's name)."""
 
 
 @contextmanager
@@ -50,21 +55,71 @@ def atomic_file(path: str | os.PathLike) -> Iterator[str]:
 
     ```
     """
+    with atomic_files([path]) as (tmp,):
+        yield tmp
+
+
+@contextmanager
+def atomic_files(paths: Sequence[str | os.PathLike]) -> Iterator[list[str]]:
+    """Lend a temporary path next to each of `paths`, for one update of several files: when the block ends without
+    error, every file written there is synced to disk, then each is moved to its path, in the order given. On an
+    error in the block no path is touched and the temporary files are removed.
+
+    Each file is replaced atomically, the set in order: put last the file whose new version makes the update (a
+    model's `confidence_config.json`), so that a failure or a kill before it leaves the update undone; what was moved
+    before it must say which version of that file it belongs to.
+    """
+    temporaries: list[str] = []
+    try:
+        for path in paths:
+            temporaries.append(_temporary(path))
+        yield list(temporaries)
+        for tmp in temporaries:
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+        for tmp, path in zip(temporaries, paths):
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporaries:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def atomic_write_texts(files: Mapping[str | os.PathLike, str]) -> None:
+    """Write several UTF-8 text files as one update ([`atomic_files`]: all written first, then moved into place in
+    the mapping's order, the last one committing it)."""
+    paths = list(files)
+    with atomic_files(paths) as temporaries:
+        for tmp, path in zip(temporaries, paths):
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(files[path])
+
+
+def _temporary(path: str | os.PathLike) -> str:
+    """A new empty file next to `path`, named `.tmp-<8 random characters><name of path>` ([`stale_temporaries`]
+    finds those a killed writer left), with the permissions a plain `open` gives."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TEMPORARY_PREFIX, suffix=os.path.basename(path))
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes it 0600; a new file gets what `open` would give it
     finally:
         os.close(fd)
+    return tmp
+
+
+def stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """The temporary files of `path` that a killed writer left beside it ([`atomic_file`] names them
+    `.tmp-<8 characters of tempfile's random names><name of path>`): only `path`'s own, by name, never those of
+    another file of the folder. Remove them only while no other process may be writing `path` ([`one_writer`])."""
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    own = re.compile(re.escape(_TEMPORARY_PREFIX) + r"[a-z0-9_]{8}" + re.escape(name))
     try:
-        yield tmp
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(os.path.join(directory, entry) for entry in entries
+                  if own.fullmatch(entry) and os.path.isfile(os.path.join(directory, entry)))
 
 
 def current_umask() -> int:

@@ -33,7 +33,7 @@ from .feature_layer import blocks_with_lora, num_layers
 from .files import looks_local
 from .default_model import resolve_model_path
 from .hub_ids import hub_id_of_local_copy
-from .loading import load_model, load_pretrained
+from .loading import check_file_tensors, load_model, load_pretrained
 from .model_card import ConfidenceModelCardData, write_model_card
 from .precision import resolve_dtype
 from .prompts import chat_template_kwargs_for
@@ -113,6 +113,21 @@ class PeftModelForConfidence(PeftModel):
                 inner.tokenizer.save_pretrained(save_directory)
             umask_permissions(save_directory)  # adapter_model.safetensors is written 0600 by safetensors
             inner.confidence_config.save_pretrained(save_directory)
+
+    def load_adapter(self, model_id: str | os.PathLike, adapter_name: str, *args: Any, **kwargs: Any) -> Any:
+        """PEFT's `load_adapter`, once a local `adapter_model.safetensors` is found to hold exactly this adapter's
+        tensors (its LoRA and head), in their shapes: one `ValueError` naming the file otherwise
+        ([`~elical_hf.loading.check_file_tensors`]). PEFT would leave a LoRA tensor the file lacks freshly drawn (with
+        only a warning), and fail with a `KeyError` or `RuntimeError` traceback on a missing or misshapen head."""
+        from peft.utils import get_peft_model_state_dict
+
+        file = os.path.join(os.fspath(model_id), kwargs.get("subfolder") or "", SAFETENSORS_WEIGHTS_NAME)
+        if adapter_name in self.peft_config and os.path.isfile(file):
+            expected = get_peft_model_state_dict(self, adapter_name=adapter_name, save_embedding_layers=False)
+            check_file_tensors(file, {key: tensor.shape for key, tensor in expected.items()}, owner="the adapter",
+                               advice="the confidence model loaded from it is not the one saved (PEFT draws a LoRA "
+                                      "tensor it lacks afresh). Copy the saved model again, or save it again.")
+        return super().load_adapter(model_id, adapter_name, *args, **kwargs)
 
     def create_or_update_model_card(self, output_dir: str) -> None:
         """Called by PEFT's `save_pretrained`: writes the elical-hf card (`model_cards/`), not PEFT's generic one."""

@@ -298,11 +298,14 @@ class ConfidenceConfig:
 
         return {**asdict(self), "elical_hf_version": __version__}
 
+    def to_json_string(self) -> str:
+        """The text of `confidence_config.json` ([`save_pretrained`] writes it)."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
     def save_pretrained(self, save_directory: str | os.PathLike) -> None:
         """Write `confidence_config.json` into `save_directory` atomically."""
         os.makedirs(save_directory, exist_ok=True)
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-        atomic_write_text(os.path.join(save_directory, CONFIDENCE_CONFIG_NAME), text)
+        atomic_write_text(os.path.join(save_directory, CONFIDENCE_CONFIG_NAME), self.to_json_string())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ConfidenceConfig:

@@ -243,7 +243,7 @@ def convert_official(
 
     from .atomic import atomic_folder
     from .auto import HEAD_MODULE
-    from .model_card import ConfidenceModelCardData, render_model_card
+    from .model_card import ConfidenceModelCardData, code_span, render_model_card
     from .configuration import ConfidenceConfig, backbone_signature, resolve_feature_layer
     from .encoding import load_tokenizer
     from .default_model import hub_offline, resolve_model_path
@@ -308,7 +308,7 @@ def convert_official(
     confidence.base_model_signature = backbone_signature(config)
     confidence.feature_layer = layers  # named in confidence_config.json and the card
     tail = f"the prompt tail {confidence.prompt_tail!r}" if confidence.prompt_tail else "no prompt tail"
-    source = f"`{src}` (`{head_file.relative_to(root)}`), read with {tail}"
+    source = f"{code_span(src)} ({code_span(head_file.relative_to(root))}), read with {tail}"
     added = match_reference_tokens(tokenizer, confidence) if reference_special_tokens else None
     if added:
         source += (

@@ -17,7 +17,6 @@ refused rather than compared with another model's confidences.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -25,31 +24,31 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .atomic import atomic_write_json
+from .configuration import CONFIDENCE_CONFIG_NAME
+from .saved_model import REFERENCE_NAME, config_fingerprint, reference_data
 
 
-__all__ = ["DRIFT_SIGNIFICANCE", "REFERENCE_NAME", "confidence_drift", "load_reference", "model_fingerprint",
-           "save_reference"]
+__all__ = ["DRIFT_SIGNIFICANCE", "REFERENCE_NAME", "confidence_drift", "detectable_distance", "load_reference",
+           "model_fingerprint", "new_questions_for", "save_reference"]
 
-REFERENCE_NAME = "calibration_confidences.json"
-"""The file in a model folder holding the confidences of the rows its threshold was chosen on."""
 DRIFT_SIGNIFICANCE = 0.01
 """Default level of [`confidence_drift`]: a p-value below it is reported as drift."""
+LOW_POWER_DISTANCE = 0.5
+"""A [`detectable_distance`] at or above which a verdict of no drift says the test has almost no power (it counts as
+drift only CDFs at least half apart)."""
+TARGET_DISTANCE = 0.1
+"""The KS distance such a verdict says how many new questions it would take to detect."""
 
 
 def model_fingerprint(model_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """What a saved reference belongs to: the model folder's `decision_threshold` and a SHA-256 of its
-    `training_history` (both from `confidence_config.json`, so a copy or a Hub snapshot of the folder has the same);
-    `None` for a folder without that file."""
-    from .configuration import CONFIDENCE_CONFIG_NAME
-
+    """What a saved reference belongs to: the [`~elical_hf.saved_model.config_fingerprint`] of the model folder's
+    `confidence_config.json` (its `decision_threshold` and a SHA-256 of its `training_history`); `None` for a folder
+    without that file."""
     path = os.path.join(model_dir, CONFIDENCE_CONFIG_NAME)
     if not os.path.isfile(path):
         return None
     with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    history = json.dumps(config.get("training_history") or [], sort_keys=True)
-    return {"decision_threshold": config.get("decision_threshold"),
-            "training_history_sha256": hashlib.sha256(history.encode("utf-8")).hexdigest()}
+        return config_fingerprint(json.load(handle))
 
 
 def save_reference(model_dir: str | os.PathLike, confidences: Sequence[float], source: Mapping[str, Any]) -> str:
@@ -57,8 +56,7 @@ def save_reference(model_dir: str | os.PathLike, confidences: Sequence[float], s
     [`model_fingerprint`] of the folder as it is now, after its threshold was written) into `model_dir` as
     [`REFERENCE_NAME`], atomically; returns its path."""
     path = os.path.join(model_dir, REFERENCE_NAME)
-    atomic_write_json(path, {**source, "saved_for": model_fingerprint(model_dir),
-                             "confidences": [float(c) for c in confidences]})
+    atomic_write_json(path, reference_data(confidences, source, model_fingerprint(model_dir)))
     return path
 
 
@@ -102,8 +100,10 @@ def confidence_drift(
 
     Returns:
         `dict`: `statistic` (the largest gap between the two empirical CDFs), `p_value`, `drift` (`p_value <
-        significance`), `significance`, `n_reference`, `n_new`, `mean_reference`, `mean_new` and `verdict` (one
-        plain sentence).
+        significance`), `significance`, `n_reference`, `n_new`, `mean_reference`, `mean_new`,
+        `min_detectable_distance` (the smallest KS distance the test can flag at these sample sizes,
+        [`detectable_distance`]) and `verdict` (one plain sentence, with the sample sizes; without drift, what the
+        test could have seen, and on so few new questions that it has almost no power, how many it would need).
 
     Raises:
         `ValueError`: an empty sample, a confidence outside [0, 1] or not finite, or `significance` outside (0, 1).
@@ -122,12 +122,55 @@ def confidence_drift(
         samples[name] = values
     test = ks_2samp(samples["reference"], samples["new"])
     p_value, drift = float(test.pvalue), float(test.pvalue) < significance
-    verdict = (f"drift: the new questions' confidences differ from the calibration set's (KS p = {p_value:.2g} < "
-               f"{significance}); the threshold's guarantee assumes they do not: recalibrate on fresh labelled rows"
-               if drift else
-               f"no evidence of drift (KS p = {p_value:.2g} >= {significance}): the confidences look like the "
-               "calibration set's")
+    n_reference, n_new = len(samples["reference"]), len(samples["new"])
+    distance = detectable_distance(n_reference, n_new, significance)
+    sizes = f"{n_new} new question{'s' if n_new > 1 else ''} against {n_reference} calibration rows"
+    if drift:
+        verdict = (f"drift: the new questions' confidences differ from the calibration set's (KS p = {p_value:.2g} < "
+                   f"{significance}, {sizes}); the threshold's guarantee assumes they do not: recalibrate on fresh "
+                   "labelled rows")
+    elif distance < LOW_POWER_DISTANCE:
+        verdict = (f"no evidence of drift (KS p = {p_value:.2g} >= {significance}): with {sizes} the confidences "
+                   f"look like the calibration set's, up to a KS distance of {distance:.2g} (the smallest this test "
+                   "flags at these sizes)")
+    else:
+        needed = new_questions_for(TARGET_DISTANCE, n_reference, significance)
+        advice = (f"about {needed} new questions detect a distance of {TARGET_DISTANCE}" if needed is not None else
+                  f"no number of new questions detects a distance of {TARGET_DISTANCE} against {n_reference} "
+                  "calibration rows: it needs more of them too")
+        verdict = (f"no evidence of drift (KS p = {p_value:.2g} >= {significance}), but {sizes} "
+                   f"{'are' if n_new > 1 else 'is'} too few to tell: the test flags only a KS distance of at least "
+                   f"{distance:.2g} between the two confidence distributions, so it has almost no power here; "
+                   f"{advice}")
     return {"statistic": float(test.statistic), "p_value": p_value, "drift": drift, "significance": significance,
-            "n_reference": len(samples["reference"]), "n_new": len(samples["new"]),
-            "mean_reference": sum(samples["reference"]) / len(samples["reference"]),
-            "mean_new": sum(samples["new"]) / len(samples["new"]), "verdict": verdict}
+            "n_reference": n_reference, "n_new": n_new,
+            "mean_reference": sum(samples["reference"]) / n_reference, "mean_new": sum(samples["new"]) / n_new,
+            "min_detectable_distance": distance, "verdict": verdict}
+
+
+def detectable_distance(n_reference: int, n_new: int, significance: float = DRIFT_SIGNIFICANCE) -> float:
+    """
+    The smallest KS distance (the largest gap between the two empirical CDFs) that the two-sample test flags at
+    `significance` with these sample sizes: the critical value of the Kolmogorov distribution at the effective size
+    `n_reference * n_new / (n_reference + n_new)` (`scipy.stats.kstwo`; for large samples Smirnov's
+    `c(significance) * sqrt(1 / n_reference + 1 / n_new)`). It is the smallest observed gap that counts as drift, so a
+    verdict of no drift vouches for no difference much smaller than it.
+    """
+    from scipy.stats import kstwo
+
+    effective = max(1, round(n_reference * n_new / (n_reference + n_new)))
+    return float(kstwo.isf(significance, effective))
+
+
+def new_questions_for(distance: float, n_reference: int, significance: float = DRIFT_SIGNIFICANCE) -> int | None:
+    """How many new questions the test needs to flag a KS `distance` against `n_reference` calibration rows
+    ([`detectable_distance`]); `None` when no number does (the calibration rows are too few)."""
+    from scipy.stats import kstwo
+
+    low, high = 1, 1
+    while kstwo.isf(significance, high) > distance:  # the effective size needed, by doubling then bisection
+        low, high = high, 2 * high
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if kstwo.isf(significance, middle) <= distance else (middle + 1, high)
+    return math.ceil(low * n_reference / (n_reference - low)) if low < n_reference else None

@@ -12,14 +12,19 @@ from typing import Any
 import torch
 
 from .configuration import ConfidenceConfig
+from .files import check_json_file
 from .prompts import check_prompt_texts
 
 
 __all__ = [
-    "TOKENIZER_CONFIG_NAME", "encode_prompts", "ensure_pad_token", "length_batches", "load_tokenizer", "pad_batch",
+    "TOKENIZER_CONFIG_NAME", "TOKENIZER_JSON_FILES", "encode_prompts", "ensure_pad_token", "length_batches",
+    "load_tokenizer", "pad_batch", "read_tokenizer",
 ]
 
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
+TOKENIZER_JSON_FILES = ("tokenizer.json", TOKENIZER_CONFIG_NAME, "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json", "chat_template.json", "config.json")
+"""The JSON files of a folder that `AutoTokenizer.from_pretrained` may read."""
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +56,26 @@ def load_tokenizer(name_or_path: str | os.PathLike, fallback: Any = None, **kwar
         if not isinstance(fallback, (str, os.PathLike)):
             return ensure_pad_token(fallback)
         name_or_path = fallback
+    return ensure_pad_token(read_tokenizer(name_or_path, **kwargs))
+
+
+def read_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """The tokenizer of `name_or_path` (a Hub id or folder) as it is saved (`AutoTokenizer.from_pretrained` through
+    [`~elical_hf.loading.load_pretrained`]: no code from the folder or repo is run); when it does not load and a
+    tokenizer file of the folder ([`TOKENIZER_JSON_FILES`]) is not JSON, one `ValueError` naming that file, its line
+    and column instead of the loader's error (which names none)."""
     from transformers import AutoTokenizer
 
     from .loading import load_pretrained
 
-    return ensure_pad_token(load_pretrained(AutoTokenizer.from_pretrained, name_or_path, **kwargs))
+    try:
+        return load_pretrained(AutoTokenizer.from_pretrained, name_or_path, **kwargs)
+    except Exception:
+        if os.path.isdir(name_or_path):
+            for name in TOKENIZER_JSON_FILES:
+                if os.path.isfile(os.path.join(name_or_path, name)):
+                    check_json_file(os.path.join(name_or_path, name))
+        raise
 
 
 def encode_prompts(questions: Sequence[str], tokenizer: Any, config: ConfidenceConfig) -> list[list[int]]:

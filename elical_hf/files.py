@@ -3,8 +3,9 @@ read outside the folder it belongs to.
 
 [`text_lines`] reads a text file line by line and names the file and the line of a byte that is not UTF-8;
 [`check_text_file`] checks a whole file the same way (and, for JSON lines, each line's JSON) before a loader that would
-report neither reads it; [`looks_local`] tells a mistyped path from a Hub id. [`path_component`] refuses a name taken
-from data (a record's `model` or `dataset`) that would leave its folder once it is part of a path, and
+report neither reads it, [`check_json_file`] a JSON document; [`looks_local`] tells a mistyped path from a Hub id.
+[`path_component`] refuses a name taken from data (a record's `model` or `dataset`) that would leave its folder once
+it is part of a path, and
 [`links_leaving`] lists the symbolic links in a folder that point outside it. [`refuse_output_over_inputs`] and
 [`check_output_extension`] are what every command that writes checks about its output before it does any work.
 """
@@ -21,8 +22,8 @@ from typing import Any
 
 
 __all__ = [
-    "DATA_EXTENSIONS", "check_output_extension", "check_text_file", "links_leaving", "looks_local", "path_component",
-    "refuse_output_over_inputs", "text_lines",
+    "DATA_EXTENSIONS", "check_json_file", "check_output_extension", "check_text_file", "links_leaving", "looks_local",
+    "path_component", "refuse_output_over_inputs", "text_lines",
 ]
 
 _UNSAFE_CHARACTERS = re.compile(r"[/\\:*?\"<>|\x00-\x1f\x7f]")
@@ -69,6 +70,21 @@ def check_text_file(path: str | os.PathLike, json_lines: bool = False) -> None:
                 raise ValueError(
                     f"{os.fspath(path)} line {number} is not valid JSON: {error.msg} (column {error.colno})."
                 ) from None
+
+
+def check_json_file(path: str | os.PathLike) -> None:
+    """Raise one `ValueError` naming the file, the line and the column when `path` is not a UTF-8 JSON document (for
+    a reader that would name neither, such as a tokenizer's); return when it is one."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        check_text_file(path)  # names the line of the first byte that is not UTF-8
+        raise
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{os.fspath(path)} is not valid JSON: {error.msg} (line {error.lineno}, column "
+                         f"{error.colno}).") from None
 
 
 def looks_local(source: str) -> bool:

@@ -1,4 +1,5 @@
-"""Hub ids: whether a name is one, whether a repo id is valid, and which Hub model a local folder is a copy of.
+"""Hub ids: whether a name is one, whether a repo id is valid, which Hub model a local folder is a copy of, and
+whether two model names name the same model.
 
 Shared by loading (`auto.py`), the model card (`model_card.py`), converting (`convert.py`) and publishing
 (`publishing/hub.py`), so that each of them names a base model the same way: by its Hub id where one is known.
@@ -7,10 +8,11 @@ Shared by loading (`auto.py`), the model card (`model_card.py`), converting (`co
 from __future__ import annotations
 
 import os
+import posixpath
 from pathlib import Path
 
 
-__all__ = ["hub_id_of_local_copy", "is_hub_id", "validate_hub_repo_id"]
+__all__ = ["hub_id_of_local_copy", "is_hub_id", "model_identity", "same_model", "validate_hub_repo_id"]
 
 
 def validate_hub_repo_id(repo_id: str) -> str:
@@ -67,3 +69,41 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
         if is_hub_id(hub_id, local_wins=False):
             return hub_id, "hub"
     return None
+
+
+def model_identity(name: str | os.PathLike) -> str:
+    """What identifies the model `name` names, for [`same_model`]: a local folder's Hub id when the folder is a copy
+    of one ([`hub_id_of_local_copy`]: a Hub cache snapshot, the dequantized embedded default), else its real path
+    (symlinks resolved); a name that is no folder here (a Hub id, a served model's name, a folder on another machine)
+    as written, normalised (`./a/b/` is `a/b`, `\\` is `/`)."""
+    text = os.fspath(name).strip().replace("\\", "/")
+    if not text:
+        return text
+    if os.path.isdir(text):
+        known = hub_id_of_local_copy(text)
+        return known[0] if known is not None else os.path.realpath(text)
+    return posixpath.normpath(text)
+
+
+def same_model(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """
+    Whether two model names (a record's `model`, a confidence model's base) name the same model, compared by what
+    identifies each ([`model_identity`]), not by how their names end: `out/run_a/final` is not `out/run_b/final`, nor
+    `meta-llama/X` `someorg/X`.
+
+    The same model: the same folder however it is written (a relative path, a trailing separator, a symlink); a Hub
+    id and a local copy of it (its cache snapshot, the embedded default's dequantized copy), ignoring case; a name
+    without its owner and the Hub id it ends (`SmolLM2-135M-Instruct`, as lm-evaluation-harness and served models name
+    it, and `HuggingFaceTB/SmolLM2-135M-Instruct`); a relative folder path that is not here (written from another
+    working folder) and an absolute one that ends with it.
+    """
+    first, second = model_identity(a), model_identity(b)
+    if first == second or (not posixpath.isabs(first) and first.casefold() == second.casefold()):
+        return True
+    for one, other in ((first, second), (second, first)):
+        if "/" not in one and other.count("/") == 1 and is_hub_id(other, local_wins=False) \
+                and other.split("/")[1].casefold() == one.casefold():
+            return True
+        if "/" in one and not posixpath.isabs(one) and posixpath.isabs(other) and other.endswith("/" + one):
+            return True
+    return False

@@ -89,20 +89,22 @@ def _layer_path(folder: str, layer: int) -> str:
     return os.path.join(folder, f"layer-{layer:03d}.npy")
 
 
-def features_fingerprint(model: Any, encoded: Sequence[Sequence[int]]) -> str:
-    """A key for the features of `model` on these token ids: the backbone's config and dtype, a sample of every
-    weight (its shape and first 1,024 values), the LoRA weights that change the features (an adapter whose `lora_B` is
-    all zero, as a fresh or a `use_lora=False` one, changes nothing and is left out) and the prompts' token ids.
-    The head is left out: it does not change the features. Equal keys: the same features, up to the device's
-    rounding."""
-    import torch
+HASH_CHUNK = 1 << 24
+"""Bytes of a weight copied to the CPU at a time while it is hashed ([`features_fingerprint`])."""
 
+
+def features_fingerprint(model: Any, encoded: Sequence[Sequence[int]]) -> str:
+    """A key for the features of `model` on these token ids: the backbone's config, every weight whole (its name,
+    shape, dtype and bytes, streamed through the hash a slice at a time), the LoRA weights and scaling that change
+    the features (an adapter whose `lora_B` is all zero, as a fresh or a `use_lora=False` one, changes nothing and is
+    left out) and the prompts' token ids. The head is left out: it does not change the features. Equal keys: the same
+    features, up to the device's rounding; two models that differ anywhere in a weight get different keys (hashing
+    the weights costs far less than the forward pass it saves)."""
     inner = unwrap_peft(model)
     digest = hashlib.sha256()
     config = {key: value for key, value in inner.config.get_text_config().to_dict().items()
               if key not in ("_name_or_path", "transformers_version", "_commit_hash")}  # where it lies changes nothing
     digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-    digest.update(str(inner.get_input_embeddings().weight.dtype).encode())
     parameters = dict(inner.named_parameters())
     for name, parameter in parameters.items():
         if name.startswith("confidence_head") or "lora_A" in name:
@@ -111,15 +113,29 @@ def features_fingerprint(model: Any, encoded: Sequence[Sequence[int]]) -> str:
             if not bool(parameter.detach().any()):
                 continue
             partner = name.replace("lora_B", "lora_A")
-            sampled = [(name, parameter), (partner, parameters[partner])]
+            hashed = [(name, parameter), (partner, parameters[partner])]
         else:
-            sampled = [(name, parameter)]
-        for key, tensor in sampled:
-            values = tensor.detach().reshape(-1)[:1024].to("cpu", torch.float32).numpy()
-            digest.update(f"{key}{tuple(tensor.shape)}".encode())
-            digest.update(values.tobytes())
+            hashed = [(name, parameter)]
+        for key, tensor in hashed:
+            _hash_tensor(digest, key, tensor)
+    for name, module in inner.named_modules():  # a LoRA's output is scaled by alpha / r, which no weight holds
+        scaling = getattr(module, "scaling", None)
+        if isinstance(scaling, dict) and scaling:
+            digest.update(f"{name}{sorted(scaling.items())}{getattr(module, 'disable_adapters', False)}".encode())
     digest.update(json.dumps([list(map(int, ids)) for ids in encoded]).encode())
     return digest.hexdigest()[:20]
+
+
+def _hash_tensor(digest: Any, key: str, tensor: Any) -> None:
+    """Feed `tensor`'s name, shape, dtype and bytes to `digest`, [`HASH_CHUNK`] bytes at a time (a weight on a GPU
+    is copied to the CPU one slice at a time, never whole)."""
+    import torch
+
+    flat = tensor.detach().reshape(-1)
+    digest.update(f"{key}{tuple(tensor.shape)}{flat.dtype}".encode())
+    step = max(1, HASH_CHUNK // max(1, flat.element_size()))
+    for start in range(0, flat.numel(), step):
+        digest.update(flat[start:start + step].to("cpu").contiguous().view(torch.uint8).numpy())
 
 
 def cache_layer_features(

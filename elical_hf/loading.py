@@ -9,7 +9,9 @@ loaded by `PeftModel`, which has no remote code, from `adapter_model.safetensors
 
 Model weights are loaded by [`load_model`]: a local safetensors checkpoint stored in the dtype asked for is memory-
 mapped (zero copy), one stored in another dtype (the embedded default's float32 copy under the bf16 policy) is read
-one tensor at a time, so the stored weights are never held whole beside the converted ones.
+one tensor at a time, so the stored weights are never held whole beside the converted ones. A checkpoint that does not
+hold exactly the tensors the model has (one missing, one the model does not have, one of another shape) is refused in
+one line naming the file ([`refuse_other_tensors`]): transformers would fill a missing tensor with random weights.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import ExitStack
 from typing import Any, TypeVar
 
 
-__all__ = ["load_pretrained", "load_model", "check_safetensors_weights", "stored_in_other_dtype", "unwrap_peft"]
+__all__ = ["load_pretrained", "load_model", "check_safetensors_weights", "check_file_tensors", "refuse_other_tensors",
+           "stored_in_other_dtype", "unwrap_peft"]
 
 T = TypeVar("T")
 
@@ -181,10 +184,73 @@ def _concrete_class(model_class: Any, config: Any) -> type | None:
     return concrete if isinstance(concrete, type) and getattr(concrete, "config_class", None) is type(config) else None
 
 
+def _listed(keys: Collection[str], limit: int = 3) -> str:
+    names = sorted(keys)
+    return ", ".join(names[:limit]) + (", …" if len(names) > limit else "")
+
+
+def refuse_other_tensors(file: str, missing: Collection[str], unexpected: Collection[str],
+                         mismatched: Collection[tuple[str, Sequence[int], Sequence[int]]], *, owner: str,
+                         advice: str) -> None:
+    """Refuse, in one `ValueError` naming `file`, a weights file that does not hold exactly the tensors `owner` ("the
+    model", "the adapter") has: `missing` (keys it lacks), `unexpected` (keys `owner` does not have) and `mismatched`
+    (`(key, shape in the file, shape in owner)`); `advice` ends the message. Nothing is refused when all three are
+    empty."""
+    problems = []
+    if missing:
+        problems.append(f"does not hold {len(missing)} tensor(s) {owner} has ({_listed(missing)})")
+    if unexpected:
+        problems.append(f"holds {len(unexpected)} tensor(s) {owner} does not have ({_listed(unexpected)})")
+    if mismatched:
+        shapes = [f"{key}: {list(found)} in the file, {list(wanted)} in {owner}"
+                  for key, found, wanted in sorted(mismatched, key=lambda entry: entry[0])[:3]]
+        problems.append(f"holds {len(mismatched)} tensor(s) of the wrong shape ({'; '.join(shapes)}"
+                        f"{', …' if len(mismatched) > 3 else ''})")
+    if problems:
+        raise ValueError(f"{file} {' and '.join(problems)}: {advice}")
+
+
+def check_file_tensors(file: str, expected: Mapping[str, Sequence[int]], *, owner: str, advice: str) -> None:
+    """Refuse ([`refuse_other_tensors`]) the safetensors `file` unless it holds exactly the tensors of `expected` (key
+    -> shape), in their shapes; only the file's header is read."""
+    from safetensors import safe_open
+
+    with safe_open(file, framework="pt") as handle:
+        stored = {key: list(handle.get_slice(key).get_shape()) for key in handle.keys()}
+    refuse_other_tensors(
+        file, expected.keys() - stored.keys(), stored.keys() - expected.keys(),
+        [(key, stored[key], list(shape)) for key, shape in expected.items()
+         if key in stored and stored[key] != list(shape)], owner=owner, advice=advice)
+
+
+def _weights_file(name: str) -> str:
+    """How a model's weights are named in errors: its `model.safetensors`, the shards' index, or the Hub id."""
+    files = safetensors_files(name) if os.path.isdir(name) else []
+    if len(files) == 1:
+        return files[0]
+    return os.path.join(name, SAFE_WEIGHT_FILES[1]) if files else f"{name} (its safetensors weights)"
+
+
+def _checked(name: str, loaded: tuple[Any, dict[str, Any]]) -> Any:
+    """The model of a `from_pretrained(..., output_loading_info=True)`, once its load report shows every tensor of the
+    model read from the checkpoint and none left over (the keys the model class ignores aside: a confidence model's
+    head, a causal LM's LM head) and none of another shape; else one `ValueError` naming the weights file."""
+    model, info = loaded
+    refuse_other_tensors(
+        _weights_file(name), info.get("missing_keys") or (), info.get("unexpected_keys") or (),
+        info.get("mismatched_keys") or (), owner="the model",
+        advice="a model loaded from it is not the checkpoint's model (transformers fills a tensor it lacks, or holds in "
+               "another shape, with random weights, and drops the others). Use a complete copy of the model, whose "
+               "config.json describes the weights it holds.")
+    return model
+
+
 def load_model(model_class: Any, name_or_path: str | os.PathLike, *, config: Any, **kwargs: Any) -> Any:
     r"""
     Load a model's weights with [`load_pretrained`] (no remote code, safetensors only), reading a checkpoint stored in
-    another dtype one tensor at a time.
+    another dtype one tensor at a time, and refusing one that does not hold exactly the model's tensors (one
+    `ValueError` naming the file and the tensors missing, left over or of another shape: transformers would only
+    report them, and fill the missing ones with random weights).
 
     transformers memory-maps a safetensors file and keeps it mapped until every tensor is loaded: loading a float32
     checkpoint in bfloat16 holds the whole float32 file in memory beside the bfloat16 weights (the embedded default
@@ -207,8 +273,10 @@ def load_model(model_class: Any, name_or_path: str | os.PathLike, *, config: Any
     """
     files = stored_in_other_dtype(name_or_path, **kwargs)
     concrete = _concrete_class(model_class, config) if files else None
+    kwargs.update(output_loading_info=True, ignore_mismatched_sizes=True)  # reported, then refused by `_checked`
     if concrete is None:
-        return load_pretrained(model_class.from_pretrained, name_or_path, weights=True, config=config, **kwargs)
+        return _checked(os.fspath(name_or_path), load_pretrained(model_class.from_pretrained, name_or_path,
+                                                                 weights=True, config=config, **kwargs))
     from safetensors import safe_open
     from transformers import GenerationConfig
 
@@ -222,6 +290,6 @@ def load_model(model_class: Any, name_or_path: str | os.PathLike, *, config: Any
     with ExitStack() as stack:
         handles = [stack.enter_context(safe_open(file, framework="pt", backend="pread")) for file in files]
         state_dict = {key: handle.get_slice(key) for handle in handles for key in handle.keys()}
-        model = concrete.from_pretrained(None, config=config, state_dict=state_dict, **kwargs)
+        model = _checked(name, concrete.from_pretrained(None, config=config, state_dict=state_dict, **kwargs))
     model.name_or_path = model.config._name_or_path = name  # transformers records the folder: so does this path
     return model

@@ -9,12 +9,15 @@ never needs editing by hand. Evaluation results live in the card's `model-index`
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_write_text
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .hub_ids import is_hub_id
 from .metrics import METRIC_NAMES
@@ -200,6 +203,42 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return "" if value is None else str(value)
 
 
+_MARKDOWN_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]"}
+
+
+def markdown_text(value: Any) -> str:
+    r"""`value` (a name taken from data or from the user: a domain, a dataset, a column, a path) as inert, one-line
+    text of a card: runs of whitespace (newlines too) become one space, `&`, `<` and `>` HTML entities, and `\`,
+    `` ` ``, `|`, `[` and `]` are escaped with a backslash, so that it never ends a table row or cell, opens a code
+    span or a link, or becomes HTML on the Hub's page.
+
+    Example:
+
+    ```python
+    >>> markdown_text("a|b\n<script>")
+    'a\\|b &lt;script&gt;'
+
+    ```
+    """
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return "".join(_MARKDOWN_ESCAPES.get(character, character) for character in text)
+
+
+def code_span(value: Any) -> str:
+    """`value` as an inline code span of a card, one line, delimited by more backticks than any run inside it (so it
+    cannot close early; CommonMark's rule), e.g. a path or Hub id the library names."""
+    text = " ".join(str(value).split())
+    runs = [len(run) for run in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    return f"{fence} {text} {fence}" if text.startswith("`") or text.endswith("`") else f"{fence}{text}{fence}"
+
+
+def _code_fence(text: str) -> str:
+    """A Markdown code fence longer than any run of backticks in `text` (at least three), so `text` cannot end it."""
+    runs = [len(run) for run in re.findall(r"`+", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
+
+
 def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
     rows = []
     for number, entry in enumerate(config.training_history, 1):
@@ -211,7 +250,7 @@ def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
             {
                 "number": str(number),
                 "stage": _STAGE_TEXT.get(stage, stage),
-                "target": str(entry.get("label_column", "")),
+                "target": markdown_text(entry.get("label_column", "")),
                 "examples": _fmt(entry.get("num_examples")),
                 "trainable": trainable,
                 "epochs": _fmt(entry.get("epochs"), 2),
@@ -277,7 +316,7 @@ def render_model_card(
     names = {m for e in card_data.evaluations for m in e.metrics}
     metric_names = [m for m in METRIC_NAMES if m in names] + sorted(names - set(METRIC_NAMES))
     evaluations = [
-        {"dataset": e.dataset, "split": e.split,
+        {"dataset": markdown_text(e.dataset), "split": markdown_text(e.split),
          "values": [_fmt(e.metrics.get(m), 2 if m == "alignment" else 4) for m in metric_names]}
         for e in card_data.evaluations
     ]
@@ -286,15 +325,16 @@ def render_model_card(
         template_path=str(templates_dir() / MODEL_CARD_TEMPLATE),
         marker=GENERATED_MARKER,
         model_id=card_data.model_id or "<your-namespace>/<this-model>",
-        title=model_name,
-        base=base,
+        title=markdown_text(model_name),
+        base=base if not base or is_hub_id(base) else markdown_text(base),
         base_on_hub=bool(base) and is_hub_id(base),
-        base_weights_source=config.base_weights_source,
+        base_weights_source=config.base_weights_source and markdown_text(config.base_weights_source),
         threshold=config.decision_threshold,
         retrieve_threshold=config.retrieve_threshold,
-        risk_control=config.risk_control,
-        domain_thresholds=config.domain_thresholds,
+        risk_control=_card_risk_control(config.risk_control),
+        domain_thresholds=_card_domain_thresholds(config.domain_thresholds),
         prompt_template=config.prompt_template,
+        prompt_fence=_code_fence(config.prompt_template or ""),
         use_chat_template=config.use_chat_template,
         feature_layer=config.feature_layer_index(),
         num_layers=(config.base_model_signature or {}).get("num_hidden_layers"),
@@ -305,7 +345,7 @@ def render_model_card(
         metric_headers=[METRIC_NAMES.get(m, m) for m in metric_names],
         evaluations=evaluations,
         dev_metrics={METRIC_NAMES.get(k, k): _fmt(v) for k, v in card_data.dev_metrics.items() if k in METRIC_NAMES},
-        source=card_data.source,
+        source=card_data.source,  # Markdown the library writes (`convert-official`: its paths as inert code spans)
         has_reliability=folder is not None and (folder / RELIABILITY_IMAGE).is_file(),
         reliability_image=RELIABILITY_IMAGE,
         paper_title=PAPER_TITLE,
@@ -314,21 +354,46 @@ def render_model_card(
     )
 
 
+def _card_risk_control(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`risk_control` with the words it takes from the user (where the rows came from) made card text."""
+    if not record:
+        return record
+    return {**record, **{key: markdown_text(record[key]) for key in ("records", "split") if record.get(key)}}
+
+
+def _card_domain_thresholds(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`domain_thresholds` as the card shows it: `by` as card text, and `rows`, one `(name as card text, entry)` per
+    domain (a list: two names may read alike once escaped, and each keeps its row)."""
+    if not value:
+        return value
+    return {**value, "by": markdown_text(value.get("by")),
+            "rows": [(markdown_text(name), entry) for name, entry in value["domains"].items()]}
+
+
 def write_model_card(model: Any, folder: str | os.PathLike) -> str:
     """Write `README.md` for `model` (a confidence model) into its saved `folder`; returns the card's path."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    render_model_card(inner.confidence_config, get_card_data(model), folder).save(os.path.join(folder, "README.md"))
+    card = render_model_card(inner.confidence_config, get_card_data(model), folder)
+    atomic_write_text(os.path.join(folder, "README.md"), str(card))
     return os.path.join(folder, "README.md")
 
 
 def write_folder_card(folder: str | os.PathLike, model_id: str | None = None) -> str:
     """Re-render the card of a saved model folder from its files (`confidence_config.json`, `adapter_config.json`,
     the evaluations of its current card, `reliability.png`), for the Hub id `model_id` when given."""
-    config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
+    atomic_write_text(os.path.join(folder, "README.md"), folder_card_text(folder, model_id))
+    return os.path.join(folder, "README.md")
+
+
+def folder_card_text(folder: str | os.PathLike, model_id: str | None = None,
+                     config: ConfidenceConfig | None = None) -> str:
+    """The card [`write_folder_card`] writes, as text; with `config`, the card of the folder once its
+    `confidence_config.json` is `config` (written with it in one update, [`~elical_hf.saved_model`])."""
+    if config is None:
+        config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
     card_data = ConfidenceModelCardData.from_folder(folder)
     card_data.model_id = model_id or card_data.model_id
-    render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
-    return os.path.join(folder, "README.md")
+    return str(render_model_card(config, card_data, folder))
 
 
 def card_metrics(cell: dict[str, Any]) -> dict[str, float]:
@@ -359,5 +424,5 @@ def record_folder_evaluations(
     for dataset, cell in results.items():
         if metrics := card_metrics(cell):
             card_data.add_evaluation(dataset, metrics, split=split, dataset_id=dataset_id)
-    render_model_card(config, card_data, folder).save(os.path.join(folder, "README.md"))
+    atomic_write_text(os.path.join(folder, "README.md"), str(render_model_card(config, card_data, folder)))
     return os.path.join(folder, "README.md")

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .atomic import atomic_file
 from .metrics.functional import aurc, ece, reliability_bins, risk_coverage_curve
 
 
@@ -46,9 +47,11 @@ def _png_path(path: str | os.PathLike | None) -> str | None:
 
 
 def _save(fig, path: str | None) -> Any:
+    """Write `fig` to `path` atomically (a reader sees the old PNG or the new one); without `path`, return it."""
     if path is None:
         return fig
-    fig.savefig(path, format="png", bbox_inches="tight")
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
     return path
 
 

@@ -1,5 +1,6 @@
 """A saved confidence model folder: found here or on the Hub ([`find_saved_model`]), and its decision rule changed
-in place ([`set_decision_threshold`]: `confidence_config.json`, written atomically, and its generated card).
+in place ([`set_decision_threshold`]: `confidence_config.json`, its generated card and the calibration rows'
+confidences `elical-hf monitor` compares with, [`REFERENCE_NAME`], written as one update).
 
 Loading and saving a whole model is [`~elical_hf.AutoModelForConfidence`]'s; this module only reads and rewrites
 the files of a folder it saved.
@@ -7,17 +8,41 @@ the files of a folder it saved.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .atomic import atomic_write_texts, json_text
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .default_model import hub_offline
 from .metrics import risk_controlling_threshold, select_threshold, selective_risk
-from .model_card import GENERATED_MARKER, write_folder_card
+from .model_card import GENERATED_MARKER, folder_card_text
 
 
-__all__ = ["find_saved_model", "set_decision_threshold"]
+__all__ = [
+    "REFERENCE_NAME", "config_fingerprint", "find_saved_model", "reference_data", "set_decision_threshold",
+]
+
+REFERENCE_NAME = "calibration_confidences.json"
+"""The file in a model folder holding the confidences of the rows its threshold was chosen on (the reference of
+`elical-hf monitor`, [`~elical_hf.drift`])."""
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a saved reference belongs to, from the content of `confidence_config.json`: its `decision_threshold` and
+    a SHA-256 of its `training_history` (so a copy or a Hub snapshot of the folder has the same)."""
+    history = json.dumps(config.get("training_history") or [], sort_keys=True)
+    return {"decision_threshold": config.get("decision_threshold"),
+            "training_history_sha256": hashlib.sha256(history.encode("utf-8")).hexdigest()}
+
+
+def reference_data(confidences: Sequence[float], source: Mapping[str, Any],
+                   saved_for: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The content of [`REFERENCE_NAME`]: the calibration rows' `confidences`, `source` (where the rows came from)
+    and `saved_for`, the [`config_fingerprint`] of the `confidence_config.json` they belong to."""
+    return {**source, "saved_for": saved_for, "confidences": [float(c) for c in confidences]}
 
 
 def find_saved_model(name: str, **hub_kwargs: Any) -> str | None:
@@ -47,10 +72,16 @@ def set_decision_threshold(
     domains: Sequence[str] | None = None,
     by: str = "dataset",
     min_domain_rows: int = 30,
+    reference: Mapping[str, Any] | None = None,
 ) -> float:
     """
     Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
     as `decision_threshold` in the saved model's `confidence_config.json` (and its generated card); returns it.
+
+    Every file is written in one update ([`~elical_hf.atomic.atomic_write_texts`]): each is rendered first, then the
+    reference and the card are moved into place and `confidence_config.json` last. A failure (or a kill) before that
+    last move leaves the model's threshold as it was; a reference moved before it names the threshold it belongs to
+    (`saved_for`), so `elical-hf monitor` refuses it rather than compare with it.
 
     Args:
         model_dir (`str`): A saved confidence model folder.
@@ -71,6 +102,9 @@ def set_decision_threshold(
             earlier map is removed.
         by (`str`, *optional*, defaults to `"dataset"`), min_domain_rows (`int`, *optional*, defaults to 30): With
             `domains`: the column they come from, and the fewest rows a domain needs for a threshold of its own.
+        reference (`dict`, *optional*): With it, the rows' `confidences` are also saved as the reference of
+            `elical-hf monitor` ([`REFERENCE_NAME`], [`reference_data`]), with this (where the rows came from), in the
+            same update.
 
     Raises:
         `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified on all the rows or on a
@@ -94,10 +128,16 @@ def set_decision_threshold(
                                                       delta, max_abstention)
     if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
         config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
-    config.save_pretrained(model_dir)
+    text = config.to_json_string()
+    files: dict[str, str] = {}
+    if reference is not None:
+        files[os.path.join(model_dir, REFERENCE_NAME)] = json_text(
+            reference_data(confidences, reference, config_fingerprint(json.loads(text)))) + "\n"
     readme = os.path.join(model_dir, "README.md")
     if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
-        write_folder_card(model_dir)
+        files[readme] = folder_card_text(model_dir, config=config)
+    files[path] = text  # last: the update is made when the threshold is
+    atomic_write_texts(files)
     return threshold
 
 

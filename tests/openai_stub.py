@@ -6,7 +6,9 @@ of token ids is taken as is), the greedy reply (`temperature=0`) with its tokens
 `n` samples drawn from the request's `seed` (the same seed, the same samples), `stop` strings cut, `top_logprobs` of
 the first chat reply token. [`StubServer.faults`] makes the next requests fail: an HTTP status (`503`, `429`, ...),
 `"garbage"` (a 200 whose body is not JSON), `"empty"` (a 200 without choices), `"slow"` (longer than the client's
-timeout) or `"drop"` (the connection closed without a reply). Every request body is kept in `requests`.
+timeout), `"drop"` (the connection closed without a reply) or a function, which gets the reply and returns the one
+sent instead. [`StubServer.listing`], when set, is the `GET /models` list served instead of the served names. Every
+request body is kept in `requests`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class StubServer:
         self.served_name, self.extra_models = served_name, extra_models
         self.slow_seconds, self.honour_seed = slow_seconds, honour_seed
         self.faults: list[Any] = []
+        self.listing: list[dict[str, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.calls = 0
@@ -46,8 +49,9 @@ class StubServer:
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
                     names = [stub.served_name, *stub.extra_models]
-                    self._send(200, {"object": "list", "data": [
-                        {"id": name, "object": "model", "root": model, "max_model_len": 2048} for name in names]})
+                    listing = stub.listing if stub.listing is not None else [
+                        {"id": name, "object": "model", "root": model, "max_model_len": 2048} for name in names]
+                    self._send(200, {"object": "list", "data": listing})
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -79,6 +83,8 @@ class StubServer:
                 reply = stub.answer(body, chat=self.path.rstrip("/").endswith("/chat/completions"))
                 if fault == "empty":
                     reply["choices"] = []
+                if callable(fault):
+                    reply = fault(reply)
                 self._send(200, reply)
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
@@ -87,7 +93,10 @@ class StubServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # a client that stopped reading (a reply too long)
+                    self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

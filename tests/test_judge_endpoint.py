@@ -73,8 +73,8 @@ def test_the_judge_command_through_an_endpoint_gives_the_local_verdicts(judge_se
     apply_judges(local, "llm", "llm", complete=HFBackend(base).complete, max_new_tokens=8)
     for remote, here in zip(judged, local):
         assert [remote.get(name) for name in VERDICT_FIELDS] == [here.get(name) for name in VERDICT_FIELDS]
-    assert judged[0]["correctness_judge"] == f"judge via {server.url}"
-    assert judged[0]["consistency_judge"] == f"judge via {server.url}"
+    assert judged[0]["correctness_judge"] == "judge"  # the judge's model, not where it was served
+    assert judged[0]["consistency_judge"] == "judge"
 
 
 def test_endpoint_failures_are_one_line(judge_server, tmp_path, capsys):

@@ -301,8 +301,9 @@ def test_a_folder_with_two_runs_of_a_task_reads_the_latest(tmp_path, caplog):
     (results_file,) = run.glob("results_*.json")
     later = "2027-01-02T03-04-05.678901"
     results = json.loads(results_file.read_text())
-    (run / f"results_{later}.json").write_text(json.dumps(results))
     kept = {0, 1, 2}  # a rerun of the same model with --limit 3, whose answers are all right
+    limited = {**results, "n-samples": {**results["n-samples"], "nq": {"original": 24, "effective": len(kept)}}}
+    (run / f"results_{later}.json").write_text(json.dumps(limited))
     (run / f"samples_nq_{later}.jsonl").write_text("".join(
         json.dumps({**line, "exact_match": 1.0}) + "\n" for line in lines(earlier) if line["doc_id"] in kept))
     for read in (lambda: load_records(tmp_path / "out", cache_dir=tmp_path / "cache").to_list(),
@@ -413,5 +414,9 @@ def test_a_fresh_lm_eval_run_on_a_tiny_model_is_scored_end_to_end(tiny_llama, tm
     assert len(records) == 12 and {r["model"] for r in records} == {name}
     assert {r["dataset"] for r in records} == {"nq", "pararel"}
     model = confidence_model(tiny_llama, tmp_path / "model")
-    evaluation = evaluate(written["generation"], models={"Tiny": model}, baselines=())  # its own base: no override
+    # lm-eval ran the model as `pretrained=<name>` from a scratch folder now gone: a bare folder name that identifies
+    # no model here (any folder of that name would match it), so it takes the override (issue 48, item 2)
+    with pytest.raises(ValueError, match=f"holds the answers of {name}, but this confidence model is built on"):
+        evaluate(written["generation"], models={"Tiny": model}, baselines=())
+    evaluation = evaluate(written["generation"], models={"Tiny": model}, baselines=(), allow_other_model=True)
     assert len(evaluation.confidences["Tiny"]) == 12

@@ -101,7 +101,8 @@ def test_the_saved_reference_is_published_with_the_model(hub, tmp_path, judged):
     assert cli_main(["threshold", str(model), "--records", str(records), "--allow_other_model", "true"]) == 0
     upload_base(tmp_path)
     push_folder(model, "alice/monitored", base_model_name_or_path="tiny/llama")
-    assert json.loads(hub.files("alice/monitored")[REFERENCE_NAME]) == json.loads((model / REFERENCE_NAME).read_text())
+    saved = json.loads((model / REFERENCE_NAME).read_text())
+    assert json.loads(hub.files("alice/monitored")[REFERENCE_NAME]) == {**saved, "records": "records"}  # no local path
     # a served Hub model is monitored from its repository's reference, as a folder is from its own
     questions = str(records / "tiny-model" / "nq_train.jsonl")
     assert cli_main(["monitor", "alice/monitored", "--questions", questions, "--output", str(tmp_path / "d.json")]) == 0

@@ -57,6 +57,13 @@ class JudgeArguments(only(RecordArguments, "records", "allow_incomplete", "batch
                                 "--judge_model. It gets a bearer token only with --judge_api_key_env (OPENAI_API_KEY "
                                 "is not sent unless named)."})
     judge_api_key_env: str | None = field(default=None, metadata={"help": api_key_env_help("--judge_endpoint")})
+    judge_timeout: float | None = field(
+        default=None, metadata={"help": "Seconds the --judge_endpoint may take to answer one request before it is "
+                                "retried (default 300)."})
+    judge_max_retries: int | None = field(
+        default=None, metadata={"help": "Retries of a --judge_endpoint request that failed: 429, 5xx, timeouts, "
+                                "dropped connections, unreadable replies (default 4), with exponential backoff; "
+                                "then the run stops in one error (a rerun resumes it)."})
     strict: bool = field(default=False, metadata={"help": "LLM verdicts: None unless the reply says (un)certain."})
     strip_thinking: bool = field(
         default=True, metadata={"help": "Judge answers (and read LLM judge replies) without their <think>...</think> "
@@ -113,12 +120,18 @@ class JudgeArguments(only(RecordArguments, "records", "allow_incomplete", "batch
             if "llm" not in (self.correctness, self.consistency):
                 raise ValueError("--judge_endpoint runs the `llm` judge: pass --correctness llm and/or --consistency llm.")
             from elical_hf.signals.endpoint import chat_completions_url
-            from elical_hf.signals.openai_client import api_key_from
+            from elical_hf.signals.openai_client import api_key_from, check_request_options
 
             chat_completions_url(self.judge_endpoint)
             api_key_from(api_key_env=self.judge_api_key_env, option="--judge_api_key_env")  # set, before any work
-        elif self.judge_api_key_env is not None:
-            raise ValueError("--judge_api_key_env names the --judge_endpoint's token: pass --judge_endpoint too.")
+            check_request_options(self.judge_timeout, self.judge_max_retries, "--judge_timeout", "--judge_max_retries")
+        else:
+            given = [name for name in ("judge_api_key_env", "judge_timeout", "judge_max_retries")
+                     if getattr(self, name) is not None]
+            if given:
+                what = "names the --judge_endpoint's token" if given[0] == "judge_api_key_env" else \
+                    "is about the --judge_endpoint's requests"
+                raise ValueError(f"--{given[0]} {what}: pass --judge_endpoint too.")
         from elical_hf.steps.judging import judge_output_is_folder
 
         folder = judge_output_is_folder(self.output)  # a folder, or a .jsonl / .parquet file

@@ -16,6 +16,7 @@ from ..model_card import CITATION, PAPER_TITLE, PAPER_URL, templates_dir
 from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
 from ..signals.honestybench import HonestyBenchFiles, write_honestybench_files
 from ..signals.lexical_judge import CORRECTNESS_JUDGES
+from ..signals.openai_client import without_credentials
 
 
 __all__ = ["DATASET_CARD_TEMPLATE", "DEFAULT_CONFIG", "render_honestybench_card", "write_honestybench"]
@@ -81,6 +82,7 @@ def _sources(dataset_names: list[str]) -> list[dict[str, str]]:
 
 
 def _judge_text(kind: str, name: str) -> str:
+    name = without_credentials(name)  # (records judged through a URL with a password named their judge by it)
     if kind == "correctness" and name.split("@")[0] in CORRECTNESS_JUDGES:
         return f"`{name}`: string matching of the answer against the gold aliases (no model involved)"
     if name.startswith("embedding"):

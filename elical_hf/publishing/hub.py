@@ -125,6 +125,27 @@ def _rewrite_json(path: Path, **values: Any) -> None:
     path.write_text(json_text(data, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def published_source(source: Any) -> Any:
+    """How a published file names where rows came from (the records a threshold was chosen on): a Hub dataset id as
+    it is, a local path by its last part only (`/home/alice/runs/records` -> `records`): an absolute path would
+    publish the user's folders and names nothing a reader can open."""
+    if not isinstance(source, str) or not source or is_hub_id(source, local_wins=False):
+        return source
+    return os.path.basename(os.path.normpath(source)) or source
+
+
+def _publish_sources(staging: Path) -> None:
+    """Name the records in the staged `confidence_config.json` (`risk_control.records`) and [`REFERENCE_NAME`]
+    (`records`) as [`published_source`] does; the card is rendered from them afterwards."""
+    for name, field in ((CONFIDENCE_CONFIG_NAME, "risk_control"), (REFERENCE_NAME, None)):
+        path = staging / name
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        record = data.get(field) if field and isinstance(data, dict) else data
+        if isinstance(record, dict) and record.get("records"):
+            changed = {**record, "records": published_source(record["records"])}
+            _rewrite_json(path, **({field: changed} if field else changed))
+
+
 def _publishable(folder: Path, allowed: Callable[[str], bool], extra_files: Sequence[str], what: str) -> list[Path]:
     """The top-level files of `folder` to publish: those `allowed` says a `what` needs and the `extra_files` named on
     purpose; hidden files, `.pyc` and pickles (with a warning) are left out. Any other file is refused in one
@@ -250,7 +271,8 @@ def push_folder(
     naming the base model's Hub id), the tokenizer files and chat template, `README.md` (the card, re-rendered for
     `repo_id` unless you removed its "generated" marker line), `.eval_results/elical-hf.yaml` (the card's evaluation
     results, which the Hub shows on the model page and in benchmark leaderboards; none when there are none),
-    `reliability.png` and the trainer's JSON history ([`MODEL_FILES`]), and the `extra_files` you name. Any other
+    `reliability.png`, the trainer's JSON history and the monitor's reference ([`MODEL_FILES`]; the records a threshold
+    was chosen on named by their last part only, [`published_source`]), and the `extra_files` you name. Any other
     top-level file (a key, notes) is refused before anything is published; pickles, hidden files and sub-folders
     (checkpoints) are left out.
 
@@ -294,6 +316,7 @@ def push_folder(
             _check_named_base(folder, config, named, base, token)
         _rewrite_json(staging / "adapter_config.json", base_model_name_or_path=base)
         _rewrite_json(staging / CONFIDENCE_CONFIG_NAME, base_model_name_or_path=base)
+        _publish_sources(staging)  # no local path of the user's is published
         stage_card(staging, repo_id, base, eval_results)
         stages = [entry.get("stage", "?") for entry in config.get("training_history") or []]
         message = commit_message or f"Upload confidence model ({' + '.join(stages) or 'untrained'}) with elical-hf"

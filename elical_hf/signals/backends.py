@@ -85,15 +85,16 @@ class HFBackend:
         autocast_dtype: Any = "auto",
     ):
         if isinstance(model, str):
-            from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoConfig, AutoModelForCausalLM
 
+            from ..encoding import read_tokenizer
             from ..loading import load_model, load_pretrained
 
             path, self.weights_source = resolve_model_path(model, revision)
             self.name = model
             model = load_model(AutoModelForCausalLM, path, config=load_pretrained(AutoConfig.from_pretrained, path),
                                dtype=resolve_dtype(dtype, device))
-            tokenizer = tokenizer if tokenizer is not None else load_pretrained(AutoTokenizer.from_pretrained, path)
+            tokenizer = tokenizer if tokenizer is not None else read_tokenizer(path)
         else:
             if tokenizer is None:
                 raise ValueError("HFBackend needs a `tokenizer` when `model` is a loaded model.")

@@ -11,10 +11,16 @@ repetition penalty). Its `complete` is a completion function ([`~elical_hf.signa
 
 Requests go through [`~elical_hf.signals.openai_client.OpenAIClient`] (the `openai` package's `AsyncOpenAI`):
 `max_concurrency` in flight at once; a rate limit (429), a server error (5xx), a timeout, a dropped connection or a
-reply without a message is retried with exponential backoff, `max_retries` times, and then ends in one
+reply without a message is retried with exponential backoff, `max_retries` times (`--judge_max_retries`; each request
+waits at most `timeout` seconds, `--judge_timeout`), and then ends in one
 [`~elical_hf.signals.openai_client.EndpointError`] (an `OSError`) naming the endpoint; a refused request (another
 4xx) raises a `ValueError` with the endpoint's own message. The endpoint gets a bearer token only when one is named for
 it (`api_key`, or `api_key_env`: `--judge_api_key_env NAME`), never the ambient `OPENAI_API_KEY`.
+
+The judge is named by what it is, its model (`name`, what judged records store as `correctness_judge` /
+`consistency_judge`): never by the URL, which may hold credentials and changes when a server restarts on another
+port or host (a resumed run keeps one judge name). Messages name the endpoint without its credentials
+([`~elical_hf.signals.openai_client.redacted_url`]).
 """
 
 from __future__ import annotations
@@ -45,9 +51,9 @@ class ChatEndpoint:
         api_key (`str`, *optional*): Bearer token (none by default: a local server needs none; the ambient
             `OPENAI_API_KEY` is never sent).
         api_key_env (`str`, *optional*): Or the name of the environment variable holding it (`--judge_api_key_env`).
-        timeout (`float`, *optional*, defaults to 300): Seconds per request.
+        timeout (`float`, *optional*, defaults to 300): Seconds per request (`--judge_timeout`).
         max_retries (`int`, *optional*, defaults to 4): Retries of a rate-limited, failed, dropped or unreadable
-            request.
+            request (`--judge_max_retries`).
         max_concurrency (`int`, *optional*): Requests in flight at once; default: the `batch_size` of each call.
     """
 
@@ -58,10 +64,11 @@ class ChatEndpoint:
         self.client = OpenAIClient(url, api_key=api_key, api_key_env=api_key_env, timeout=timeout,
                                    max_retries=max_retries, max_concurrency=max_concurrency or 16,
                                    option="--judge_endpoint", label="judge endpoint",
-                                   key_option="--judge_api_key_env")
+                                   key_option="--judge_api_key_env", timeout_option="--judge_timeout",
+                                   retries_option="--judge_max_retries")
         self.max_concurrency = max_concurrency
-        self.url, self.model = self.client.url + "/chat/completions", model
-        self.name = f"{model} via {self.client.url}"
+        self.url, self.model = self.client.url + "/chat/completions", model  # (without credentials)
+        self.name = model
 
     def __repr__(self) -> str:
         return f"ChatEndpoint(url={self.url!r}, model={self.model!r})"
@@ -103,8 +110,8 @@ class ChatEndpoint:
             if not content:
                 raise BadReply(f"a reply without token log-probabilities: {str(reply)[:200]}")
             first = content[0]
-            found = {str(alt.token): float(alt.logprob) for alt in (first.top_logprobs or [])}
-            found.setdefault(str(first.token), float(first.logprob))
+            found = {str(alt.token): self.client.logprob(alt.logprob, alt.token) for alt in (first.top_logprobs or [])}
+            found.setdefault(str(first.token), self.client.logprob(first.logprob, first.token))
             return found
 
         return self.client.map(ask, list(prompts), what="judge prompts", progress=progress, unit="prompt")

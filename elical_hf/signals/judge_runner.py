@@ -41,9 +41,11 @@ __all__ = ["FINGERPRINT_FIELDS", "JUDGED", "check_output_folder", "judge_records
 logger = logging.getLogger(__name__)
 
 JUDGED = ShardedKind(JUDGED_MANIFEST_FORMAT, "judge", "records", "judging", "judged",
-                     free_settings=("batch_size", "progress", "judge_endpoint", "judge_api_key_env"))
-"""An `elical-hf judge` folder: `batch_size`, `progress`, `judge_endpoint` and `judge_api_key_env` may change between
-runs (no verdict changes with them; a judge server restarted elsewhere is the same judge, `judge_model` names it)."""
+                     free_settings=("batch_size", "progress", "judge_endpoint", "judge_api_key_env", "judge_timeout",
+                                    "judge_max_retries"))
+"""An `elical-hf judge` folder: `batch_size`, `progress`, `judge_endpoint` (its host, port and credentials),
+`judge_api_key_env`, `judge_timeout` and `judge_max_retries` may change between runs (no verdict changes with them; a
+judge server restarted on another port or host is the same judge, `judge_model` names it)."""
 
 FINGERPRINT_FIELDS = ("id", "question", "answer", "greedy_response", "sampling_response")
 """The record fields the fingerprint of a judging run covers: the id and what the judges read."""

@@ -102,19 +102,22 @@ def embedding_judge(model: str | None, threshold: float) -> Any:
 
 
 def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = None,
-                   judge_api_key_env: str | None = None) -> Any:
+                   judge_api_key_env: str | None = None, judge_timeout: float | None = None,
+                   judge_max_retries: int | None = None) -> Any:
     """The LLM judge [`apply_judges`] runs when it is given no completion function, made once for many calls (a
     sharded `elical-hf judge` judges every shard with it): `judge_model` (default: the embedded SmolLM2) loaded here on
     first use ([`LocalLLMJudge`]), or asked for by name at `judge_endpoint`
-    ([`~elical_hf.signals.endpoint.ChatEndpoint`], named `"<judge_model> via <endpoint>"`, with the bearer token in
-    the environment variable `judge_api_key_env`, if any). Either has `name`,
-    `complete` and `first_token_logprobs`."""
+    ([`~elical_hf.signals.endpoint.ChatEndpoint`], with the bearer token in the environment variable
+    `judge_api_key_env`, if any, and its request `judge_timeout` and `judge_max_retries` where given). Either has
+    `name` (the judge model's: never the endpoint's URL), `complete` and `first_token_logprobs`."""
     from ..default_model import DEFAULT_MODEL
 
     if judge_endpoint is not None:
         from .endpoint import ChatEndpoint
 
-        return ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL, api_key_env=judge_api_key_env)
+        limits = {"timeout": judge_timeout, "max_retries": judge_max_retries}
+        return ChatEndpoint(judge_endpoint, judge_model or DEFAULT_MODEL, api_key_env=judge_api_key_env,
+                            **{name: value for name, value in limits.items() if value is not None})
     return LocalLLMJudge(judge_model or DEFAULT_MODEL)
 
 
@@ -162,6 +165,8 @@ def apply_judges(
     judge_model: str | None = None,
     judge_endpoint: str | None = None,
     judge_api_key_env: str | None = None,
+    judge_timeout: float | None = None,
+    judge_max_retries: int | None = None,
     strict: bool = False,
     f1_threshold: float = 0.5,
     lexical_threshold: float = 0.5,
@@ -189,9 +194,12 @@ def apply_judges(
             (default: the embedded SmolLM2), and recorded in each record's `*_judge` field.
         judge_endpoint (`str`, *optional*): An OpenAI-compatible endpoint (`http://host:port/v1`) that runs the LLM
             judge instead, asked for `judge_model` by name ([`~elical_hf.signals.endpoint.ChatEndpoint`]); records
-            name `"<judge_model> via <endpoint>"` as their judge.
+            name `judge_model` as their judge, as a local judge's do (never the URL: it may hold credentials, and a
+            server restarted on another port is the same judge).
         judge_api_key_env (`str`, *optional*): The name of the environment variable holding `judge_endpoint`'s
             bearer token (none by default: the ambient `OPENAI_API_KEY` is never sent).
+        judge_timeout (`float`, *optional*), judge_max_retries (`int`, *optional*): `judge_endpoint`'s seconds per
+            request and retries of a failed one (default: [`~elical_hf.signals.endpoint.ChatEndpoint`]'s, 300 and 4).
         strict (`bool`, *optional*, defaults to `False`): LLM verdicts are `None` unless the reply says (un)certain.
         f1_threshold (`float`, *optional*, defaults to 0.5): `f1` correctness: correct when token F1 >= this.
         lexical_threshold (`float`, *optional*, defaults to 0.5): `lexical`: equivalent when ROUGE-L F >= this.
@@ -236,7 +244,8 @@ def apply_judges(
     stripped = without_thinking(records) if strip_thinking else None
     summaries = _judge(stripped[0] if stripped else records, correctness, consistency, complete=complete,
                        judge_model=judge_model, judge_endpoint=judge_endpoint, judge_api_key_env=judge_api_key_env,
-                       strict=strict, f1_threshold=f1_threshold,
+                       judge_timeout=judge_timeout, judge_max_retries=judge_max_retries, strict=strict,
+                       f1_threshold=f1_threshold,
                        lexical_threshold=lexical_threshold, lexical_scoring=lexical_scoring,
                        embedding_model=embedding_model, embedding_threshold=embedding_threshold,
                        lexical_scores=lexical_scores, batch_size=batch_size, max_new_tokens=max_new_tokens,
@@ -253,7 +262,8 @@ def apply_judges(
 
 def _judge(
     records: list[dict], correctness: str | None, consistency: str | None, *, complete: CompletionFn | None,
-    judge_model: str | None, judge_endpoint: str | None, judge_api_key_env: str | None, strict: bool,
+    judge_model: str | None, judge_endpoint: str | None, judge_api_key_env: str | None,
+    judge_timeout: float | None, judge_max_retries: int | None, strict: bool,
     f1_threshold: float, lexical_threshold: float,
     lexical_scoring: str, embedding_model: str | None, embedding_threshold: float | None, lexical_scores: bool,
     batch_size: int, max_new_tokens: int, judge_repetition_penalty: float, strip_thinking: bool,
@@ -261,7 +271,7 @@ def _judge(
 ) -> dict[str, dict[str, int]]:
     """[`apply_judges`] once its arguments are checked (on the records as the judges read them)."""
     if "llm" in (correctness, consistency) and complete is None:
-        judge = make_llm_judge(judge_model, judge_endpoint, judge_api_key_env)
+        judge = make_llm_judge(judge_model, judge_endpoint, judge_api_key_env, judge_timeout, judge_max_retries)
         complete, judge_model = judge.complete, judge.name
         first_token_logprobs = first_token_logprobs or judge.first_token_logprobs
     llm: dict[str, Any] = dict(

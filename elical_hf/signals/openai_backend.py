@@ -16,7 +16,10 @@ shards of [`~elical_hf.signals.sample_records`]):
   `repetition_penalty` in the request body (`extra_body`; sent only when they do something: vLLM honours both,
   OpenAI's own API refuses unknown fields; docs/scaling.md says what was checked);
 - records name the **served model** (`model`), so `train` and `evaluate` refuse a confidence model built on another
-  base.
+  base;
+- **replies are checked** before anything is kept: a reply from another model than the one asked for, an answer longer
+  than `max_tokens` allows (its body is not even read past the size its request allows), a greedy token without a
+  log-probability or with one that is not a finite number <= 0: each a `ValueError` naming the endpoint.
 
 Reproducibility: a server that honours `seed` per request (vLLM with its default V1 engine; see docs/scaling.md for
 what was measured) gives the same samples on a rerun, so an interrupted `elical-hf sample --backend openai` finished
@@ -29,6 +32,7 @@ from typing import Any
 
 import logging
 import os
+import re
 
 from ..default_model import resolve_model_path
 from .decoding import cut_at_stop, sample_seed
@@ -40,6 +44,12 @@ from .records import same_model
 __all__ = ["OpenAIBackend", "served_model_of"]
 
 logger = logging.getLogger(__name__)
+
+REPLY_OVERHEAD = 16 * 1024
+"""Bytes of a completion reply besides its answers (ids, usage, finish reasons), in the bound on its size."""
+
+_SNAPSHOT = re.compile(r"-\d{4}(-\d{2}-\d{2})?$")
+"""A dated snapshot's suffix (`gpt-3.5-turbo-instruct-0914`): a reply may name the snapshot of the model asked for."""
 
 
 def served_model_of(client: OpenAIClient, served_model: str | None) -> dict[str, Any]:
@@ -98,6 +108,8 @@ class OpenAIBackend:
                                model, self.client.url, " / ".join(served))
             self.tokenizer = _load_tokenizer(model, revision)
         self.tokenizer_source = model
+        # The longest token's text: no answer of `max_tokens` tokens is longer than `max_tokens` of these.
+        self._token_chars = max((len(str(token)) for token in self.tokenizer.get_vocab()), default=16)
         # The records' `model`: the model named for the prompts (a Hub id), or the served name when that is a folder.
         self.name = self.served_model if os.path.exists(model) else model
         # Not the URL: the same served model behind another address (a restarted server) resumes the same run.
@@ -135,22 +147,19 @@ class OpenAIBackend:
 
         async def ask(client: Any, job: tuple[int, bool]) -> Any:
             index, greedy = job
-            common = dict(model=self.served_model, prompt=prompts[index], max_tokens=settings.max_new_tokens, stop=stop)
+            common = dict(prompt=prompts[index], max_tokens=settings.max_new_tokens, stop=stop)
             if greedy:
-                reply = await client.completions.create(**common, n=1, temperature=0.0, logprobs=1,
-                                                        extra_body=greedy_extra)
-                return _choices(reply, 1, logprobs=True), None
-            reply = await client.completions.create(
-                **common, n=k, temperature=settings.temperature, top_p=settings.top_p,
+                return await self._answers(client, 1, **common, temperature=0.0, logprobs=1, extra_body=greedy_extra)
+            return await self._answers(
+                client, k, **common, temperature=settings.temperature, top_p=settings.top_p,
                 seed=sample_seed(settings.seed, questions[index], 0) % (2**31), extra_body=sample_extra)
-            return _choices(reply, k), _completion_tokens(reply)
 
         jobs = [(i, greedy) for i in range(len(questions)) for greedy in (True, False)]
         replies = self.client.map(ask, jobs, what="completions", progress=progress)
         records = []
         for index in range(len(questions)):
             ((best,), _), (samples, sample_tokens) = replies[2 * index], replies[2 * index + 1]
-            tokens, logprobs = _token_logprobs(best)
+            tokens, logprobs = self._token_logprobs(best)
             if sample_tokens is None:  # a server without `usage`: the samples' text, tokenized here
                 sample_tokens = sum(len(self.tokenizer(s.text or "", add_special_tokens=False)["input_ids"])
                                     for s in samples)
@@ -178,22 +187,74 @@ class OpenAIBackend:
         extra = sampling_extras(repetition_penalty=repetition_penalty)
 
         async def ask(client: Any, index: int) -> Any:
-            reply = await client.completions.create(model=self.served_model, prompt=sent[index],
-                                                    max_tokens=max_new_tokens, n=1, temperature=0.0,
-                                                    stop=settings.stop_strings or None, extra_body=extra)
-            return _choices(reply, 1)[0]
+            (choice,), _ = await self._answers(client, 1, prompt=sent[index], max_tokens=max_new_tokens,
+                                               temperature=0.0, stop=settings.stop_strings or None, extra_body=extra)
+            return choice
 
         choices = self.client.map(ask, range(len(prompts)), what="completions", progress=progress, unit="prompt")
         return [cut_at_stop(c.text or "", settings.stop_strings).strip() for c in choices]
 
+    async def _answers(self, client: Any, n: int, **body: Any) -> tuple[list[Any], int | None]:
+        """One `/completions` request for `n` answers of the served model ([`OpenAIClient.completion`]: a body past
+        the size `max_tokens` allows is not read): the choices in order and the tokens they took (`usage`, when the
+        server says), once the reply is found to hold what was asked: the model asked for, answers no longer than
+        `max_tokens` (and with `logprobs`, a log-probability per greedy token, [`_choices`]); a `ValueError` naming
+        the endpoint otherwise."""
+        max_tokens = body["max_tokens"]
+        reply = await self.client.completion(client, max_bytes=self._reply_bytes(max_tokens, n),
+                                             model=self.served_model, n=n, **body)
+        self._check_model(getattr(reply, "model", None))
+        choices = _choices(reply, n, logprobs="logprobs" in body)
+        used = _completion_tokens(reply)
+        limit = max_tokens * (self._token_chars + 1)
+        longest = max(len(choice.text) for choice in choices)
+        tokens = max((len(choice.logprobs.tokens or []) for choice in choices if choice.logprobs), default=0)
+        found = (f"{tokens} tokens" if tokens > max_tokens
+                 else f"{used} tokens for {n} answer(s)" if used is not None and used > n * max_tokens
+                 else f"an answer of {longest:,} characters" if longest > limit else None)
+        if found is not None:
+            raise ValueError(
+                f"The {self.client.label} {self.client.url} answered a request for at most {max_tokens} token(s) with "
+                f"{found} (no {max_tokens} tokens of {self.tokenizer_source} hold more than {limit:,} characters): "
+                "it does not keep to `max_tokens`; check the server."
+            )
+        return choices, used
+
+    def _reply_bytes(self, max_tokens: int, n: int) -> int:
+        """The most bytes a reply of `n` answers of at most `max_tokens` tokens takes: each token's text (at most
+        `_token_chars` characters of up to 12 bytes once JSON-escaped) three times over (the text, `logprobs.tokens`,
+        `top_logprobs`) with its numbers, and [`REPLY_OVERHEAD`] besides."""
+        return REPLY_OVERHEAD + n * max_tokens * 3 * (12 * self._token_chars + 64)
+
+    def _check_model(self, named: Any) -> None:
+        """Refuse a reply that names another model than the one asked for (the served name, its `root`, or a dated
+        snapshot of it): its answers would be credited to the model asked for."""
+        if not named:
+            return
+        named, asked = str(named), [str(name) for name in (self.served_model, self.served_root) if name]
+        if any(same_model(named, name) or (named.startswith(name) and _SNAPSHOT.fullmatch(named[len(name):]))
+               for name in asked):
+            return
+        raise ValueError(f"The {self.client.label} {self.client.url} answered a request for {self.served_model!r} "
+                         f"with a reply from {named!r}: its answers are not that model's; check --endpoint and "
+                         "--served_model.")
+
+    def _token_logprobs(self, choice: Any) -> tuple[list[str], list[float]]:
+        """The chosen tokens and their log-probabilities, each a finite number <= 0 ([`OpenAIClient.logprob`]); a
+        `ValueError` for a token without one (Prob and N-Prob would read a made-up value)."""
+        found = choice.logprobs
+        if any(v is None for v in found.token_logprobs):
+            raise ValueError(f"The {self.client.label} {self.client.url} returned a greedy answer token without its "
+                             "log-probability (`logprobs`).")
+        tokens = [str(t) for t in found.tokens]
+        return tokens, [self.client.logprob(v, t) for t, v in zip(tokens, found.token_logprobs)]
+
 
 def _load_tokenizer(model: str, revision: str | None) -> Any:
     """`model`'s tokenizer (resolved as every model is: the embedded default offline), no remote code."""
-    from transformers import AutoTokenizer
+    from ..encoding import read_tokenizer
 
-    from ..loading import load_pretrained
-
-    return load_pretrained(AutoTokenizer.from_pretrained, resolve_model_path(model, revision)[0])
+    return read_tokenizer(resolve_model_path(model, revision)[0])
 
 
 def _first_tokenizer(names: list[str], revision: str | None, url: str) -> tuple[str, Any]:
@@ -222,15 +283,6 @@ def _choices(reply: Any, n: int, logprobs: bool = False) -> list[Any]:
             if found is None or found.token_logprobs is None or len(found.token_logprobs) != len(found.tokens or []):
                 raise BadReply(f"a greedy reply without token log-probabilities: {str(choice)[:200]}")
     return choices
-
-
-def _token_logprobs(choice: Any) -> tuple[list[str], list[float]]:
-    """The chosen tokens and their log-probabilities; a `ValueError` for a token without one (Prob and N-Prob
-    would read a made-up value)."""
-    found = choice.logprobs
-    if any(v is None for v in found.token_logprobs):
-        raise ValueError("The server returned a greedy answer token without its log-probability (`logprobs`).")
-    return [str(t) for t in found.tokens], [float(v) for v in found.token_logprobs]
 
 
 def _completion_tokens(reply: Any) -> int | None:

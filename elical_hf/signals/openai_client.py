@@ -11,13 +11,21 @@ format. [`OpenAIClient`] sends many requests to one of them at once and gives th
   choices, too few of them, a body that is not JSON) is retried the same way here;
 - **one clear error** after that: an [`EndpointError`] (an `OSError`: `elical-hf` prints it as one line) that names
   the endpoint, what was asked and the last failure; a request the server refuses (another 4xx: an unknown model, a
-  field it does not take) is a `ValueError` with the server's own message, at once, not retried.
+  field it does not take) is a `ValueError` with the server's own message, at once, not retried;
+- **replies are not trusted**: a completion's body is read a chunk at a time and refused once it passes the size its
+  request allows ([`OpenAIClient.completion`]: never held whole), a log-probability must be one
+  ([`OpenAIClient.logprob`]), a `GET /models` entry must have an `id`; each a `ValueError` naming the endpoint.
 
 **Bearer token.** A server gets a token only when one is named for it: `api_key` (the token), or `api_key_env`, the
 *name* of an environment variable holding it (`--judge_api_key_env` / `--api_key_env`: the name, never the token,
 goes on a command line, which `ps` shows). The ambient `OPENAI_API_KEY`, `OPENAI_ORG_ID` and `OPENAI_PROJECT_ID` are
 never sent (the `openai` package would send them to any URL); without a token the placeholder `Bearer EMPTY` is sent,
-as local servers expect. A token sent over plain `http://` to a host other than this machine is warned about, once.
+as local servers expect. A token sent over plain `http://` to a host other than this machine is warned about, once,
+and every token named by a variable is said (one log line: which variable goes to which endpoint).
+
+**Credentials in the URL.** An endpoint URL may hold `user:password@` (or a key in its query): the requests use it as
+given, but everything elical-hf shows or records names the endpoint by [`redacted_url`] (messages, progress bars,
+logs, judging manifests).
 """
 
 from __future__ import annotations
@@ -25,19 +33,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
+import re
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 
-__all__ = ["BadReply", "EndpointError", "OpenAIClient", "api_key_from", "base_url", "not_json", "parsed",
-           "sampling_extras"]
+__all__ = ["BadReply", "EndpointError", "OpenAIClient", "api_key_from", "base_url", "check_request_options",
+           "not_json", "parsed", "redacted_url", "sampling_extras", "without_credentials"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+LOGPROB_ROUNDING = 1e-3
+"""How far above 0 a server's log-probability may lie (its rounding) before it is refused ([`OpenAIClient.logprob`])."""
 
 NO_API_KEY = "EMPTY"
 """The bearer token sent when none is named (what local OpenAI-compatible servers expect, and ignore)."""
@@ -59,11 +72,41 @@ def base_url(url: str, option: str = "--endpoint") -> str:
     `.../v1/chat/completions`); a `ValueError` naming `option` for anything that is not an http(s) URL."""
     url = str(url).strip().rstrip("/")
     if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
-        raise ValueError(f"{option} must be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}.")
+        raise ValueError(f"{option} must be an http(s) URL such as http://127.0.0.1:8000/v1, got "
+                         f"{redacted_url(url)!r}.")
     for route in ("/chat/completions", "/completions"):
         if url.endswith(route):
             return url[: -len(route)]
     return url
+
+
+def redacted_url(url: str) -> str:
+    """`url` as elical-hf shows and records it: without the `user:password@` part, the query and the fragment
+    (where credentials go), e.g. `http://alice:s3cret@host:8000/v1?key=k` -> `http://host:8000/v1`."""
+    scheme, separator, rest = str(url).strip().partition("://")
+    if not separator:  # (not a URL: what it would be, without what reads as credentials)
+        scheme, rest = "", scheme
+    host, slash, path = rest.partition("/")
+    host = re.split(r"[?#]", host.rpartition("@")[2], maxsplit=1)[0]
+    return f"{scheme}{separator}{host}{slash}{re.split(r'[?#]', path, maxsplit=1)[0]}"
+
+
+def without_credentials(text: str) -> str:
+    """`text` with the `user:password@` part of every URL in it removed (a judge name recorded before judges were
+    named by their model alone: `"m via http://alice:pw@host/v1"` -> `"m via http://host/v1"`)."""
+    return re.sub(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]*@", r"\1", str(text))
+
+
+def check_request_options(timeout: float | None, max_retries: int | None, timeout_option: str = "--request_timeout",
+                          retries_option: str = "--max_retries") -> None:
+    """Refuse a request `timeout` that is not a positive number of seconds, or `max_retries` that is not a whole
+    number >= 0, in one `ValueError` naming the command-line option it came from (`None`: not given, the default)."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise ValueError(f"{timeout_option} must be > 0 seconds (a request's timeout), got {timeout!r}.")
+    if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)
+                                    or max_retries < 0):
+        raise ValueError(f"{retries_option} must be an integer >= 0, got {max_retries!r}.")
 
 
 def api_key_from(api_key: str | None = None, api_key_env: str | None = None,
@@ -167,21 +210,27 @@ class OpenAIClient:
         label (`str`, *optional*, defaults to `"endpoint"`): What errors call the server ("judge endpoint", ...).
         key_option (`str`, *optional*, defaults to `"--api_key_env"`): The command-line option `api_key_env` came
             from, for messages.
+        timeout_option (`str`, *optional*, defaults to `"--request_timeout"`), retries_option (`str`, *optional*,
+            defaults to `"--max_retries"`): The command-line options `timeout` and `max_retries` came from.
+
+    `url` may hold credentials (`user:password@`): the requests go to it as given, while `url` the attribute, and
+    every message, is its [`redacted_url`].
     """
 
     def __init__(self, url: str, *, api_key: str | None = None, api_key_env: str | None = None,
                  max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4, option: str = "--endpoint",
-                 label: str = "endpoint", key_option: str = "--api_key_env") -> None:
+                 label: str = "endpoint", key_option: str = "--api_key_env", timeout_option: str = "--request_timeout",
+                 retries_option: str = "--max_retries") -> None:
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"--max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"--max_retries must be an integer >= 0, got {max_retries!r}.")
-        if not timeout or timeout <= 0:
-            raise ValueError(f"The request timeout (--request_timeout) must be > 0 seconds, got {timeout!r}.")
-        self.url, self.label = base_url(url, option), label
+        check_request_options(timeout, max_retries, timeout_option, retries_option)
+        self._base_url = base_url(url, option)
+        self.url, self.label = redacted_url(self._base_url), label
         self.api_key = api_key_from(api_key, api_key_env, key_option)
         if self.api_key is not None:
             warn_plain_http(self.url, label)
+        if api_key_env is not None:  # which variable goes to which endpoint: said on every run
+            logger.warning("The %s %s gets the bearer token in %s.", label, self.url, api_key_env)
         self.max_concurrency, self.timeout, self.max_retries = max_concurrency, float(timeout), max_retries
         self._runner: _LoopThread | None = None
         self._client: Any = None
@@ -208,7 +257,7 @@ class OpenAIClient:
                     token = self.api_key or NO_API_KEY
                     headers = {"Authorization": f"Bearer {token}", "OpenAI-Organization": Omit(),
                                "OpenAI-Project": Omit()}
-                    return AsyncOpenAI(base_url=self.url, api_key=token, timeout=self.timeout,
+                    return AsyncOpenAI(base_url=self._base_url, api_key=token, timeout=self.timeout,
                                        max_retries=self.max_retries, default_headers=headers)
 
                 self._client = runner.run(make())
@@ -258,9 +307,60 @@ class OpenAIClient:
             entries = page.get("data") if isinstance(page, dict) else None
             if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
                 raise BadReply(f"a GET /models reply without a `data` list of models: {str(page)[:200]}")
+            for entry in entries:
+                if not isinstance(entry.get("id"), str) or not entry["id"].strip():
+                    raise ValueError(f"The {self.label} {self.url} lists a model without an `id` in GET /models "
+                                     f"({str(entry)[:200]}): not an OpenAI-compatible list of models.")
             return entries
 
         return runner.run(self._guard(listing, "GET /models"))
+
+    async def completion(self, client: Any, *, max_bytes: int, **body: Any) -> Any:
+        """`POST /completions` with `body`, sent by `client` (the `openai` client [`map`] hands a request: its
+        retries, its errors), the reply's body read a chunk at a time. A body past `max_bytes` (a server that does
+        not keep to `max_tokens`) is a `ValueError` naming the endpoint, before it is ever held whole; a body that is
+        not a JSON object, or breaks off, is [`BadReply`] (retried). Returns the reply as the `openai` client parses
+        it (an `openai.types.Completion`)."""
+        from openai.types import Completion
+
+        chunks, size = [], 0
+        async with client.completions.with_streaming_response.create(**body) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:  # said up front: not read at all
+                size = int(declared)
+            else:
+                try:
+                    async for chunk in response.iter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            break
+                        chunks.append(chunk)
+                except Exception as error:  # noqa: BLE001 (the body broke off: a timeout, a dropped connection)
+                    raise BadReply(f"a reply that broke off while it was read: {_cause(error)}") from None
+        if size > max_bytes:
+            raise ValueError(
+                f"The {self.label} {self.url} answered a request for at most {body.get('max_tokens')} token(s) "
+                f"({body.get('n', 1)} answer(s)) with a reply of more than {max_bytes:,} bytes: it does not keep to "
+                "`max_tokens`; check the server."
+            )
+        data = b"".join(chunks)
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise BadReply(not_json(data)) from None
+        if not isinstance(payload, dict):
+            raise BadReply(not_json(data))
+        return Completion.construct(**payload)
+
+    def logprob(self, value: Any, token: Any) -> float:
+        """`value`, a log-probability the server gave `token`, as a float: a `ValueError` naming the endpoint unless
+        it is a finite number <= 0 (up to [`LOGPROB_ROUNDING`] above, read as 0): a positive or huge one would become
+        a probability above 1, or overflow."""
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+        if not math.isfinite(number) or number > LOGPROB_ROUNDING:
+            raise ValueError(f"The {self.label} {self.url} gave the token {str(token)[:40]!r} the log-probability "
+                             f"{value!r}: a log-probability is a finite number <= 0; check the server.")
+        return min(number, 0.0)
 
     def map(self, request: Callable[[Any, T], Awaitable[Any]], items: Sequence[T], *, what: str,
             progress: bool = False, unit: str = "request") -> list[Any]:

@@ -274,6 +274,10 @@ def evaluate(
                    bootstrap=bootstrap, seed=seed, batch_size=batch_size, allow_other_model=allow_other_model,
                    allow_incomplete=allow_incomplete, say=say or logger.info)
     _check_source_names(options["models"], confidences, options["field_sources"], baselines)
+    if probes is not None and probes.cache_dir is not None:  # a folder the probes write their features into
+        refuse_output_over_inputs(probes.cache_dir, {"--records": records, "--model": list(options["models"].values()),
+                                                     "--probe_model": probes.model}, "--probe_cache")
+        check_output_extension(probes.cache_dir, None, "--probe_cache")
     trackers = reporting_integrations(report_to)
     if output_dir is None:
         evaluation = _evaluate(records, **options)

@@ -98,7 +98,8 @@ def judge(
         output (`str`, *optional*): Also write the judged records there, not inside the `records` folder: a folder
             (no extension; `manifest.json` and `shards/`, as `elical-hf sample` writes) or a `.jsonl` / `.parquet`
             file (written atomically at the end, its shards staged meanwhile in the hidden folder
-            `.<name>.judge-parts` beside it). Held with its one-writer lock.
+            `.<name>.judge-parts` beside it; a rerun removes the temporary file a killed final write left beside it,
+            [`~elical_hf.atomic.stale_temporaries`]). Held with its one-writer lock.
         allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
         shard_size (`int`, *optional*, defaults to 64): Records per shard (the unit of resumption), with `output`.
         num_workers (`int`, *optional*, defaults to 1), worker_index (`int`, *optional*, defaults to 0): Judge only
@@ -137,7 +138,7 @@ def judge(
                     source=records if isinstance(records, (str, os.PathLike)) else "The records")
     if output is None:
         return Filled(rows, apply_judges(rows, correctness, consistency, **options))
-    from ..atomic import one_writer
+    from ..atomic import one_writer, stale_temporaries
     from ..signals.judge_runner import judge_records
     from ..signals.records import save_records
 
@@ -148,6 +149,8 @@ def judge(
                                     **_llm_judge_once(correctness, consistency, options))
 
     with one_writer(output):  # a second `judge` on this output would clean up this one's shards
+        for stale in [] if folder else stale_temporaries(output):  # a killed final write's (a folder cleans its own)
+            os.remove(stale)
         parts = output if folder else os.path.join(os.path.dirname(os.path.abspath(output)),
                                                    f".{os.path.basename(output)}.judge-parts")
         judged, report = judge_records(rows, judge_shard, settings, parts, shard_size, progress,
@@ -160,12 +163,16 @@ def judge(
 
 def _judge_settings(options: dict[str, Any]) -> dict[str, Any]:
     """Every option of [`~elical_hf.signals.judging.apply_judges`] (its default where not given), as a judging
-    manifest records them: a function (`complete`) as `None`, the manifest cannot name it (`judge_model` does)."""
+    manifest records them: a function (`complete`) as `None`, the manifest cannot name it (`judge_model` does), and the
+    endpoint without its credentials ([`~elical_hf.signals.openai_client.redacted_url`])."""
     from ..signals.judging import apply_judges
+    from ..signals.openai_client import redacted_url
 
     parameters = inspect.signature(apply_judges).parameters.values()
     given = {p.name: p.default for p in parameters
              if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "check"} | options
+    if given.get("judge_endpoint"):
+        given["judge_endpoint"] = redacted_url(given["judge_endpoint"])
     return {name: None if callable(value) else value for name, value in given.items()}
 
 
@@ -176,7 +183,8 @@ def _llm_judge_once(correctness: str | None, consistency: str | None, options: d
         return options
     from ..signals.judging import make_llm_judge
 
-    judge = make_llm_judge(options.get("judge_model"), options.get("judge_endpoint"), options.get("judge_api_key_env"))
+    judge = make_llm_judge(*(options.get(name) for name in ("judge_model", "judge_endpoint", "judge_api_key_env",
+                                                           "judge_timeout", "judge_max_retries")))
     return {**options, "judge_model": judge.name, "complete": judge.complete,
             "first_token_logprobs": options.get("first_token_logprobs") or judge.first_token_logprobs}
 

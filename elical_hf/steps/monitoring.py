@@ -10,6 +10,7 @@ from typing import Any
 
 from ..arguments import QuestionArguments, RecordArguments, only
 from ..drift import DRIFT_SIGNIFICANCE
+from ..files import check_output_extension, refuse_output_over_inputs
 
 
 __all__ = ["MonitorArguments", "monitor"]
@@ -31,7 +32,8 @@ class MonitorArguments(only(RecordArguments, "allow_incomplete", "batch_size"), 
     split: str = field(default="train", metadata={"help": "With --reference: the split of its records to use."})
     significance: float = field(default=DRIFT_SIGNIFICANCE,
                                 metadata={"help": "Report drift when the KS test's p-value is below this."})
-    output: str | None = field(default=None, metadata={"help": "Also write the result as JSON to this file."})
+    output: str | None = field(default=None, metadata={"help": "Also write the result as JSON to this .json file "
+                               "(not over an input)."})
     plot: str | None = field(default=None, metadata={"help": "Also draw both confidence distributions (ECDFs) "
                              "into this PNG file."})
 
@@ -66,6 +68,11 @@ def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None)
     from .sampling import load_questions
 
     say = say or logger.info
+    inputs = {"MODEL": args.model, "--questions": args.questions, "--reference": args.reference}
+    for option, output, extension in (("--output", args.output, ".json"), ("--plot", args.plot, ".png")):
+        if output is not None:  # before any work: never over an input (the model's own files among them)
+            refuse_output_over_inputs(output, inputs, option)
+            check_output_extension(output, (extension,), option)
     check_trained_model(args.model, args.model)
     folder = find_saved_model(args.model)  # a Hub id's snapshot: `push` publishes the reference with the model
     questions = [row["question"] for row in load_questions(args.questions)]

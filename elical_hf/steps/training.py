@@ -233,7 +233,8 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     ([`~elical_hf.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
     whose error rate among answered questions is at most `alpha` (and with `args.max_abstention` whose abstention
     rate is at most that) with probability `1 - delta`; with `args.by` also one per domain. The rows' confidences are
-    saved as the reference of `elical-hf monitor` ([`~elical_hf.drift.save_reference`]).
+    saved as the reference of `elical-hf monitor` ([`~elical_hf.drift.load_reference`]), in the same update as the
+    threshold: a failure leaves the model as it was.
 
     `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
     anything is scored); the records of `args.records` of the paper's split `args.split` with a judged greedy answer
@@ -246,14 +247,16 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     """
     from ..auto import AutoModelForConfidence
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from ..drift import save_reference
-    from ..saved_model import set_decision_threshold
+    from ..files import refuse_output_over_inputs
+    from ..saved_model import REFERENCE_NAME, set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
     from .evaluating import check_trained_model
 
     say = say or logger.info
     model, records, split, alpha = args.model, args.records, args.split, args.alpha
+    for name in (CONFIDENCE_CONFIG_NAME, REFERENCE_NAME, "README.md"):  # what it writes into the model folder
+        refuse_output_over_inputs(os.path.join(model, name), {"--records": records}, "The model file")
     loaded = load_records(records, splits=True, allow_incomplete=args.allow_incomplete)
     parts = loaded["paper_split"] if len(loaded) else []
     if split not in parts:
@@ -284,8 +287,8 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     source = {"records": str(records), "split": split}
     chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=args.delta,
                                               max_abstention=args.max_abstention, source=source, domains=domains,
-                                              by=args.by or "dataset", min_domain_rows=args.min_domain_rows)
-    save_reference(model, confidences, {**source, "by": args.by, "domains": domains})
+                                              by=args.by or "dataset", min_domain_rows=args.min_domain_rows,
+                                              reference={**source, "by": args.by, "domains": domains})
     out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows),
                            "answered": sum(c >= chosen_threshold for c in confidences)}
     config = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME))

@@ -441,8 +441,22 @@ def iter_lm_eval_batches(
             rows = []
     if task is not None and not kept:
         raise ValueError(f"{path}: no line of the filter {task.filter!r} (filter_name).")
+    if task is not None:
+        _check_complete(path, task.task, kept)
     if rows:
         yield rows
+
+
+def _check_complete(path: str, task: str, documents: int) -> None:
+    """Refuse a samples file that holds another number of documents (lines of one filter) than the results file
+    beside it counts for its task (`n-samples`, its `effective` count after `--limit`): a file cut short by a killed
+    run or a partial copy would read as complete."""
+    counts = ((_results_of(path) or {}).get("n-samples") or {}).get(task)
+    expected = counts.get("effective") if isinstance(counts, dict) else None
+    if isinstance(expected, int) and not isinstance(expected, bool) and documents != expected:
+        state = "cut short (a killed run, or a partial copy)" if documents < expected else "not the one that run wrote"
+        raise ValueError(f"{path} holds {documents} documents of task {task}, but {lm_eval_results_file(path)} counts "
+                         f"{expected} (n-samples): the samples file is {state}. Copy or rerun the whole lm-eval run.")
 
 
 def read_lm_eval_records(

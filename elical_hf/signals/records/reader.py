@@ -22,6 +22,7 @@ from datasets import Dataset, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
 from ...files import looks_local
+from ...hub_ids import same_model
 from .layout import (
     DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, download_records, hinted_record_files, paper_split,
     parse_record_path, path_hint, source_split,
@@ -428,14 +429,6 @@ def require_judgement(records: Dataset, target: str, name: str) -> None:
         )
     raise ValueError(f"The {name} records have no judgement to derive the {target!r} target from ({where} and maybe "
                      f"others): run `{JUDGE_OPTIONS.get(target, 'elical-hf judge')}` on them first.")
-
-
-def same_model(a: str, b: str) -> bool:
-    """Whether two model names mean the same model: equal ignoring case, or equal after the Hub owner
-    (`"SmolLM2-135M-Instruct"` matches `"HuggingFaceTB/SmolLM2-135M-Instruct"`); a local folder's trailing separator
-    does not count (`"base/"` is `"base"`)."""
-    a, b = (str(name).strip().replace("\\", "/").rstrip("/").lower() for name in (a, b))
-    return a == b or a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1]
 
 
 def check_unique_records(records: Iterable[Mapping[str, Any]], where: str) -> None:
