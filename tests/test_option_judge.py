@@ -122,3 +122,28 @@ def test_the_llm_correctness_judge_is_told_the_gold_option_by_its_text():
     assert "The expected answers to this question are: ['C. Paris, Texas']." in seen[0]
     assert records[0]["answer"] == ["C"]  # the record keeps its gold letter
     assert records[0]["greedy_correctness"] is True
+
+
+def test_training_refuses_multiple_choice_records(tmp_path):
+    from elical_hf.signals.records import save_records
+    from elical_hf.steps.training import training_table
+
+    record = mc_record("A", "A", ["A", "B"])
+    apply_judges([record], "option", "option")
+    path = save_records([record], tmp_path / "mmlu.jsonl")
+    with pytest.raises(ValueError, match="1 records are multiple-choice questions; a confidence model trains on free"):
+        training_table(path, "consistency", "--elicitation_data")
+
+
+def test_a_model_reads_multiple_choice_records_with_the_multiple_choice_prompt(tiny_llama):
+    from elical_hf import AutoModelForConfidence
+    from elical_hf.prompts import MULTIPLE_CHOICE_PROMPT
+    from elical_hf.steps.evaluating import model_confidences
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    rows = [free_form(), mc_record("A", "A", ["A"]), {**free_form(), "question": "Capital of Peru?"}]
+    values = model_confidences(model, rows, batch_size=2, progress=False)
+    assert values[0::2] == pytest.approx(model.confidence([rows[0]["question"], rows[2]["question"]]), abs=1e-5)
+    mc = model.confidence([rows[1]["question"]], prompt_template=MULTIPLE_CHOICE_PROMPT)
+    assert values[1] == pytest.approx(mc[0], abs=1e-5)
+    assert values[1] != pytest.approx(model.confidence([rows[1]["question"]])[0], abs=1e-5)  # not the QA prompt

@@ -125,12 +125,17 @@ def training_table(source: Any, target: str, name: str, num_samples: int | None 
     """A stage's training table from any records input ([`~elical_hf.signals.records.load_records`]): judged
     records get their training columns (from their first `num_samples` samples, with it), training rows are taken as
     they are; refused in one line when a record lacks the judgement `target` comes from (with the `judge` option that
-    fills it), or when the table lacks a column or holds a target outside [0, 1]
-    ([`~elical_hf.data.validate_columns`])."""
+    fills it), when the table lacks a column or holds a target outside [0, 1]
+    ([`~elical_hf.data.validate_columns`]), or holds multiple-choice records."""
     from ..data import validate_columns
     from ..signals.records import load_records, require_judgement
 
     table = load_records(source, num_samples=num_samples)
+    if "choices" in table.column_names and any(table["choices"]):
+        raise ValueError(f"{name}: {sum(bool(c) for c in table['choices'])} records are multiple-choice questions; "
+                         "a confidence model trains on free-form questions (as in the paper, which reads MMLU with a "
+                         "model trained on free-form ones: `evaluate` and `threshold` score multiple-choice records "
+                         "with the multiple-choice prompt).")
     require_judgement(table, target, name)
     validate_columns(table, name, target)
     return table
@@ -251,7 +256,7 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     from ..saved_model import REFERENCE_NAME, set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
-    from .evaluating import check_trained_model
+    from .evaluating import check_trained_model, model_confidences
 
     say = say or logger.info
     model, records, split, alpha = args.model, args.records, args.split, args.alpha
@@ -282,7 +287,7 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     confidence_model = AutoModelForConfidence.from_pretrained(model)
     check_records_match(rows, confidence_model.confidence_config.base_model_name_or_path, str(records),
                         args.allow_other_model)
-    confidences = confidence_model.confidence([r["question"] for r in rows], batch_size=args.batch_size, progress=True)
+    confidences = model_confidences(confidence_model, rows, batch_size=args.batch_size)  # MC rows: the MC prompt
     correct = [int(r["greedy_correctness"]) for r in rows]
     source = {"records": str(records), "split": split}
     chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=args.delta,
@@ -327,7 +332,7 @@ def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
     from ..files import check_output_extension, refuse_output_over_inputs
     from ..label_selection import SELECTION_STRATEGIES, select_for_labelling
     from ..signals.records import RECORD_EXTENSIONS, check_records_match, load_records, save_records
-    from .evaluating import check_trained_model
+    from .evaluating import check_trained_model, model_confidences
 
     model, records, output, num_labels, strategy = args.model, args.records, args.output, args.num_labels, args.strategy
     if strategy not in SELECTION_STRATEGIES:  # before any model is loaded
@@ -344,7 +349,7 @@ def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
         raise ValueError(f"--num_labels must lie in [1, {len(pool)}] (the pool's size), got {num_labels}.")
     stage1 = AutoModelForConfidence.from_pretrained(model)
     check_records_match(pool, stage1.confidence_config.base_model_name_or_path, str(records), args.allow_other_model)
-    confidences = stage1.confidence([r["question"] for r in pool], batch_size=args.batch_size, progress=True)
+    confidences = model_confidences(stage1, pool, batch_size=args.batch_size)
     chosen = select_for_labelling(confidences, num_labels, strategy, args.seed)
     save_records([pool[i] for i in chosen], output)
     picked = [confidences[i] for i in chosen]
