@@ -1,9 +1,10 @@
 """`elical-hf judge`: add or redo the correctness and consistency judgements of HonestyBench records.
 
 Correctness: `has_answer` (the paper's reference string match), `has_answer_squad`, `exact_match`, `f1` (lexical,
-against the gold aliases) or `llm` (the paper's judge prompt).
-Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline) or `llm`
-(the paper's semantic-equivalence prompt). LLM judges run `--judge_model` (default: the embedded SmolLM2), or any
+against the gold aliases), `llm` (the paper's judge prompt) or `option` (multiple-choice records: the option the
+answer commits to against the gold letter).
+Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline), `llm`
+(the paper's semantic-equivalence prompt) or `option` (multiple choice: the greedy answer's option). LLM judges run `--judge_model` (default: the embedded SmolLM2), or any
 OpenAI-compatible endpoint with `--judge_endpoint URL` (e.g. `elical-hf serve MODEL --mode completion`). Records are
 read from a jsonl/parquet file or a folder of them.
 
