@@ -116,7 +116,7 @@ class PeftModelForConfidence(PeftModel):
 
     def load_adapter(self, model_id: str | os.PathLike, adapter_name: str, *args: Any, **kwargs: Any) -> Any:
         """PEFT's `load_adapter`, once a local `adapter_model.safetensors` is found to hold exactly this adapter's
-        tensors (its LoRA and head), in their shapes: one `ValueError` naming the file otherwise
+        tensors (its LoRA and head), in their shapes, all finite: one `ValueError` naming the file otherwise
         ([`~elical_hf.loading.check_file_tensors`]). PEFT would leave a LoRA tensor the file lacks freshly drawn (with
         only a warning), and fail with a `KeyError` or `RuntimeError` traceback on a missing or misshapen head."""
         from peft.utils import get_peft_model_state_dict
@@ -125,8 +125,9 @@ class PeftModelForConfidence(PeftModel):
         if adapter_name in self.peft_config and os.path.isfile(file):
             expected = get_peft_model_state_dict(self, adapter_name=adapter_name, save_embedding_layers=False)
             check_file_tensors(file, {key: tensor.shape for key, tensor in expected.items()}, owner="the adapter",
-                               advice="the confidence model loaded from it is not the one saved (PEFT draws a LoRA "
-                                      "tensor it lacks afresh). Copy the saved model again, or save it again.")
+                               finite=True, advice="the confidence model loaded from it is not the one saved (PEFT "
+                                                   "draws a LoRA tensor it lacks afresh). Copy the saved model again, or "
+                                                   "save it again.")
         return super().load_adapter(model_id, adapter_name, *args, **kwargs)
 
     def create_or_update_model_card(self, output_dir: str) -> None:

@@ -194,22 +194,9 @@ def _output_embeddings(model: Any) -> torch.Tensor:
     if getattr(model.config.get_text_config(), "tie_word_embeddings", False):
         weight = embeddings
     else:
-        import json
+        from .lm_head import read_lm_head
 
-        from safetensors import safe_open
-        from transformers.utils import cached_file
-
-        from .default_model import resolve_model_path
-
-        path, _ = resolve_model_path(model.config._name_or_path)
-        index = cached_file(path, "model.safetensors.index.json", _raise_exceptions_for_missing_entries=False)
-        if index is not None:
-            with open(index, encoding="utf-8") as handle:
-                shard = cached_file(path, json.load(handle)["weight_map"]["lm_head.weight"])
-        else:
-            shard = cached_file(path, "model.safetensors")
-        with safe_open(shard, framework="pt") as tensors:
-            weight = tensors.get_tensor("lm_head.weight").to(embeddings.device, embeddings.dtype)
+        weight = read_lm_head(model.config).to(embeddings.device, embeddings.dtype)
     _LM_HEADS[model] = weight
     return weight
 

@@ -210,17 +210,27 @@ def refuse_other_tensors(file: str, missing: Collection[str], unexpected: Collec
         raise ValueError(f"{file} {' and '.join(problems)}: {advice}")
 
 
-def check_file_tensors(file: str, expected: Mapping[str, Sequence[int]], *, owner: str, advice: str) -> None:
+def check_file_tensors(file: str, expected: Mapping[str, Sequence[int]], *, owner: str, advice: str,
+                       finite: bool = False) -> None:
     """Refuse ([`refuse_other_tensors`]) the safetensors `file` unless it holds exactly the tensors of `expected` (key
-    -> shape), in their shapes; only the file's header is read."""
+    -> shape), in their shapes; only the file's header is read. With `finite`, every tensor is read too and one holding
+    NaN or infinite values is refused in one `ValueError` naming the file (a head of NaN weights makes every confidence
+    NaN, so a gate abstains on everything); for small files (an adapter)."""
+    import torch
     from safetensors import safe_open
 
     with safe_open(file, framework="pt") as handle:
         stored = {key: list(handle.get_slice(key).get_shape()) for key in handle.keys()}
-    refuse_other_tensors(
-        file, expected.keys() - stored.keys(), stored.keys() - expected.keys(),
-        [(key, stored[key], list(shape)) for key, shape in expected.items()
-         if key in stored and stored[key] != list(shape)], owner=owner, advice=advice)
+        refuse_other_tensors(
+            file, expected.keys() - stored.keys(), stored.keys() - expected.keys(),
+            [(key, stored[key], list(shape)) for key, shape in expected.items()
+             if key in stored and stored[key] != list(shape)], owner=owner, advice=advice)
+        if finite:
+            bad = sorted(key for key in stored if not bool(torch.isfinite(handle.get_tensor(key)).all()))
+            if bad:
+                raise ValueError(f"{file} holds {len(bad)} tensor(s) with NaN or infinite values ({_listed(bad)}): "
+                                 f"{owner} would give NaN confidences. The file is damaged, or was saved from a run "
+                                 "that diverged; save the model again from a sound run.")
 
 
 def _weights_file(name: str) -> str:

@@ -203,14 +203,15 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return "" if value is None else str(value)
 
 
-_MARKDOWN_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]"}
+_MARKDOWN_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]", "*": "\\*", "~": "\\~"}
 
 
 def markdown_text(value: Any) -> str:
     r"""`value` (a name taken from data or from the user: a domain, a dataset, a column, a path) as inert, one-line
     text of a card: runs of whitespace (newlines too) become one space, `&`, `<` and `>` HTML entities, and `\`,
-    `` ` ``, `|`, `[` and `]` are escaped with a backslash, so that it never ends a table row or cell, opens a code
-    span or a link, or becomes HTML on the Hub's page.
+    `` ` ``, `|`, `[`, `]`, `*`, `~` and `_` (but inside a word) are escaped with a backslash, so that it never ends a
+    table row or cell, opens a code span, a link or emphasis, or becomes HTML on the Hub's page (inside backticks use
+    [`code_span`]).
 
     Example:
 
@@ -221,13 +222,17 @@ def markdown_text(value: Any) -> str:
     ```
     """
     text = html.escape(" ".join(str(value).split()), quote=False)
-    return "".join(_MARKDOWN_ESCAPES.get(character, character) for character in text)
+    text = "".join(_MARKDOWN_ESCAPES.get(character, character) for character in text)
+    return re.sub(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])", r"\\_", text)  # `_` inside a word emphasises nothing
 
 
-def code_span(value: Any) -> str:
+def code_span(value: Any, in_table: bool = False) -> str:
     """`value` as an inline code span of a card, one line, delimited by more backticks than any run inside it (so it
-    cannot close early; CommonMark's rule), e.g. a path or Hub id the library names."""
+    cannot close early; CommonMark's rule), e.g. a path or Hub id the library names. `in_table`: a span in a table
+    cell, whose `|` is escaped (GFM shows it as `|` there; unescaped it would end the cell)."""
     text = " ".join(str(value).split())
+    if in_table:
+        text = text.replace("|", "\\|")
     runs = [len(run) for run in re.findall(r"`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
     return f"{fence} {text} {fence}" if text.startswith("`") or text.endswith("`") else f"{fence}{text}{fence}"
@@ -250,7 +255,7 @@ def _history_rows(config: ConfidenceConfig) -> list[dict[str, str]]:
             {
                 "number": str(number),
                 "stage": _STAGE_TEXT.get(stage, stage),
-                "target": markdown_text(entry.get("label_column", "")),
+                "target": code_span(entry.get("label_column", ""), in_table=True),
                 "examples": _fmt(entry.get("num_examples")),
                 "trainable": trainable,
                 "epochs": _fmt(entry.get("epochs"), 2),
@@ -314,6 +319,7 @@ def render_model_card(
         base_model_relation="adapter" if base else None,
     )
     names = {m for e in card_data.evaluations for m in e.metrics}
+    usage_id = json.dumps(card_data.model_id or "<your-namespace>/<this-model>")
     metric_names = [m for m in METRIC_NAMES if m in names] + sorted(names - set(METRIC_NAMES))
     evaluations = [
         {"dataset": markdown_text(e.dataset), "split": markdown_text(e.split),
@@ -324,9 +330,10 @@ def render_model_card(
         metadata,
         template_path=str(templates_dir() / MODEL_CARD_TEMPLATE),
         marker=GENERATED_MARKER,
-        model_id=card_data.model_id or "<your-namespace>/<this-model>",
+        model_id=usage_id,  # a Python string literal, in fences it cannot close
+        usage_fence=_code_fence(usage_id),
         title=markdown_text(model_name),
-        base=base if not base or is_hub_id(base) else markdown_text(base),
+        base=base if not base or is_hub_id(base) else code_span(base),
         base_on_hub=bool(base) and is_hub_id(base),
         base_weights_source=config.base_weights_source and markdown_text(config.base_weights_source),
         threshold=config.decision_threshold,
@@ -342,7 +349,7 @@ def render_model_card(
         label_budget=_label_budget(config),
         stages=config.trained_stages,
         lora=_lora_settings(folder),
-        metric_headers=[METRIC_NAMES.get(m, m) for m in metric_names],
+        metric_headers=[markdown_text(METRIC_NAMES.get(m, m)) for m in metric_names],
         evaluations=evaluations,
         dev_metrics={METRIC_NAMES.get(k, k): _fmt(v) for k, v in card_data.dev_metrics.items() if k in METRIC_NAMES},
         source=card_data.source,  # Markdown the library writes (`convert-official`: its paths as inert code spans)
@@ -358,7 +365,7 @@ def _card_risk_control(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """`risk_control` with the words it takes from the user (where the rows came from) made card text."""
     if not record:
         return record
-    return {**record, **{key: markdown_text(record[key]) for key in ("records", "split") if record.get(key)}}
+    return {**record, **{key: code_span(record[key]) for key in ("records", "split") if record.get(key)}}
 
 
 def _card_domain_thresholds(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -366,7 +373,7 @@ def _card_domain_thresholds(value: dict[str, Any] | None) -> dict[str, Any] | No
     domain (a list: two names may read alike once escaped, and each keeps its row)."""
     if not value:
         return value
-    return {**value, "by": markdown_text(value.get("by")),
+    return {**value, "by": code_span(value.get("by")), "by_header": markdown_text(value.get("by")),
             "rows": [(markdown_text(name), entry) for name, entry in value["domains"].items()]}
 
 

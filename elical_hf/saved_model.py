@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .atomic import atomic_write_texts, json_text
+from .atomic import atomic_write_texts, json_text, one_writer
 from .configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from .default_model import hub_offline
 from .metrics import risk_controlling_threshold, select_threshold, selective_risk
@@ -81,7 +81,9 @@ def set_decision_threshold(
     Every file is written in one update ([`~elical_hf.atomic.atomic_write_texts`]): each is rendered first, then the
     reference and the card are moved into place and `confidence_config.json` last. A failure (or a kill) before that
     last move leaves the model's threshold as it was; a reference moved before it names the threshold it belongs to
-    (`saved_for`), so `elical-hf monitor` refuses it rather than compare with it.
+    (`saved_for`), so `elical-hf monitor` refuses it rather than compare with it. The folder's
+    one-writer lock ([`~elical_hf.atomic.one_writer`]) is held from reading the config to the last move: a second run
+    on the same folder meanwhile is refused in one `ValueError`, never interleaved.
 
     Args:
         model_dir (`str`): A saved confidence model folder.
@@ -115,29 +117,31 @@ def set_decision_threshold(
         raise ValueError(f"{model_dir} is not a saved confidence model (no {CONFIDENCE_CONFIG_NAME}).")
     if domains is not None and len(domains) != len(confidences):
         raise ValueError(f"Got {len(domains)} domains for {len(confidences)} rows: give one per row.")
-    config = ConfidenceConfig.from_json_file(path)
-    threshold, record, problem = _choose(confidences, correct, alpha, delta, max_abstention)
-    if threshold is None:
-        raise ValueError(f"{problem[0].upper()}{problem[1:]}: use more labelled rows, or a larger alpha"
-                         f"{', max_abstention' if max_abstention is not None else ''} or delta. Nothing was written.")
-    config.decision_threshold = threshold
-    config.risk_control = None if record is None else {**record, **(source or {})}
-    config.domain_thresholds = None
-    if domains is not None:
-        config.domain_thresholds = _domain_thresholds(confidences, correct, domains, by, min_domain_rows, alpha,
-                                                      delta, max_abstention)
-    if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
-        config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
-    text = config.to_json_string()
-    files: dict[str, str] = {}
-    if reference is not None:
-        files[os.path.join(model_dir, REFERENCE_NAME)] = json_text(
-            reference_data(confidences, reference, config_fingerprint(json.loads(text)))) + "\n"
-    readme = os.path.join(model_dir, "README.md")
-    if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
-        files[readme] = folder_card_text(model_dir, config=config)
-    files[path] = text  # last: the update is made when the threshold is
-    atomic_write_texts(files)
+    with one_writer(model_dir):  # two runs on one model never interleave their reads and writes
+        config = ConfidenceConfig.from_json_file(path)
+        threshold, record, problem = _choose(confidences, correct, alpha, delta, max_abstention)
+        if threshold is None:
+            more = ", max_abstention" if max_abstention is not None else ""
+            raise ValueError(f"{problem[0].upper()}{problem[1:]}: use more labelled rows, or a larger alpha{more} "
+                             "or delta. Nothing was written.")
+        config.decision_threshold = threshold
+        config.risk_control = None if record is None else {**record, **(source or {})}
+        config.domain_thresholds = None
+        if domains is not None:
+            config.domain_thresholds = _domain_thresholds(confidences, correct, domains, by, min_domain_rows, alpha,
+                                                          delta, max_abstention)
+        if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
+            config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
+        text = config.to_json_string()
+        files: dict[str, str] = {}
+        if reference is not None:
+            files[os.path.join(model_dir, REFERENCE_NAME)] = json_text(
+                reference_data(confidences, reference, config_fingerprint(json.loads(text)))) + "\n"
+        readme = os.path.join(model_dir, "README.md")
+        if not os.path.isfile(readme) or GENERATED_MARKER in open(readme, encoding="utf-8").read():
+            files[readme] = folder_card_text(model_dir, config=config)
+        files[path] = text  # last: the update is made when the threshold is
+        atomic_write_texts(files)
     return threshold
 
 

@@ -169,6 +169,45 @@ def test_tensors_of_the_wrong_shape_are_one_line_naming_the_file(tiny_llama, tmp
         AutoModelForConfidence.from_pretrained(str(folder))
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@case("silent", "a saved adapter whose confidence head (or a LoRA tensor) holds NaN or infinite values",
+      "refused on load in one line naming the file: `…/adapter_model.safetensors holds 1 tensor(s) with NaN or "
+      "infinite values (…confidence_head.weight)` (was: loaded, every confidence NaN, so the gate abstained on "
+      "everything)")
+def test_an_adapter_with_non_finite_tensors_is_refused(tiny_llama, tmp_path, value):
+    folder = saved_model(tiny_llama, tmp_path / "model")
+    weights = folder / "adapter_model.safetensors"
+    for part in ("confidence_head.weight", "lora_B"):
+        rewrite_tensors(weights, lambda tensors: {k: torch.full_like(v, value) if part in k else v
+                                                  for k, v in tensors.items()})
+        with pytest.raises(ValueError, match=f"^{re.escape(str(weights))} holds .* tensor\\(s\\) with NaN or infinite "
+                                             f"values \\(.*{re.escape(part)}"):
+            AutoModelForConfidence.from_pretrained(str(folder))
+        saved_model(tiny_llama, folder)
+
+
+@pytest.mark.parametrize("change", ["missing", "narrow", "wide"])
+@case("silent", "a base checkpoint (untied embeddings) whose `lm_head.weight` is missing, or narrower or wider than "
+      "the config's `vocab_size` (the gate reads it to answer: `answer`, `serve`)",
+      "one line naming the file: `…/model.safetensors: lm_head.weight has shape [357, 32], but the config says "
+      "vocab_size 364 by hidden_size 32` (was: a `SafetensorError` traceback, an `IndexError`, or, too narrow, answers "
+      "decoded silently over a cut vocabulary)")
+def test_the_gates_lm_head_is_checked_against_the_config(tiny_llama, tmp_path, change):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_llama, base)
+    weights = base / "model.safetensors"
+    if "lm_head.weight" not in load_file(str(weights)):
+        pytest.skip("the tiny base ties its LM head")
+    vocab = {"narrow": -7, "wide": 5}.get(change, 0)
+    rewrite_tensors(weights, lambda tensors: {k: (torch.zeros(v.shape[0] + vocab, v.shape[1]) if k == "lm_head.weight"
+                                                  else v) for k, v in tensors.items()
+                                              if k != "lm_head.weight" or change != "missing"})
+    model = AutoModelForConfidence.from_pretrained(str(base))
+    wanted = "has no lm_head.weight" if change == "missing" else "lm_head.weight has shape .*, but the config says"
+    with pytest.raises(ValueError, match=f"^{re.escape(str(weights))}:? {wanted}"):
+        model.answer(["who wrote hamlet?"], threshold=0.0, max_new_tokens=2)
+
+
 @case("silent", "`probe-layers` (or the layer features' cache) with a cache folder that holds the features of "
       "another model: the same config and the same first 1,024 values of every weight, a difference later in a tensor "
       "(or only another LoRA scaling)",

@@ -1,6 +1,7 @@
 """Round 4 of the reliability probes (issue 48), what the commands write and send: no output over an input, counts
 checked against lm-eval's own, one atomic update of a threshold, no temporary left by a killed write, no credentials
-or local paths in what is recorded or published, no other service's secret sent from a config file, escaped card
+or local paths in what is recorded or published, no other service's secret sent (nor code named) from a config file,
+its values read as the command line's, escaped card
 text, one line for a broken tokenizer file, and a judge endpoint that cannot hold a run for half an hour."""
 
 from __future__ import annotations
@@ -146,6 +147,26 @@ def test_threshold_writes_the_threshold_and_its_reference_as_one_update(judged, 
     assert saved["saved_for"]["decision_threshold"] == config["decision_threshold"]
 
 
+@case("data", "two `threshold` runs on one model folder at once (the second starting while the first moves its "
+      "reference and card into place)",
+      "the second is refused in one line, `Another process is writing to …/model (it holds …/.model.lock)`, and the "
+      "folder keeps the first run's threshold, reference and card together (was: interleaved, the config naming one "
+      "run's threshold and the reference another's)")
+def test_threshold_takes_the_model_folders_lock(tiny_llama, tmp_path):
+    from elical_hf.atomic import one_writer
+    from elical_hf.saved_model import set_decision_threshold
+    from tests.test_reliability_models import saved_model
+
+    model = saved_model(tiny_llama, tmp_path / "model")
+    before = (model / CONFIDENCE_CONFIG_NAME).read_text()
+    confidences, correct = [i / 100 for i in range(100)], [int(i >= 50) for i in range(100)]
+    with one_writer(model):
+        with pytest.raises(ValueError, match=f"Another process is writing to {model}"):
+            set_decision_threshold(str(model), confidences, correct, reference={"records": "B", "split": "train"})
+    assert (model / CONFIDENCE_CONFIG_NAME).read_text() == before
+    assert 0.4 < set_decision_threshold(str(model), confidences, correct) < 0.6
+
+
 @case("data", "`judge --output judged.jsonl` killed while it writes its final file, then run again",
       "the rerun removes the `.tmp-XXXXXXXXjudged.jsonl` the kill left beside the output (only its own "
       "output's temporaries, by name)")
@@ -217,40 +238,138 @@ def test_push_publishes_no_local_paths(hub, thresholded, tiny_llama):  # noqa: F
     assert json.loads((model / CONFIDENCE_CONFIG_NAME).read_text()) == local
 
 
-@case("security", "`judge --config c.yaml` whose `judge_api_key_env: HF_TOKEN` (or AWS_*, GITHUB_TOKEN, ...) sends "
-      "that secret to the `judge_endpoint` it names",
-      "refused before any work: `… names HF_TOKEN, a secret of another service …`; named on the command line it is "
-      "sent, and every run says which variable goes to which host")
+@case("security", "`push` of a model folder whose `training_args.json` (`output_dir`, `logging_dir`), "
+      "`trainer_state.json` (`best_model_checkpoint`) or tokenizer config name absolute local paths "
+      "(`/home/alice/secret-project/...`, `C:\\\\Users\\\\alice\\\\...`)",
+      "every absolute local path in a published JSON file is published as its last part (`checkpoint-40`); the local "
+      "files keep theirs")
+def test_push_publishes_no_absolute_local_path_in_any_json_file(hub, tiny_llama, tmp_path):  # noqa: F811
+    from transformers import TrainingArguments
+
+    from elical_hf import push_folder
+    from tests.test_hub import upload_base
+    from tests.test_reliability_models import saved_model
+
+    model = saved_model(tiny_llama, tmp_path / "model")
+    secret = "/home/alice/secret-project/out"
+    (model / "training_args.json").write_text(TrainingArguments(output_dir=f"{secret}/checkpoints",
+                                                                report_to=[]).to_json_string())
+    state = {"best_model_checkpoint": f"{secret}/checkpoints/checkpoint-40", "log_history": [],
+             "runs": [{"dir": "C:\\Users\\alice\\run"}, "~/private/notes"]}
+    (model / "trainer_state.json").write_text(json.dumps(state))
+    upload_base(tmp_path)
+    push_folder(model, "alice/m", base_model_name_or_path="tiny/llama")
+    files = {name: data.decode(errors="replace") for name, data in hub.files("alice/m").items()}
+    for name, text in files.items():
+        for private in ("/home/alice", "alice\\\\", "~/private", str(tmp_path)):
+            assert private not in text, (name, private)
+    published = json.loads(files["trainer_state.json"])
+    assert published["best_model_checkpoint"] == "checkpoint-40"
+    assert published["runs"] == [{"dir": "run"}, "notes"]
+    assert json.loads(files["training_args.json"])["output_dir"] == "checkpoints"
+    assert json.loads((model / "trainer_state.json").read_text()) == state
+
+
+@case("security", "`judge --config c.yaml` whose `judge_api_key_env` names any variable but `OPENAI_API_KEY` or an "
+      "`ELICAL_HF_*` one (`HF_TOKEN`, `HUGGINGFACEHUB_API_TOKEN`, `GITHUB_PAT`, `PGPASSWORD`, ...), sending that "
+      "secret to the `judge_endpoint` it names; `serve --config c.yaml` whose `retriever: os:system` runs code",
+      "refused before any work, in one line naming the key (`a config file may name only OPENAI_API_KEY or an "
+      "ELICAL_HF_* variable …`, `--retriever imports and runs code …`); named on the command line (an abbreviation "
+      "included) it is used, and every run says which variable goes to which host")
 def test_a_config_file_cannot_send_another_services_secret(tmp_path, monkeypatch, caplog, raise_user_errors):
     records = save_records(make_records(), tmp_path / "records.jsonl")
-    monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws_secret")
-    monkeypatch.setenv("MY_JUDGE_KEY", "judge_secret")
+    for name in ("HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN", "GITHUB_PAT", "ELICAL_HF_JUDGE_API_KEY"):
+        monkeypatch.setenv(name, "secret")
     endpoint = "https://judge.example:9/v1"
     argv = ["judge", "--records", records, "--correctness", "llm", "--output", str(tmp_path / "out.jsonl"),
             "--judge_max_retries", "0", "--judge_timeout", "1"]
-    for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+    for name in ("HF_TOKEN", "HUGGINGFACEHUB_API_TOKEN", "GITHUB_PAT", "PGPASSWORD", "elical_hf_lower"):
         config = tmp_path / f"{name}.yaml"
         config.write_text(f"judge_endpoint: {endpoint}\njudge_api_key_env: {name}\n")
-        with pytest.raises(ValueError, match=f"judge_api_key_env: {name} in {config} names .* another service"):
+        with pytest.raises(ValueError, match=f"judge_api_key_env: {name} in {config}: a config file may name only "):
             cli_main([*argv, "--config", str(config)])
     config = tmp_path / "mine.yaml"
-    config.write_text(f"judge_endpoint: http://127.0.0.1:9/v1\njudge_api_key_env: MY_JUDGE_KEY\n")
+    config.write_text(f"judge_endpoint: http://127.0.0.1:9/v1\njudge_api_key_env: ELICAL_HF_JUDGE_API_KEY\n")
     with caplog.at_level(logging.WARNING, logger="elical_hf.signals.openai_client"):
         with pytest.raises(OSError, match="cannot be reached"):
             cli_main([*argv, "--config", str(config)])
-        assert "judge endpoint http://127.0.0.1:9/v1 gets the bearer token in MY_JUDGE_KEY" in caplog.text
-        with pytest.raises(OSError, match="cannot be reached"):  # on the command line itself: sent, and said so
-            cli_main([*argv, "--config", str(tmp_path / "HF_TOKEN.yaml"), "--judge_api_key_env", "HF_TOKEN",
-                      "--judge_endpoint", "http://127.0.0.1:9/v1"])
+        assert "judge endpoint http://127.0.0.1:9/v1 gets the bearer token in ELICAL_HF_JUDGE_API_KEY" in caplog.text
+        for option in ("--judge_api_key_env", "--judge_api_key"):  # on the command line itself: sent, and said so
+            with pytest.raises(OSError, match="cannot be reached"):
+                cli_main([*argv, "--config", str(tmp_path / "HF_TOKEN.yaml"), option, "HF_TOKEN",
+                          "--judge_endpoint", "http://127.0.0.1:9/v1"])
         assert "http://127.0.0.1:9/v1 gets the bearer token in HF_TOKEN" in caplog.text
     assert not (tmp_path / "out.jsonl").exists()
+    from elical_hf.cli import serve
+
+    config.write_text("model: m\nretriever: os:system\n")
+    with pytest.raises(ValueError, match=f"retriever: os:system in {config}: --retriever imports and runs code"):
+        serve.make_parser().parse_with_config(["--config", str(config)])
+    (options,) = serve.make_parser().parse_with_config(["--config", str(config), "--retriever", "os:getcwd"])
+    assert options.retriever == "os:getcwd"
+
+
+@case("security", "`judge --judge_endpoint` (or `sample --endpoint`) `http://a:b@127.0.0.1:99x/v1`, a raw `/` or `@` "
+      "in the password, a space or a non-ASCII host, or a key in the query (`http://h:p/v1?api_key=K`)",
+      "one line before any work, showing nothing of the credentials: `--judge_endpoint is not a valid http(s) URL "
+      "…: its port is not a number from 0 to 65535.` (was: an 89-line `httpx.InvalidURL` traceback showing the "
+      "password's start; the query mangled into `/v1/?api_key=Kmodels`)")
+def test_a_malformed_endpoint_url_is_one_line_without_credentials(tmp_path, capsys):
+    records = save_records(make_records(), tmp_path / "records.jsonl")
+    argv = ["judge", "--records", records, "--correctness", "llm", "--output", str(tmp_path / "out.jsonl"),
+            "--judge_max_retries", "0", "--judge_timeout", "1", "--judge_endpoint"]
+    for url, why in [("http://alice:s3cretB@127.0.0.1:99x/v1", "its port is not a number"),
+                     ("http://alice:s3c/ret@127.0.0.1:9/v1", "percent-encoded"),
+                     ("http://alice:s3c@ret@127.0.0.1:9/v1", "percent-encoded"),
+                     ("http://alice:s3cretN@hé st:1/v1", "a space"),
+                     ("http://127.0.0.1:9/v1?api_key=s3cretQ", "a query or fragment")]:
+        assert cli_main([*argv, url]) == 2
+        error = capsys.readouterr().err
+        assert error.strip().splitlines()[-1].startswith("elical-hf judge: error: --judge_endpoint "), url
+        assert why in error and "Traceback" not in error, url
+        assert "s3c" not in error and "alice" not in error, url
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+@case("security", "a `--config` value of the wrong shape or type: `serve` `allowed_hosts: '*.corp.example'` (one "
+      "string for a list option, once read character by character: `'*'` let every `Host` through), `model: EliCal=a`, "
+      "`which: [prob, n_prob]` for a comma-separated option, `num_samples: 2.5`, `port: 80.5`, `seed: true`, a value "
+      "outside `choices`; `--conf 4096` where `--config` and `--confidence_slice_tokens` both start so",
+      "read as the command line reads it: one value is a one-item list, a list for a comma-separated option is "
+      "joined, and a wrong type or choice is one line naming the key (`num_samples: 2.5 in c.yaml: invalid int value: "
+      "'2.5'`) before any work; the abbreviation is refused as ambiguous")
+def test_config_values_are_typed_and_listed_like_command_line_values(tmp_path):
+    from elical_hf.cli import baselines, evaluate, sample, serve
+
+    config = tmp_path / "c.yaml"
+
+    def parse(module, text, *argv):
+        config.write_text(text)
+        return module.make_parser().parse_with_config(["--config", str(config), *argv])[0]
+
+    assert parse(serve, "model: m\nallowed_hosts: '*.corp.example'\n").allowed_hosts == ["*.corp.example"]
+    assert parse(evaluate, "records: r\nmodel: EliCal=a\n", "--output_dir", "o").model == ["EliCal=a"]
+    assert parse(baselines, "records: r\noutput: o.jsonl\nwhich: [prob, n_prob]\n").which == "prob,n_prob"
+    assert parse(serve, "model: m\nport: '8000'\nthreshold: 1\n").port == 8000
+    for module, text, message in [
+            (sample, "questions: q\noutput_dir: o\nnum_samples: 2.5\n", "num_samples: 2.5 in .*: invalid int"),
+            (serve, "model: m\nport: 80.5\n", "port: 80.5 in .*: invalid int"),
+            (serve, "model: m\nthreshold: true\n", "threshold: True in .*: invalid float"),
+            (baselines, "records: r\noutput: o\nseed: true\n", "seed: True in .*: invalid int"),
+            (evaluate, "records: r\noutput_dir: o\nbootstrap: 2.5\n", "bootstrap: 2.5 in .*: invalid int"),
+            (baselines, "records: r\noutput: o\nlexical_scoring: bogus\n", "lexical_scoring: 'bogus' in .*: invalid "
+             "choice"),
+            (serve, "model: m\nport: [1, 2]\n", r"port: \[1, 2\] in .*: expected one value, got a list")]:
+        with pytest.raises(ValueError, match=message):
+            parse(module, text)
+    with pytest.raises(SystemExit):
+        serve.make_parser().parse_with_config(["m", "--conf", "4096"])
 
 
 @case("security", "a domain name holding a newline, a table pipe and an HTML `<script>` tag (or such a `--by` column, "
       "records path or dataset name) in a model card",
-      "escaped to one inert line: one table row per domain, `&lt;script&gt;`, the pipe backslash-escaped; nothing of "
-      "it is markup")
+      "escaped to one inert line: one table row per domain, `&lt;script&gt;`, the pipe backslash-escaped, a path in "
+      "a code span; nothing of it is markup")
 def test_card_text_from_data_is_escaped(judged):  # noqa: F811
     from elical_hf.saved_model import set_decision_threshold
 
@@ -262,11 +381,43 @@ def test_card_text_from_data_is_escaped(judged):  # noqa: F811
     set_decision_threshold(str(model), confidences, correct, domains=domains, min_domain_rows=5,
                            source={"records": "x`y\n<b>z</b>", "split": "train"}, alpha=0.5)
     card = (model / "README.md").read_text()
-    assert "<script>" not in card and "<b>" not in card
+    assert "<script>" not in card and "``x`y <b>z</b>``" in card  # the records path: a code span, inert
+    from markdown_it import MarkdownIt
+
+    assert "<b>" not in MarkdownIt("commonmark").enable("table").render(card)
     assert "a\\|b &lt;script&gt;alert(1)&lt;/script&gt;" in card
     table = [line for line in card.splitlines() if line.startswith("| ")]
     assert sum(line.startswith("| a\\|b") for line in table) == 1
     assert sum(line.startswith("| nq |") for line in table) == 1
+
+
+@case("security", "card text from data in places the escaping missed: a `model_id` (read back from an existing card's "
+      "YAML) holding `\")` and a code fence, a metric name holding `<script>` and `|`, a local base path, records path "
+      "or `--by` column inside backticks (`/data/run[1]/base_|x`), `*`, `_` and `~` in data names",
+      "the usage snippets name the id as a Python string literal inside fences it cannot close, metric headers are "
+      "escaped, paths and columns are code spans (no backslashes shown, `|` escaped in tables), emphasis characters "
+      "escaped (was: raw, or backslashes shown inside code spans)")
+def test_card_escaping_covers_ids_metric_names_and_code_spans():
+    from markdown_it import MarkdownIt
+
+    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.model_card import ConfidenceModelCardData, markdown_text, render_model_card
+
+    config = ConfidenceConfig(
+        base_model_name_or_path="/data/run[1]/base_|x", decision_threshold=0.5,
+        risk_control={"alpha": 0.1, "delta": 0.1, "n": 40, "coverage": 0.5, "risk": 0.05, "risk_upper_bound": 0.09,
+                      "method": "ltt", "records": "/data/[v2]/recs", "split": "train"},
+        training_history=[{"stage": "elicitation", "label_column": "my|col[1]", "num_examples": 10}])
+    model_id = 'org/x")\n```\n<img src=x onerror=alert(1)>\n```python\n("'
+    card = ConfidenceModelCardData(model_id=model_id)
+    card.add_evaluation("nq", {"auroc": 0.8, "<script>alert(2)</script>|evil": 0.3}, split="test")
+    body = str(render_model_card(config, card, None)).split("---", 2)[2]
+    html = MarkdownIt("commonmark").enable("table").render(body)
+    assert "<img" not in html and "<script" not in html
+    assert f"from_pretrained({json.dumps(model_id)})" in body
+    assert "<code>/data/run[1]/base_|x</code>" in html and "<code>/data/[v2]/recs</code>" in html
+    assert "<code>my|col[1]</code>" in html
+    assert markdown_text("_a_ *b* ~~c~~ in_word") == "\\_a\\_ \\*b\\* \\~\\~c\\~\\~ in_word"
 
 
 @case("input", "a saved model or base model folder whose `tokenizer.json` (or another tokenizer JSON file) is not "

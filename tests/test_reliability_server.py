@@ -238,6 +238,31 @@ def test_stop_strings_are_bounded(gate_model):
         engine.prepare(request(QUESTIONS[0], stop=["a", "b", "c", "d", "e"]))
 
 
+@case("silent", "a chat request with a field that would change the answer but that the server does not apply "
+      "(`frequency_penalty: 2`, `logit_bias`, `stop_token_ids`, `stop_sequences`, `min_tokens`, `ignore_eos`, "
+      "`max_new_tokens`, ...), or a gate setting misplaced: `\"extra_body\": {\"elical\": {\"threshold\": 0.99}}` "
+      "sent raw, `\"Elical\"`",
+      "400 in OpenAI's shape naming the field (`param`): `` `logit_bias` is not applied by this server, and it would "
+      "change the answer: leave it out. ``, `` `Elical` is not a request field; did you mean `elical`? `` (was: "
+      "answered as if the field were not there, the stricter threshold dropped); neutral values (`0`, `{}`, `false`) "
+      "are accepted")
+def test_fields_the_server_does_not_apply_are_refused(gate_model):
+    from elical_hf.serve.engine import GateEngine
+    from elical_hf.serve.schema import RequestError
+
+    engine = GateEngine(gate_model, "g", threshold=0.5)
+    for name, value in [("frequency_penalty", 2.0), ("presence_penalty", 1), ("logit_bias", {"5": -100}),
+                        ("stop_token_ids", [5]), ("stop_sequences", ["a"]), ("min_tokens", 4), ("ignore_eos", True),
+                        ("max_new_tokens", 1), ("extra_body", {"elical": {"threshold": 0.99}}),
+                        ("Elical", {"threshold": 0.99}), ("Max_Tokens", 2)]:
+        with pytest.raises(RequestError) as refused:
+            engine.prepare(request(QUESTIONS[0], **{name: value}))
+        assert refused.value.param == name and f"`{name}`" in str(refused.value)
+    for name, value in [("frequency_penalty", 0.0), ("logit_bias", {}), ("ignore_eos", False), ("min_tokens", 0),
+                        ("user", "u"), ("seed", 3)]:
+        engine.prepare(request(QUESTIONS[0], **{name: value}))
+
+
 @case("silent", "a streamed answer with 4 stop strings of 100,000 characters (beyond the request limit: the "
       "stream's own check)", "the text held back for a stop string's beginning is found in time linear in the text (a "
       "10-token answer in well under 0.5 s; was: every prefix of every stop string at every token, 72.8 s for 64 tokens "

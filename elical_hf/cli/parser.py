@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from transformers import HfArgumentParser
+
+from .config_values import config_value, refuse_unsafe_config
 
 
 @dataclass(kw_only=True)
@@ -33,51 +36,13 @@ class HubArguments:
     )
 
 
-FOREIGN_SECRETS = {
-    "HF_TOKEN": "the Hugging Face Hub", "HUGGING_FACE_HUB_TOKEN": "the Hugging Face Hub",
-    "HUGGINGFACE_HUB_TOKEN": "the Hugging Face Hub", "HF_API_TOKEN": "the Hugging Face Hub",
-    "GITHUB_TOKEN": "GitHub", "GH_TOKEN": "GitHub", "GH_ENTERPRISE_TOKEN": "GitHub", "GITLAB_TOKEN": "GitLab",
-    "CI_JOB_TOKEN": "GitLab CI", "AWS_*": "AWS", "GOOGLE_APPLICATION_CREDENTIALS": "Google Cloud",
-    "AZURE_CLIENT_SECRET": "Azure", "WANDB_API_KEY": "Weights & Biases", "COMET_API_KEY": "Comet",
-    "NEPTUNE_API_TOKEN": "Neptune", "MLFLOW_TRACKING_PASSWORD": "MLflow", "MLFLOW_TRACKING_TOKEN": "MLflow",
-    "TWINE_PASSWORD": "PyPI", "PYPI_TOKEN": "PyPI", "NPM_TOKEN": "npm", "DOCKER_PASSWORD": "Docker",
-    "SLACK_TOKEN": "Slack", "SLACK_BOT_TOKEN": "Slack",
-}
-"""Environment variables (a `*` ends a prefix) holding the secrets of services that are not model endpoints: a
-`--config` file may not name one as an endpoint's bearer token (`judge_api_key_env: HF_TOKEN` would send the Hub token
-to whatever `judge_endpoint` the file names); only the command line itself can ([`refuse_foreign_secrets`])."""
-
-
 def api_key_env_help(endpoint_option: str) -> str:
     """The help of the option that names the environment variable holding `endpoint_option`'s bearer token
     (`judge --judge_api_key_env`, `sample --api_key_env`: two flags, one text)."""
     return (f"The NAME of the environment variable holding the {endpoint_option}'s bearer token (e.g. OPENAI_API_KEY; "
             "the token itself never goes on the command line, where `ps` shows it). Default: no token. A --config "
-            "file may not name another service's secret (HF_TOKEN, AWS_*, GITHUB_TOKEN, ...); the command line can.")
-
-
-def foreign_secret(name: str) -> str | None:
-    """The service whose secret the environment variable `name` holds, by [`FOREIGN_SECRETS`]; `None` for others."""
-    name = str(name).upper()
-    for known, service in FOREIGN_SECRETS.items():
-        if name == known or (known.endswith("*") and name.startswith(known[:-1])):
-            return service
-    return None
-
-
-def refuse_foreign_secrets(values: Mapping[str, Any], config: str, argv: list[str]) -> None:
-    """Refuse a `--config` file whose `*api_key_env` option names another service's secret ([`foreign_secret`]),
-    unless the command line `argv` names that option itself: one `ValueError` saying which variable and service."""
-    for key, value in values.items():
-        if not key.endswith("api_key_env") or not isinstance(value, str) or foreign_secret(value) is None:
-            continue
-        flags = {f"--{key}", f"--{key.replace('_', '-')}"}
-        if any(arg in flags or arg.split("=", 1)[0] in flags for arg in argv):
-            continue
-        raise ValueError(f"{key}: {value} in {config} names {value}, a secret of another service "
-                         f"({foreign_secret(value)}): a config file may not send it as the bearer token of the "
-                         f"endpoint it names. Name it on the command line itself (--{key} {value}) if that endpoint "
-                         "should get it.")
+            "file may name only OPENAI_API_KEY or an ELICAL_HF_* variable (put the key in, e.g., "
+            "ELICAL_HF_JUDGE_API_KEY); any other only the command line can name.")
 
 
 def warn_token_on_command_line(argv: list[str] | None) -> None:
@@ -233,10 +198,11 @@ class ElicalArgumentParser(HfArgumentParser):
                           help="YAML file of option values; options given on the command line override it.")
 
     def add_argument(self, *names: str, positional: bool = False, comma_separated: bool = False,
-                     **kwargs: Any) -> argparse.Action:
-        """`argparse.ArgumentParser.add_argument`, plus the `positional` and `comma_separated` metadata keys of
-        dataclass fields (which `HfArgumentParser` passes on here as keywords), this parser's `overrides`, and the
-        rule for repeated options ([`repetition_action`]) for every option."""
+                     command_line_only: bool = False, **kwargs: Any) -> argparse.Action:
+        """`argparse.ArgumentParser.add_argument`, plus the `positional`, `comma_separated` and `command_line_only`
+        (an option that imports code, which a `--config` file may not set) metadata keys of dataclass fields (which
+        `HfArgumentParser` passes on here as keywords), this parser's `overrides`, and the rule for repeated options
+        ([`repetition_action`]) for every option."""
         kwargs.update(self.overrides.get(names[0].lstrip("-"), {}) if names else {})
         if positional:
             kwargs.pop("required", None)  # positionals are required unless they have a default
@@ -245,7 +211,11 @@ class ElicalArgumentParser(HfArgumentParser):
             names = (names[0].lstrip("-"),)
         elif names and names[0].startswith("-"):
             kwargs["action"] = repetition_action(kwargs, comma_separated)
-        return super().add_argument(*names, **kwargs)
+        action = super().add_argument(*names, **kwargs)
+        action.comma_separated = comma_separated
+        if command_line_only:
+            vars(self).setdefault("command_line_only", set()).add(action.dest)
+        return action
 
     def parse_known_args(self, args: list[str] | None = None,
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -254,6 +224,20 @@ class ElicalArgumentParser(HfArgumentParser):
         namespace, rest = super().parse_known_args(args, namespace)
         vars(namespace).pop(_GIVEN, None)
         return namespace, rest
+
+    def command_line_options(self, argv: list[str] | None) -> tuple[str | None, set[str]]:
+        """The `--config` file that `argv` names and the `dest`s of the options it gives, each recognised as the
+        parser itself recognises it (abbreviations, `--x=v`, `--x-y`; `--conf` is refused as ambiguous where another
+        option starts so too). Required options are not required here (the config file may give them)."""
+        required = {action: action.required for action in self._actions}
+        try:
+            for action in self._actions:
+                action.required = False
+            namespace, _ = super().parse_known_args(argv, argparse.Namespace())
+        finally:
+            for action, was in required.items():
+                action.required = was
+        return getattr(namespace, "config", None), set(getattr(namespace, _GIVEN, {}))
 
     def parse_with_config(self, argv: list[str] | None = None) -> tuple[Any, ...]:
         """
@@ -265,24 +249,35 @@ class ElicalArgumentParser(HfArgumentParser):
         Returns:
             `tuple`: one instance per dataclass.
         """
-        pre = argparse.ArgumentParser(add_help=False)
-        pre.add_argument("--config", default=None, action=SingleValueAction)
-        known, rest = pre.parse_known_args(argv)
-        if known.config is not None:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        config, given = self.command_line_options(argv)
+        if config is not None:
             try:
-                with open(known.config, encoding="utf-8") as handle:
+                with open(config, encoding="utf-8") as handle:
                     values = yaml.load(handle, Loader=UniqueKeyLoader) or {}
             except (yaml.YAMLError, UnicodeDecodeError) as error:
-                raise ValueError(f"{known.config} is not a valid YAML file: {error}") from None
+                raise ValueError(f"{config} is not a valid YAML file: {error}") from None
             if not isinstance(values, dict):
-                raise ValueError(f"{known.config} must hold a mapping of option names to values.")
-            fields = {f.name for dtype in self.dataclass_types for f in dataclasses.fields(dtype) if f.init}
-            unknown = sorted(set(values) - fields)
+                raise ValueError(f"{config} must hold a mapping of option names to values.")
+            annotations = {}
+            for dtype in self.dataclass_types:
+                hints = typing.get_type_hints(dtype)
+                annotations.update({f.name: hints.get(f.name) for f in dataclasses.fields(dtype) if f.init})
+            unknown = sorted(set(values) - set(annotations), key=str)
             if unknown:
-                raise ValueError(f"Unknown option(s) in {known.config}: {unknown}.")
-            refuse_foreign_secrets(values, known.config, rest)
-            self.set_defaults(**values)
+                raise ValueError(f"Unknown option(s) in {config}: {unknown}.")
+            refuse_unsafe_config(values, config, given, getattr(self, "command_line_only", ()))
+            actions: dict[str, list[argparse.Action]] = {}
+            for action in self._actions:
+                actions.setdefault(action.dest, []).append(action)
+            self.set_defaults(**{key: config_value(self, actions[key], key, value, config, annotations[key])
+                                 for key, value in values.items()})
             for action in self._actions:  # values from the file satisfy required options
                 if action.dest in values:
                     action.required = False
-        return self.parse_args_into_dataclasses(args=rest)
+        outputs = self.parse_args_into_dataclasses(args=argv)
+        if len(outputs) > len(self.dataclass_types):  # the namespace of what no dataclass took: `--config`'s file
+            vars(outputs[-1]).pop("config", None)
+            if not vars(outputs[-1]):
+                outputs = outputs[:-1]
+        return outputs

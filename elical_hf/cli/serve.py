@@ -56,7 +56,9 @@ class ServeArguments(only(ModelArguments, "dtype")):
         default=None, metadata={"help": "Retrieve at or above this, below --threshold (default: the saved one)."})
     retriever: str | None = field(
         default=None, metadata={"help": "module:function called with each question in the retrieve band; returns "
-                                "context (str) or None (the working directory is importable)."})
+                                "context (str) or None (the working directory is importable). Command line only: a --config "
+                                "file may not name code to run.",
+                                "command_line_only": True})
     abstain_message: str = field(
         default=ABSTAIN_MESSAGE,
         metadata={"help": "The answer of an abstention (finish_reason 'abstain')."})

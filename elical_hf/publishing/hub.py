@@ -25,6 +25,7 @@ from ..files import links_leaving
 from ..hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
 from ..model_card import RELIABILITY_IMAGE
 from .eval_results import EVAL_RESULTS_FILE, EvalResultsSource, stage_card
+from .local_paths import publish_no_local_paths, published_source  # noqa: F401 - published_source: re-exported
 from .metric_modules import METRIC_MODULES
 
 
@@ -123,27 +124,6 @@ def _rewrite_json(path: Path, **values: Any) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     data.update(values)
     path.write_text(json_text(data, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def published_source(source: Any) -> Any:
-    """How a published file names where rows came from (the records a threshold was chosen on): a Hub dataset id as
-    it is, a local path by its last part only (`/home/alice/runs/records` -> `records`): an absolute path would
-    publish the user's folders and names nothing a reader can open."""
-    if not isinstance(source, str) or not source or is_hub_id(source, local_wins=False):
-        return source
-    return os.path.basename(os.path.normpath(source)) or source
-
-
-def _publish_sources(staging: Path) -> None:
-    """Name the records in the staged `confidence_config.json` (`risk_control.records`) and [`REFERENCE_NAME`]
-    (`records`) as [`published_source`] does; the card is rendered from them afterwards."""
-    for name, field in ((CONFIDENCE_CONFIG_NAME, "risk_control"), (REFERENCE_NAME, None)):
-        path = staging / name
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        record = data.get(field) if field and isinstance(data, dict) else data
-        if isinstance(record, dict) and record.get("records"):
-            changed = {**record, "records": published_source(record["records"])}
-            _rewrite_json(path, **({field: changed} if field else changed))
 
 
 def _publishable(folder: Path, allowed: Callable[[str], bool], extra_files: Sequence[str], what: str) -> list[Path]:
@@ -272,9 +252,10 @@ def push_folder(
     `repo_id` unless you removed its "generated" marker line), `.eval_results/elical-hf.yaml` (the card's evaluation
     results, which the Hub shows on the model page and in benchmark leaderboards; none when there are none),
     `reliability.png`, the trainer's JSON history and the monitor's reference ([`MODEL_FILES`]; the records a threshold
-    was chosen on named by their last part only, [`published_source`]), and the `extra_files` you name. Any other
-    top-level file (a key, notes) is refused before anything is published; pickles, hidden files and sub-folders
-    (checkpoints) are left out.
+    was chosen on, and any absolute local path in a JSON file (`training_args.json`'s `output_dir`, ...), named by
+    their last part only: [`~elical_hf.publishing.local_paths.publish_no_local_paths`]), and the `extra_files` you
+    name. Any other top-level file (a key, notes) is refused before anything is published; pickles, hidden files
+    and sub-folders (checkpoints) are left out.
 
     Args:
         folder (`str`): A folder written by `save_pretrained` (it must hold `confidence_config.json`).
@@ -316,7 +297,7 @@ def push_folder(
             _check_named_base(folder, config, named, base, token)
         _rewrite_json(staging / "adapter_config.json", base_model_name_or_path=base)
         _rewrite_json(staging / CONFIDENCE_CONFIG_NAME, base_model_name_or_path=base)
-        _publish_sources(staging)  # no local path of the user's is published
+        publish_no_local_paths(staging)  # no local path of the user's is published
         stage_card(staging, repo_id, base, eval_results)
         stages = [entry.get("stage", "?") for entry in config.get("training_history") or []]
         message = commit_message or f"Upload confidence model ({' + '.join(stages) or 'untrained'}) with elical-hf"

@@ -1,7 +1,9 @@
 """The OpenAI chat-completions wire format the server speaks: the request schema, its checks, and the error body.
 
 Only what the server does is accepted: a request asking for something it does not do (several choices, tools, a JSON
-response format) is refused with a 400 rather than answered as if it had been done. Fields of the OpenAI API that do
+response format; a field of another server that would change the answer, `logit_bias`, `min_tokens`, `ignore_eos`, ...:
+[`NOT_APPLIED`]; a gate setting misplaced under `extra_body` or spelt `Elical`) is refused with a 400 rather than
+answered as if it had been done. Fields of the OpenAI API that do
 not change a greedy answer (`user`, `seed`, `temperature`, `top_p`, ...) are accepted and ignored: answers are always
 greedy, the answer the confidence is about. Numbers and flags are
 strict (`"max_tokens": true` or `"3"` is refused, not read as 1 or 3), and every string of a request must be text
@@ -165,6 +167,17 @@ UNSUPPORTED: dict[str, str] = {
 }
 """Request fields the server refuses whenever they are set (to anything but null)."""
 
+NOT_APPLIED: dict[str, tuple[Any, ...]] = {
+    "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "logit_bias": ({},), "stop_token_ids": ([],),
+    "stop_sequences": ([],), "min_tokens": (0,), "ignore_eos": (False,), "max_new_tokens": (), "min_new_tokens": (0,),
+    "length_penalty": (1, 1.0), "no_repeat_ngram_size": (0,), "bad_words": ([],), "allowed_token_ids": (),
+    "best_of": (1,), "use_beam_search": (False,), "guided_json": (), "guided_regex": (), "guided_choice": (),
+    "guided_grammar": (), "structured_outputs": (), "include_stop_str_in_output": (False,),
+}
+"""Request fields of the OpenAI API and of other servers (vLLM, TGI) that would change the answer, which this server
+does not apply, with the values that change nothing: set (not null) to any other value, they are refused with a 400
+naming the field, rather than silently ignored."""
+
 
 def check_supported(request: ChatCompletionRequest) -> None:
     """Refuse, with a `RequestError`, what the server would otherwise pretend to do."""
@@ -181,10 +194,33 @@ def check_supported(request: ChatCompletionRequest) -> None:
         if extra.get(name) not in (None, [], {}):
             raise RequestError(f"`{name}`: {what} are not supported by this server.", param=name,
                                code="unsupported_parameter")
+    for name, neutral in NOT_APPLIED.items():
+        value = extra.get(name)
+        if value is not None and not any(value == same and type(value) is type(same) for same in neutral):
+            hint = " (use `max_tokens`)" if name == "max_new_tokens" else ""
+            raise RequestError(f"`{name}` is not applied by this server, and it would change the answer: leave it out"
+                               f"{hint}.", param=name, code="unsupported_parameter")
+    refuse_misplaced_fields(extra, ChatCompletionRequest.model_fields)
     response_format = extra.get("response_format")
     if response_format not in (None, {"type": "text"}, "text"):
         raise RequestError("Only the text `response_format` is supported.", param="response_format",
                            code="unsupported_parameter")
+
+
+def refuse_misplaced_fields(extra: dict[str, Any], fields: Any) -> None:
+    """Refuse, with a `RequestError`, a request field that is one of the server's `fields` under another spelling
+    (`Elical`, `Max_Tokens`), or `extra_body` (the openai client's argument, whose contents it sends at the top level):
+    ignoring it would drop what it asks for, a stricter gate threshold say."""
+    if "extra_body" in extra:
+        raise RequestError("`extra_body` is the openai client's argument, not a request field: the client sends its "
+                           "contents at the top level (`extra_body={\"elical\": {...}}` sends `\"elical\"`); send "
+                           "them so.", param="extra_body", code="unsupported_parameter")
+    known = {name.lower().replace("-", "_"): name for name in fields}
+    for name in extra:
+        meant = known.get(str(name).lower().replace("-", "_"))
+        if meant is not None:
+            raise RequestError(f"`{name}` is not a request field; did you mean `{meant}`? (field names are "
+                               "case-sensitive).", param=name, code="unsupported_parameter")
 
 
 def check_text(data: Any) -> None:

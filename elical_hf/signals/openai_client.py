@@ -69,15 +69,53 @@ class BadReply(Exception):
 
 def base_url(url: str, option: str = "--endpoint") -> str:
     """An OpenAI `base_url` (`http://host:port/v1`) from it or from a full route URL (`.../v1/completions`,
-    `.../v1/chat/completions`); a `ValueError` naming `option` for anything that is not an http(s) URL."""
+    `.../v1/chat/completions`); a `ValueError` naming `option` for anything that is not a valid http(s) URL
+    ([`check_url`])."""
     url = str(url).strip().rstrip("/")
-    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
-        raise ValueError(f"{option} must be an http(s) URL such as http://127.0.0.1:8000/v1, got "
-                         f"{redacted_url(url)!r}.")
+    check_url(url, option)
     for route in ("/chat/completions", "/completions"):
         if url.endswith(route):
             return url[: -len(route)]
     return url
+
+
+def check_url(url: str, option: str = "--endpoint") -> None:
+    """Refuse, in one `ValueError` naming `option`, an endpoint URL the requests could not go to as written: not
+    http(s), no host, a port that is not a number, a host that is not a valid (ASCII or IDNA) name, a space or
+    backslash, a raw `/` or `@` in the user name or password (the URL then reads otherwise than meant), or a query or
+    fragment (`?api_key=...`: the client appends the route after it). The message shows the URL without its
+    credentials, and nothing of it at all when even the host cannot be told apart."""
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    def refuse(why: str, shown: bool = True) -> ValueError:
+        where = f" {redacted_url(url)!r}" if shown else ""
+        return ValueError(f"{option}{where} is not a valid http(s) URL such as http://127.0.0.1:8000/v1: {why}.")
+
+    if not url.lower().startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
+        raise refuse("it must be an http:// or https:// URL naming a host")
+    if any(char.isspace() or char == "\\" for char in url):
+        raise refuse("it holds a space or a backslash", shown=False)
+    netloc, _, path = url.split("://", 1)[1].partition("/")
+    if netloc.count("@") > 1 or "@" in path:
+        raise refuse("write `@`, `/` and `:` in a user name or password percent-encoded (%40, %2F, %3A)", shown=False)
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise refuse("it holds a query or fragment (`?...`, `#...`), which the requests' routes would be appended to; "
+                     "give a token with the API key option (the NAME of its environment variable) instead")
+    try:
+        port = parts.port
+    except ValueError:
+        raise refuse("its port is not a number from 0 to 65535", shown=False) from None
+    if not parts.hostname:
+        raise refuse("it names no host", shown=False)
+    try:
+        httpx.URL(url)
+        if port is None:
+            parts.hostname.encode("idna")
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        raise refuse("its host is not a valid host name", shown=False) from None
 
 
 def redacted_url(url: str) -> str:
