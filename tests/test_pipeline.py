@@ -10,6 +10,7 @@ from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline, regi
 from elical_hf.pipeline import TASK, ConfidencePipelineLoadError
 from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
 from tests.test_hub import embedded_tiny  # noqa: F401 - the fixture
+from tests.tiny import perturbed_confidence_model
 
 
 QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France and of Germany?", "When was the king born?"]
@@ -27,12 +28,7 @@ def registered():
 
 @pytest.fixture(scope="module")
 def saved_model(tiny_llama, tmp_path_factory):
-    model = AutoModelForConfidence.from_pretrained(tiny_llama)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    model = perturbed_confidence_model(tiny_llama)
     scores = model.confidence(QUESTIONS)
     model.confidence_config.decision_threshold = sorted(scores)[1]  # one question below, two at or above
     folder = tmp_path_factory.mktemp("pipeline-model")

@@ -21,7 +21,7 @@ from tests.conftest import save_tiny_base
 from tests.reliability import case
 from tests.test_reliability_round2 import records_of
 from tests.test_reliability_silent import judged_records
-from tests.tiny import mark_trained
+from tests.tiny import mark_trained, perturbed_confidence_model
 
 
 QUESTIONS = ["who wrote hamlet?", "what is the capital of france?", "when was the king of spain born?"]
@@ -107,12 +107,7 @@ def test_a_base_checkpoint_without_all_its_tensors_is_refused(tiny_llama, tmp_pa
 
 def saved_model(tiny_llama, folder: Path) -> Path:
     """A trained-looking confidence model on the tiny Llama with non-zero LoRA weights, saved in `folder`."""
-    model = AutoModelForConfidence.from_pretrained(tiny_llama)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    model = perturbed_confidence_model(tiny_llama)
     model.save_pretrained(folder)
     mark_trained(folder)
     return folder

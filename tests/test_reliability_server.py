@@ -22,6 +22,7 @@ from tests.reliability import case
 from tests.serving import running
 from tests.test_reliability_round3_gate import gate_setup  # noqa: F401 - the fixture
 from tests.test_reliability_round3_serve import served_app
+from tests.test_serve_confidence import QUESTIONS
 
 
 pytest.importorskip("uvicorn")
@@ -29,8 +30,6 @@ pytest.importorskip("fastapi")
 
 pytestmark = pytest.mark.float32
 
-QUESTIONS = ["who wrote hamlet", "what is the capital of france", "how tall is mount everest in metres?",
-             "when was the king born", "who was the first president", "what is the largest river in the world"]
 CONTEXT = "william shakespeare wrote hamlet . paris is the capital of france ."
 DOMAINS = {"by": "dataset", "domains": {"pararel": {"decision_threshold": 0.29}, "strict": {"decision_threshold": 0.95},
                                         "few": {"decision_threshold": None}}}

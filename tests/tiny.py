@@ -153,3 +153,19 @@ def mark_trained(folder) -> None:
     config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
     config.training_history = [{"stage": "calibration", "label_column": "correctness", "num_examples": 1}]
     config.save_pretrained(folder)
+
+
+def perturbed_confidence_model(base: str):
+    """The confidence model of `base` with every trainable weight (LoRA and head) moved by a seeded draw, so its
+    adapter and head are not at their initial values (a trained-looking model)."""
+    import torch
+
+    from elical_hf import AutoModelForConfidence
+
+    model = AutoModelForConfidence.from_pretrained(base)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    return model
