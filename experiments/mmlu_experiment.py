@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--confidences", default=COMMITTED, help="The committed replication confidences.")
     parser.add_argument("--output_dir", default="outputs/mmlu", help="Cache of each model's MMLU confidences.")
     parser.add_argument("--result", default=RESULT, help="Where the tables and per-question confidences go.")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS,
+                        help="The trained methods to score and report (default: all; the others are named as left "
+                        "out).")
     parser.add_argument("--bootstrap", type=int, default=1000, help="Resamples of the intervals.")
     parser.add_argument("--seed", type=int, default=42, help="Seed of the resamples.")
     return parser.parse_args(argv)
@@ -193,7 +196,7 @@ def markdown(result: dict[str, Any]) -> str:
     with their 95% intervals) and its paired differences, and the methods not rebuilt yet."""
     lines = []
     if result["not_rebuilt"]:
-        lines += [f"Not rebuilt yet, so not in these tables: {', '.join(result['not_rebuilt'])}.", ""]
+        lines += [f"Not rebuilt and scored yet, so not in these tables: {', '.join(result['not_rebuilt'])}.", ""]
     for key, title in (("all", "every question"), ("above_chance_view", "the above-chance view")):
         view = result[key]
         lines += [f"**MMLU, {title}** ({view['n']} questions, greedy accuracy {view['accuracy']:.1f}%)", "",
@@ -222,6 +225,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reproduced, missing = {}, []
     for method in METHODS:
         names = run_names(method)
+        if method not in args.methods:
+            missing.append(method)
+            continue
         if not all(os.path.exists(os.path.join(rebuilt(args.rebuild, n), "runs", f"{n}.json")) for n in names):
             missing.append(method)  # not (fully) rebuilt yet: left out of the tables, and said
             continue

@@ -46,7 +46,7 @@ def test_cli_sample_writes_records_that_load_back(tiny_llama, tmp_path, capsys):
 
     assert cli_main(argv) == 0  # a rerun resumes: nothing left to sample
     assert "Wrote 6 records" in capsys.readouterr().out
-    assert cli_main(argv[:-6] + ["--num_samples", "3", "--max_new_tokens", "4", "--shard_size", "4"]) == 2
+    assert cli_main(argv[:-8] + ["--num_samples", "3", "--max_new_tokens", "4", "--shard_size", "4"]) == 2
     last = capsys.readouterr().err.splitlines()[-1]  # a user error: one line, exit 2
     assert last.startswith("elical-hf sample: error:") and "settings.num_samples" in last
 

@@ -92,7 +92,10 @@ def test_elicitation_trains_every_lora_and_head_parameter(tiny_base, tmp_path):
 
 
 def test_training_lowers_the_loss(tiny_llama, tmp_path):
+    from transformers import set_seed
+
     rows = make_rows(16)
+    set_seed(0)  # the fresh head is drawn from the global RNG: not from whatever state the tests before left
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     trainer = ConfidenceTrainer(model, args=make_args(tmp_path, num_train_epochs=16), train_dataset=rows, eval_dataset=rows)
     start = trainer.evaluate()["eval_loss"]
