@@ -210,6 +210,33 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _difference(name: str, cell: dict[str, Any]) -> str:
+    low, high = cell["auroc_ci"]
+    verdict = ("ahead" if low > 0 else "behind") if low > 0 or high < 0 else "not distinguishable from zero"
+    return f"{name}: AUROC {_cell(cell, 'auroc', True)}, {verdict}"
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The sentences of `docs/results.md` that quote numbers besides the tables, from a result of [`main`]."""
+    everything, view = result["all"], result["above_chance_view"]
+    n, correct = everything["n"], sum(result["correct"])
+    picked = n - result["no_choice"]
+    lines = [
+        f"SmolLM2-135M-Instruct answers {everything['accuracy']:.1f}% of the {n:,} questions correctly ({correct:,}); "
+        f"chance is {result['chance']:.0f}%. {result['no_choice']:,} greedy answers "
+        f"({100 * result['no_choice'] / n:.1f}%) commit to no option, and of the {picked:,} that pick one, "
+        f"{100 * correct / picked:.1f}% are right.",
+        f"The above-chance view keeps {len(view['subjects'])} of {len(result['per_subject'])} subjects; on their "
+        f"report halves ({view['n']} questions) the accuracy is {view['accuracy']:.1f}%.",
+    ]
+    for key, title in (("all", "On every question"), ("above_chance_view", "In the above-chance view")):
+        differences = result[key]["differences"]
+        if differences:
+            lines.append(f"{title}, EliCal − Cal-Only (mean over seeds, 95% interval over seeds and questions): "
+                         + "; ".join(_difference(name, cell) for name, cell in differences.items()) + ".")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from elical_hf.atomic import atomic_write_text, json_text
     from elical_hf.signals import BASELINES as REGISTERED, compute_baselines
@@ -256,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "confidences": {name: draws for name, draws in sources.items()},
     }
     atomic_write_text(args.result, json_text(result))
-    print(markdown(result))
+    print(summary(result) + "\n\n" + markdown(result))
     print(f"wrote {args.result}: accuracy {result['all']['accuracy']:.1f}% on {len(records)} questions, "
           f"{len(subjects)} subjects above chance")
     return result

@@ -44,9 +44,11 @@ def interval(value: float, low: float, high: float) -> str:
 def committed_intervals() -> dict[str, tuple[float, float, float]]:
     """Every AUROC difference with its interval the results files hold: name -> (value, low, high)."""
     out = {}
+    mmlu = load("mmlu.json")
     for file, entries in (("seed_differences.json", load("seed_differences.json")),
                           ("differences.json", load("differences.json")),
-                          ("routing.json", load("routing.json")["differences"])):
+                          ("routing.json", load("routing.json")["differences"]),
+                          ("mmlu.json", {name: {"mmlu": cell} for name, cell in mmlu["all"]["differences"].items()})):
         for name, entry in entries.items():
             for column, cell in entry.items():
                 if isinstance(cell, dict) and "auroc_ci" in cell:
@@ -109,7 +111,7 @@ def test_the_readme_results_table_is_the_committed_results():
     """Every row of the README's table: the run it names (`**EliCal@100**` is `EliCal@100`), its in-domain and OOD
     AUROC and in-domain ECE as `results.json` holds them."""
     results = load("results.json")
-    table = re.findall(r"^\| \**([\w@-]+)\**[^|]*\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
+    table = re.findall(r"^\| \**([\w@-]+)\**[^|]*\| ([\d,]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|(?: [\d.—]+ \|)?$",
                        README.split("\n## Does it work?\n", 1)[1].split("\n## ", 1)[0], re.M)
     assert len(table) >= 6
     for name, labels, in_domain, ood, ece in table:
