@@ -123,6 +123,33 @@ def test_a_truncated_lm_eval_samples_file_is_refused(tmp_path):
     assert len(load_records(str(samples))) == 20
 
 
+@case("silent", "an lm-eval samples file whose documents are repeated to the count `results_<date>.json` gives (20 "
+      "documents, 4 of them twice); a results file whose count is text (`\"24\"`) or absent for the task",
+      "refused in one line naming the line and the document it repeats; a count written as text or a float is read; "
+      "a missing count is said in a warning (was: 24 records with 4 duplicates, rc 0; the check silently skipped)")
+def test_repeated_lm_eval_documents_and_odd_counts(tmp_path, caplog):
+    from elical_hf.signals.records import load_records
+
+    folder = tmp_path / "SmolLM2-135M-Instruct"
+    shutil.copytree(LM_EVAL / "generation" / "SmolLM2-135M-Instruct", folder)
+    samples = next(folder.glob("samples_nq_*.jsonl"))
+    lines = samples.read_text(encoding="utf-8").splitlines(keepends=True)
+    samples.write_text("".join(lines[:20] + lines[:4]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 21 repeats document \S+ of line 1"):
+        load_records(str(samples))
+    samples.write_text("".join(lines[:20]), encoding="utf-8")
+    results = next(folder.glob("results_*.json"))
+    data = json.loads(results.read_text(encoding="utf-8"))
+    data["n-samples"]["nq"]["effective"] = "24"
+    results.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="holds 20 documents of task nq"):
+        load_records(str(samples))
+    del data["n-samples"]["nq"]
+    results.write_text(json.dumps(data), encoding="utf-8")
+    assert len(load_records(str(samples))) == 20
+    assert "gives no count of task nq's documents" in caplog.text
+
+
 @case("data", "`threshold` failing (or killed) after it has chosen the threshold, while it writes the model folder "
       "(here: the monitor reference cannot be written)",
       "exit 2 and the model keeps its earlier threshold and card: reference, card and `confidence_config.json` are "

@@ -420,7 +420,7 @@ def iter_lm_eval_batches(
     path = os.fspath(path)
     task: _Task | None = None
     rows: list[dict[str, Any]] = []
-    kept = 0
+    kept, seen = 0, {}
     for number, line in text_lines(path):
         if not line.strip():
             continue
@@ -434,6 +434,10 @@ def iter_lm_eval_batches(
         task = task or _Task(path, sample, question_key, correctness_metric, filter_name)
         if sample["filter"] != task.filter:
             continue
+        first = seen.setdefault(str(sample["doc_id"]), number)
+        if first != number:  # a repeated document would count as a document the results file counts
+            raise ValueError(f"{where} repeats document {sample['doc_id']} of line {first} (filter {task.filter!r}): "
+                             "not a file lm-eval wrote once. Copy or rerun the whole lm-eval run.")
         rows.append(normalize_at(task.record(sample, where), where))
         kept += 1
         if len(rows) == batch_size:
@@ -451,9 +455,17 @@ def _check_complete(path: str, task: str, documents: int) -> None:
     """Refuse a samples file that holds another number of documents (lines of one filter) than the results file
     beside it counts for its task (`n-samples`, its `effective` count after `--limit`): a file cut short by a killed
     run or a partial copy would read as complete."""
-    counts = ((_results_of(path) or {}).get("n-samples") or {}).get(task)
-    expected = counts.get("effective") if isinstance(counts, dict) else None
-    if isinstance(expected, int) and not isinstance(expected, bool) and documents != expected:
+    results = _results_of(path)
+    counts = ((results or {}).get("n-samples") or {}).get(task)
+    expected = counts.get("effective") if isinstance(counts, dict) else counts
+    try:
+        expected = None if isinstance(expected, bool) or expected is None else int(float(expected))
+    except (TypeError, ValueError):
+        expected = None
+    if results is not None and expected is None:
+        logger.warning("%s: %s gives no count of task %s's documents (n-samples), so a samples file cut short cannot "
+                       "be told from a complete one.", path, lm_eval_results_file(path), task)
+    if expected is not None and documents != expected:
         state = "cut short (a killed run, or a partial copy)" if documents < expected else "not the one that run wrote"
         raise ValueError(f"{path} holds {documents} documents of task {task}, but {lm_eval_results_file(path)} counts "
                          f"{expected} (n-samples): the samples file is {state}. Copy or rerun the whole lm-eval run.")
