@@ -174,7 +174,7 @@ def one_line_error(read, match: str) -> None:
 def test_a_multiple_choice_log_without_a_gold_index_or_acc_is_refused_in_one_line(tmp_path):
     for number, target in enumerate(("3", "carbon dioxide", "[0, 1]")):
         path = write_samples(tmp_path / f"target{number}", generic_choice_sample(),
-                             generic_choice_sample(target=target))
+                             generic_choice_sample(doc_id=1, target=target))
         one_line_error(lambda: read_lm_eval_records(path),
                        rf"line 2: the target '{re.escape(target)}' is not the index of one of its 3 options")
     no_acc = generic_choice_sample(metrics=["acc_norm"])
@@ -185,7 +185,7 @@ def test_a_multiple_choice_log_without_a_gold_index_or_acc_is_refused_in_one_lin
     path = write_samples(tmp_path / "other_metric", generic_choice_sample())
     one_line_error(lambda: read_lm_eval_records(path, correctness_metric="acc_norm"),
                    r"logs the metrics \['acc', 'acc_norm'\] \(correctness_metric 'acc_norm'\)")
-    one_value_short = generic_choice_sample()
+    one_value_short = generic_choice_sample(doc_id=1)
     del one_value_short["acc"]
     path = write_samples(tmp_path / "short", generic_choice_sample(), one_value_short)
     one_line_error(lambda: read_lm_eval_records(path), r"line 2: no 'acc' value")
