@@ -147,8 +147,9 @@ class RecordArguments(OptionGroup):
     )
     allow_other_model: bool = field(
         default=False,
-        metadata={"help": "Use records of another model than the one this command trains or scores with (e.g. of the "
-                  "model it was fine-tuned from). Without it such records are refused."},
+        metadata={"help": "Use answers of another model than the one this command works with: records of another "
+                  "model than the one trained or scored (e.g. of the model it was fine-tuned from), or with `sample "
+                  "--backend openai` a server serving another model than --model. Without it they are refused."},
     )
     batch_size: int = field(
         default=16, metadata={"help": "Questions (or prompts) per batch of the model this command runs."}

@@ -63,22 +63,32 @@ def hub_id_of_local_copy(path: str | os.PathLike) -> tuple[str, str] | None:
     embedded = embedded_copy_of(folder)
     if embedded is not None:
         return embedded, EMBEDDED_MODELS[embedded].weights_source
-    repo = folder.parent.parent.name
-    if folder.parent.name == "snapshots" and repo.startswith("models--"):
-        hub_id = repo[len("models--") :].replace("--", "/")
-        if is_hub_id(hub_id, local_wins=False):
-            return hub_id, "hub"
-    return None
+    snapshot = _cache_snapshot(str(folder))
+    return (snapshot[0], "hub") if snapshot is not None else None
+
+
+def _cache_snapshot(path: str) -> tuple[str, str] | None:
+    """The Hub id and commit a Hub cache snapshot path (`.../models--<org>--<name>/snapshots/<commit>`) names,
+    read from the path alone (it may be a folder on another machine: a server's `root`), else `None`."""
+    parts = posixpath.normpath(path.replace("\\", "/")).split("/")
+    if len(parts) < 3 or parts[-2] != "snapshots" or not parts[-3].startswith("models--"):
+        return None
+    hub_id = parts[-3][len("models--") :].replace("--", "/")
+    return (hub_id, parts[-1]) if is_hub_id(hub_id, local_wins=False) else None
 
 
 def model_identity(name: str | os.PathLike) -> str:
     """What identifies the model `name` names, for [`same_model`]: a local folder's Hub id when the folder is a copy
     of one ([`hub_id_of_local_copy`]: a Hub cache snapshot, the dequantized embedded default), else its real path
     (symlinks resolved); a name that is no folder here (a Hub id, a served model's name, a folder on another machine)
-    as written, normalised (`./a/b/` is `a/b`, `\\` is `/`)."""
+    as written, normalised (`./a/b/` is `a/b`, `\\` is `/`); a Hub cache snapshot path that is not here (a server's
+    `root`) as its Hub id too."""
     text = os.fspath(name).strip().replace("\\", "/")
     if not text:
         return text
+    snapshot = _cache_snapshot(text)
+    if snapshot is not None and not os.path.isdir(text):
+        return snapshot[0]
     if os.path.isdir(text):
         known = hub_id_of_local_copy(text)
         return known[0] if known is not None else os.path.realpath(text)
@@ -95,8 +105,12 @@ def same_model(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     id and a local copy of it (its cache snapshot, the embedded default's dequantized copy), ignoring case; a name
     without its owner and the Hub id it ends (`SmolLM2-135M-Instruct`, as lm-evaluation-harness and served models name
     it, and `HuggingFaceTB/SmolLM2-135M-Instruct`); a relative folder path that is not here (written from another
-    working folder) and an absolute one that ends with it.
+    working folder) and an absolute one that ends with it. Not the same: two cache snapshots of one Hub id at
+    different commits (two revisions' weights); a Hub id without a commit matches any of its snapshots.
     """
+    snapshots = [_cache_snapshot(os.fspath(name).strip()) for name in (a, b)]
+    if None not in snapshots and snapshots[0][1] != snapshots[1][1]:
+        return False
     first, second = model_identity(a), model_identity(b)
     if first == second or (not posixpath.isabs(first) and first.casefold() == second.casefold()):
         return True

@@ -338,3 +338,47 @@ def test_judge_endpoint_log_probabilities_are_checked(stub):
                 endpoint.first_token_logprobs(["Is Paris in France?"], progress=False)
         finally:
             stub.faults.clear()
+
+
+@case("silent", "`sample --backend openai --model A` against a server serving another model B (another folder, "
+      "another Hub id)",
+      "refused before any request in one line naming both (`… serves tiny-served / …, not …/other: its answers would "
+      "be credited to …`), accepted with `--allow_other_model` (a warning says so) (was: a warning, then B's answers "
+      "recorded as A's)")
+def test_sampling_a_server_that_serves_another_model_is_refused(stub, tiny_llama, tmp_path, caplog, raise_user_errors):
+    from elical_hf.signals.openai_backend import OpenAIBackend
+    from tests.test_cli_sample import write_questions
+
+    other = save_tiny_base(tmp_path / "other", seed=1)
+    out = tmp_path / "records"
+    command = ["sample", "--questions", write_questions(tmp_path / "nq_test.jsonl"), "--backend", "openai",
+               "--endpoint", stub.url, "--output_dir", str(out), "--num_samples", "2", "--max_new_tokens", "4"]
+    for model in (other, "someorg/other-model"):
+        with pytest.raises(ValueError, match=rf"serves tiny-served / .*, not {re.escape(model)}: its answers would be "
+                                             "credited"):
+            cli_main([*command, "--model", model])
+        assert not out.exists()
+    requests = len(stub.requests)
+    assert OpenAIBackend(stub.url, tiny_llama).name == "tiny-served"  # the served folder: accepted, named as served
+    with caplog.at_level("WARNING"):
+        backend = OpenAIBackend(stub.url, other, allow_other_model=True)
+    assert backend.tokenizer_source == other and "(allowed)" in caplog.text
+    assert len(stub.requests) == requests  # refused or not, no completion was asked for
+
+
+@case("silent", "two Hub cache snapshots of one repository at different commits (a record's model and a base), also "
+      "as a server's `root` path that is not on this machine",
+      "different models (was: the same model, both being the repo's Hub id); a snapshot still matches its Hub id and "
+      "itself at the same commit")
+def test_two_revisions_of_one_hub_model_are_not_the_same_model(tmp_path):
+    from elical_hf.hub_ids import same_model
+
+    cache = tmp_path / "hub" / "models--someorg--X" / "snapshots"
+    old, new = cache / "1111aaaa", cache / "2222bbbb"
+    old.mkdir(parents=True)
+    new.mkdir()
+    assert not same_model(str(old), str(new)) and not same_model(str(new), str(old))
+    remote = "/srv/cache/huggingface/hub/models--someorg--X/snapshots/"
+    assert not same_model(remote + "1111aaaa", str(new)) and same_model(remote + "2222bbbb", str(new))
+    assert same_model(remote + "2222bbbb", "someorg/X") and same_model(str(old), "someorg/X")
+    assert same_model(str(old), str(old) + "/") and not same_model(remote + "1111aaaa", "otherorg/X")

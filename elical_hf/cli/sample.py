@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elical_hf.arguments import ModelArguments, QuestionArguments, ShardArguments, only
+from elical_hf.arguments import ModelArguments, QuestionArguments, RecordArguments, ShardArguments, only
 from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.settings import SamplingSettings
 from elical_hf.steps.sampling import load_questions  # noqa: F401 (its import path before the steps)
@@ -27,7 +27,8 @@ from .parser import ElicalArgumentParser, api_key_env_help
 
 
 @dataclass(kw_only=True)
-class SampleCommandArguments(only(ModelArguments, "dtype"), ShardArguments, QuestionArguments):
+class SampleCommandArguments(only(ModelArguments, "dtype"), only(RecordArguments, "allow_other_model"), ShardArguments,
+                             QuestionArguments):
     """Options of `elical-hf sample` (also settable from `--config file.yaml`); decoding options follow below."""
 
     output_dir: str = field(metadata={"help": "Gets manifest.json and shards/shard-XXXXX.parquet."})
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         tensor_parallel_size=options.tensor_parallel_size, data_parallel_size=options.data_parallel_size,
         endpoint=options.endpoint, served_model=options.served_model, max_concurrency=options.max_concurrency,
         timeout=options.request_timeout, max_retries=options.max_retries, api_key_env=options.api_key_env,
+        allow_other_model=options.allow_other_model or None,
     )
     out, records, backend = options.output_dir, sampled.records, sampled.backend
     if options.num_workers > 1:

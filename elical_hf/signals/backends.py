@@ -343,7 +343,8 @@ BACKENDS = {"hf": HFBackend, "vllm": VLLMBackend, "openai": _openai_backend}
 VLLM_PARALLEL_OPTIONS = ("tensor_parallel_size", "data_parallel_size")
 """Options that only the vLLM backend takes."""
 
-ENDPOINT_OPTIONS = ("endpoint", "served_model", "max_concurrency", "timeout", "max_retries", "api_key_env")
+ENDPOINT_OPTIONS = ("endpoint", "served_model", "max_concurrency", "timeout", "max_retries", "api_key_env",
+                    "allow_other_model")
 """Options that only the OpenAI-compatible backend takes."""
 
 _LOCAL_OPTIONS = ("dtype", "device", "autocast_dtype")

@@ -76,7 +76,8 @@ class OpenAIBackend:
         endpoint (`str`): The server's base URL (`http://host:port/v1`).
         model (`str`, *optional*): Hub id or folder whose tokenizer and chat template render the prompts: the model
             the server serves (its tokenizer only is loaded). Default: what the server says it serves (vLLM's
-            `root` in `GET /models`, else the served name). Another model than the server's is warned about.
+            `root` in `GET /models`, else the served name). Another model than the server's is refused (the records
+            would credit the server's answers to it) unless `allow_other_model`.
         served_model (`str`, *optional*): The model name the server knows (`vllm serve --served-model-name`);
             default: the server's only model.
         revision (`str`, *optional*): Hub revision of `model`'s tokenizer.
@@ -87,6 +88,8 @@ class OpenAIBackend:
         api_key_env (`str`, *optional*): Or the name of the environment variable holding it (`--api_key_env`).
         client ([`~elical_hf.signals.openai_client.OpenAIClient`], *optional*): A client already made (then the
             connection options above are its own).
+        allow_other_model (`bool`, *optional*, defaults to `False`): Accept a `model` that is not the server's (the
+            same weights under another name); a warning then says so.
     """
 
     kind = "openai"
@@ -94,7 +97,7 @@ class OpenAIBackend:
     def __init__(self, endpoint: str, model: str | None = None, *, served_model: str | None = None,
                  revision: str | None = None, max_concurrency: int = 32, timeout: float = 600, max_retries: int = 4,
                  api_key: str | None = None, api_key_env: str | None = None,
-                 client: OpenAIClient | None = None) -> None:
+                 client: OpenAIClient | None = None, allow_other_model: bool = False) -> None:
         self.client = client or OpenAIClient(endpoint, api_key=api_key, api_key_env=api_key_env,
                                              max_concurrency=max_concurrency, timeout=timeout, max_retries=max_retries)
         entry = served_model_of(self.client, served_model)
@@ -104,7 +107,11 @@ class OpenAIBackend:
             model, self.tokenizer = _first_tokenizer(served, revision, self.client.url)
         else:
             if not any(same_model(model, name) for name in served):
-                logger.warning("The prompts are rendered with %s's chat template, but %s serves %s: check --model.",
+                if not allow_other_model:
+                    raise ValueError(f"{self.client.url} serves {' / '.join(served)}, not {model}: its answers would "
+                                     f"be credited to {model}. Check --model and --served_model, or pass "
+                                     "--allow_other_model if the server's model is this one under another name.")
+                logger.warning("The prompts are rendered with %s's chat template, but %s serves %s (allowed).",
                                model, self.client.url, " / ".join(served))
             self.tokenizer = _load_tokenizer(model, revision)
         self.tokenizer_source = model
