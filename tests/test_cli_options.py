@@ -38,8 +38,8 @@ HOMONYMS = {
     "learning_rate": "demo: its head calibration's (1e-3); train: TrainingArguments' (5e-5)",
     "log_level": "serve: uvicorn's log level; train: TrainingArguments' logging level",
     "max_new_tokens": "demo: answer length (24); judge: LLM judge reply length (64); sample: answer length (256)",
-    "model": "a different model in each: positional folder (threshold, select-labels, probe-layers, serve), NAME=PATH "
-             "list (evaluate), verbal baselines' model (baselines), optional sampler (sample)",
+    "model": "a different model in each: positional folder (threshold, select-labels, probe-layers, serve, export), "
+             "NAME=PATH list (evaluate), verbal baselines' model (baselines), optional sampler (sample)",
     "model_name_or_path": "demo: DemoSettings (elical_hf/demo.py), the demo's single settings object, not folded here",
     "num_labels": "train: stage-2 budget (None: all); evaluate: probes' labels (0: all); select-labels: 250 to choose; "
                   "demo: 100",
@@ -48,7 +48,8 @@ HOMONYMS = {
     "output": "a different file or folder per command (judged records, scored records, a diagnosis, a probe report, "
               "chosen records)",
     "output_dir": "a different folder per command (report, shards, merged shards, training runs, the demo)",
-    "overwrite_output_dir": "train: train anew over another run (the same run resumes); evaluate: replace results",
+    "overwrite_output_dir": "train: train anew over another run (the same run resumes); evaluate: replace results; "
+                            "export: replace the export folder",
     "prompt_template": "convert-official: None (the paper's QA prompt); sample: SamplingSettings' prompt",
     "project": "evaluate: the tracker's project (EvaluateArguments mirrors TrainingArguments', which `evaluate --help` "
                "must not import: it pulls in torch); train: TrainingArguments' own",

@@ -63,3 +63,25 @@ def vllm_server(model_folder: str, served_name: str, *args: str, startup_timeout
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
     return ServerProcess(served_name, cwd=None, env=env, startup_timeout=startup_timeout, command=command)
+
+
+def classify(url: str, served_name: str, prompt_ids: list[list[int]]) -> list[float]:
+    """vLLM's `POST /classify` (the pooling runner) on token ids: the one-label probability of each prompt."""
+    import json
+    import urllib.request
+
+    root = url.removesuffix("/").removesuffix("/v1")
+    request = urllib.request.Request(f"{root}/classify", data=json.dumps({"model": served_name, "input": prompt_ids})
+                                     .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        data = sorted(json.load(reply)["data"], key=lambda row: row["index"])
+    return [row["probs"][0] for row in data]
+
+
+def exported_demo_model(folder: str) -> str:
+    """The shipped two-stage demo model (SmolLM2-135M-Instruct, a decision threshold saved) exported into `folder`
+    by `elical-hf export`, in float32."""
+    from elical_hf.demo import DEMO_CALIBRATED
+    from elical_hf.export import export_confidence_model
+
+    return export_confidence_model(DEMO_CALIBRATED, folder)
