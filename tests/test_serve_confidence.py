@@ -54,9 +54,9 @@ def gate(tmp_path_factory):
         yield port, model, confidences, cut(confidences, 3), band
 
 
-def post(port: int, path: str, body) -> tuple[int, dict]:
+def post(port: int, path: str, body, prefix: str = "/v1") -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1{path}", data=data,
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{prefix}{path}", data=data,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
@@ -174,7 +174,22 @@ def test_a_completion_server_has_no_confidence_endpoint():
     tokenizer = make_tiny_tokenizer()
     with running(create_app(CompletionEngine(make_tiny_causal_lm(tokenizer), tokenizer, "chat"))) as port:
         status, error = post(port, "/confidence", {"questions": ["who wrote hamlet"]})
+        assert status == 404 and error["error"]["code"] == "unsupported_endpoint"
+        status, error = post(port, "/classify", {"inputs": "who wrote hamlet"}, prefix="")
     assert status == 404 and error["error"]["code"] == "unsupported_endpoint"
+
+
+def test_classify_answers_semantic_routers_score_v1_contract(gate):
+    """vLLM Semantic Router's `http_classify` backend with `contract: score.v1` (semantic-router PR #3542) POSTs
+    `{"inputs": TEXT}` to `/classify` and reads a bare `{"score": <finite number>}` (a `label` is optional)."""
+    port, model, *_ = gate
+    want = model.confidence(QUESTIONS[:2])
+    for question, confidence in zip(QUESTIONS[:2], want):
+        status, reply = post(port, "/classify", {"inputs": question}, prefix="")
+        assert status == 200 and reply == {"label": "confidence", "score": pytest.approx(confidence, abs=1e-5)}
+    for body, param in (({"inputs": "   "}, "questions.0"), ({"input": "who"}, "inputs"), ({"inputs": ["a"]}, "inputs")):
+        status, error = post(port, "/classify", body, prefix="")
+        assert status == 400 and error["error"]["param"] == param, error
 
 
 def save_gate(base: str, folder, threshold: float | None) -> str:

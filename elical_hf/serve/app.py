@@ -1,7 +1,8 @@
 """The FastAPI application: OpenAI-compatible routes over an engine, micro-batched, with OpenAI-style errors.
 
 Routes: `POST /v1/chat/completions` (streamed as server-sent events with `stream: true`: [`~elical_hf.serve.stream`]),
-`POST /v1/confidence` (scores only, gate mode: [`~elical_hf.serve.confidence`]), `GET /v1/models`,
+`POST /v1/confidence` (scores only, gate mode: [`~elical_hf.serve.confidence`]), `POST /classify` (one score in
+vLLM Semantic Router's `score.v1` contract), `GET /v1/models`,
 `GET /v1/models/{model}`, `GET /health`. Every error is the OpenAI error JSON (`{"error": {"message", "type", "param",
 "code"}}`): a bad request gets a 4xx (a body over the size limit, a body not declared JSON, malformed JSON, a schema
 error, a string that is not text, empty messages, a prompt longer than the context, an unsupported option such as
@@ -28,8 +29,8 @@ from starlette.requests import ClientDisconnect
 
 from .batching import MicroBatcher
 from .engine import Engine
-from .schema import (ChatCompletionRequest, ConfidenceRequest, Reply, RequestError, error_body, parse_request,
-                     validation_error)
+from .schema import (ChatCompletionRequest, ConfidenceRequest, Reply, RequestError, ScoreRequest, error_body,
+                     parse_request, validation_error)
 from .stream import stream_response
 
 
@@ -253,16 +254,28 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         `stream: true`."""
         return await answer(request, ChatCompletionRequest, engine.prepare)
 
+    async def scores(request: Request, schema: Any, prepare: Any) -> Response:
+        """A scoring request (no generation), in gate mode only."""
+        if engine.mode != "gate":
+            return error_response(RequestError(f"{request.url.path} scores questions with a confidence model: this "
+                                               "server serves plain completions (--mode completion).",
+                                               code="unsupported_endpoint", status=404))
+        return await answer(request, schema, functools.partial(prepare, engine))
+
     @app.post("/v1/confidence")
     async def confidence(request: Request) -> Response:
         """Confidences and decisions of many questions, no generation (the body:
         [`~elical_hf.serve.schema.ConfidenceRequest`] as JSON); gate mode only."""
-        if engine.mode != "gate":
-            return error_response(RequestError("/v1/confidence scores questions with a confidence model: this "
-                                               "server serves plain completions (--mode completion).",
-                                               code="unsupported_endpoint", status=404))
         from .confidence import prepare_confidence
 
-        return await answer(request, ConfidenceRequest, functools.partial(prepare_confidence, engine))
+        return await scores(request, ConfidenceRequest, prepare_confidence)
+
+    @app.post("/classify")
+    async def classify(request: Request) -> Response:
+        """One question's confidence in vLLM Semantic Router's `score.v1` contract (the body: `{"inputs": TEXT}`;
+        the reply `{"label": "confidence", "score": C}`); gate mode only."""
+        from .confidence import prepare_score
+
+        return await scores(request, ScoreRequest, prepare_score)
 
     return app

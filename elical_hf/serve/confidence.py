@@ -12,6 +12,10 @@ in several of one call) is scored once; a request's distinct questions may hold 
 prompt tokens; and one call of the worker scores at most `confidence_slice_tokens` prompt tokens (at least one
 question) before the requests that arrived meanwhile get their turn: the rest of a large request is scored in the
 next batches, after theirs ([`~elical_hf.serve.batching.UNFINISHED`]).
+
+`POST /classify` answers vLLM Semantic Router's remote-signal contract `score.v1` (its `http_classify` backend, PR
+vllm-project/semantic-router#3542): a body `{"inputs": TEXT}`, one question, answered `{"label": "confidence",
+"score": CONFIDENCE}` ([`prepare_score`]); the same job, checks and batching as `/v1/confidence`.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from .batching import UNFINISHED
-from .schema import ConfidenceRequest, Reply, RequestError
+from .schema import ConfidenceRequest, Reply, RequestError, ScoreRequest
 
 
 __all__ = ["CONFIDENCE_SLICE_TOKENS", "MAX_CONFIDENCE_TOKENS", "ConfidenceJob", "prepare_confidence",
-           "saved_model_revision", "score_jobs"]
+           "prepare_score", "saved_model_revision", "score_jobs"]
 
 CONFIDENCE_SLICE_TOKENS = 4096
 """The most prompt tokens one call of the worker scores by default (`elical-hf serve --confidence_slice_tokens`;
@@ -54,6 +58,8 @@ class ConfidenceJob:
     lengths: dict[str, int] | None = dataclasses.field(default=None, repr=False, compare=False)
     """Each distinct question's prompt tokens (`None` until its first call)."""
     scores: dict[str, float] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    contract: str = "elical"
+    """The reply's shape: `"elical"` (`/v1/confidence`'s list) or `"score.v1"` (`/classify`)."""
 
     @property
     def group(self) -> tuple[float, str]:
@@ -95,6 +101,13 @@ def prepare_confidence(engine: Any, request: ConfidenceRequest) -> ConfidenceJob
                          [domain or default for domain in domains])
 
 
+def prepare_score(engine: Any, request: ScoreRequest) -> ConfidenceJob:
+    """Check a parsed `/classify` request (`score.v1`): its one question, as `/v1/confidence` checks it."""
+    job = prepare_confidence(engine, ConfidenceRequest(questions=[request.inputs]))
+    job.contract = "score.v1"
+    return job
+
+
 def _measure(engine: Any, job: ConfidenceJob) -> RequestError | None:
     """Tokenize the distinct questions of `job` into its `lengths`: the error of a question too long for the model,
     or of a request holding more than `engine.max_confidence_tokens` prompt tokens, else `None`."""
@@ -115,6 +128,8 @@ def _measure(engine: Any, job: ConfidenceJob) -> RequestError | None:
 def _reply(engine: Any, job: ConfidenceJob, batch_size: int) -> Reply:
     from ..gate import decide
 
+    if job.contract == "score.v1":
+        return Reply({"label": "confidence", "score": job.scores[job.questions[0]]})
     data = [{"object": "confidence", "index": i, "confidence": job.scores[question],
              "decision": decide(job.scores[question], threshold, band), "threshold": threshold,
              "retrieve_threshold": band, "domain": domain}

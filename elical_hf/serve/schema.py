@@ -161,6 +161,14 @@ class ConfidenceRequest(BaseModel):
     elical: GateOptions | None = None
 
 
+class ScoreRequest(BaseModel):
+    """`POST /classify`, vLLM Semantic Router's `score.v1` remote signal: `{"inputs": TEXT}`, one question."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: StrictStr = Field(description="The question to score.")
+
+
 UNSUPPORTED: dict[str, str] = {
     "tools": "tool calls", "tool_choice": "tool calls", "functions": "function calls", "function_call": "function calls",
     "audio": "audio output", "prediction": "predicted outputs",
