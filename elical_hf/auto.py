@@ -339,8 +339,8 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             recorded, source = hub_id_of_local_copy(path) or (os.path.abspath(path), source)
         hub_kwargs = {key: kwargs[key] for key in HUB_KWARGS if key in kwargs}
         config = load_pretrained(AutoConfig.from_pretrained, path, **hub_kwargs)
-        if type(config) not in cls._model_mapping:
-            confidence_class_for(config.model_type)  # raises the "unsupported backbone" error
+        if type(config) not in cls._model_mapping:  # a decoder not listed: the generic class, or why not
+            cls.register(type(config), confidence_class_for(config.model_type))
         if fresh_head:  # a new model records its layer's index (out of range: refused before any weight is read)
             confidence_config.feature_layer = resolve_feature_layer(
                 confidence_config.feature_layer, config.get_text_config().num_hidden_layers)
@@ -431,7 +431,7 @@ def check_lora_blocks(model: PeftModelForConfidence) -> None:
         if past:
             raise ValueError(
                 f"The LoRA adapts decoder block(s) {', '.join(map(str, past))} (from 0), past feature layer {layer}: "
-                "they never run when scoring. Adapt only blocks 0..{layer - 1} (`layers_to_transform` with a list of "
+                f"they never run when scoring. Adapt only blocks 0..{layer - 1} (`layers_to_transform` with a list of "
                 "`target_modules`), or leave `peft_config` out."
             )
 

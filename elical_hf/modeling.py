@@ -409,23 +409,44 @@ class ForConfidenceMixin:
 _CLASSES: dict[str, type] = {}
 
 
+def _pretrained_class(model_type: str) -> type:
+    """The architecture's `PreTrainedModel` class in transformers: the listed one ([`CONFIDENCE_BACKBONES`]), else the
+    one its causal LM derives from (any decoder transformers knows). A `ValueError` saying why for a model type
+    without a causal LM, or whose backbone is not the `model` attribute the generic code reads (GPT-2's
+    `transformer.h`)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if model_type in CONFIDENCE_BACKBONES:
+        return getattr(transformers, CONFIDENCE_BACKBONES[model_type])
+    causal = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if causal is None or not hasattr(transformers, causal):
+        raise ValueError(f"elical-hf has no confidence model for backbone type {model_type!r}: transformers "
+                         f"{transformers.__version__} has no causal LM for it. Add one with "
+                         "`AutoModelForConfidence.register(YourConfig, YourForConfidence)`.")
+    pretrained = next(base for base in getattr(transformers, causal).__mro__ if base.__name__.endswith(
+        "PreTrainedModel") and base is not transformers.PreTrainedModel)
+    if pretrained.base_model_prefix != "model":
+        raise ValueError(f"Backbone type {model_type!r} keeps its decoder at `{pretrained.base_model_prefix}`, not at "
+                         "`model` (with `layers` and a final `norm`), which the confidence head and the feature "
+                         "layer read: not supported. Register a class of your own with "
+                         "`AutoModelForConfidence.register(YourConfig, YourForConfidence)`.")
+    return pretrained
+
+
 def confidence_class_name(model_type: str) -> str:
-    """`"llama"` -> `"LlamaForConfidence"`; `"gemma3_text"` -> `"Gemma3ForConfidence"`."""
-    return CONFIDENCE_BACKBONES[model_type].replace("PreTrainedModel", "ForConfidence")
+    """`"llama"` -> `"LlamaForConfidence"`; `"gemma3_text"` -> `"Gemma3ForConfidence"`; an unlisted decoder by its
+    `PreTrainedModel` (`"qwen3_moe"` -> `"Qwen3MoeForConfidence"`)."""
+    name = CONFIDENCE_BACKBONES.get(model_type) or _pretrained_class(model_type).__name__
+    return name.replace("PreTrainedModel", "ForConfidence")
 
 
 def confidence_class_for(model_type: str) -> type:
-    """The confidence model class for a backbone `model_type`, built on first use."""
-    if model_type not in CONFIDENCE_BACKBONES:
-        raise ValueError(
-            f"elical-hf has no confidence model for backbone type {model_type!r}. Supported: "
-            f"{', '.join(sorted(CONFIDENCE_BACKBONES))}. Add one with "
-            "`AutoModelForConfidence.register(YourConfig, YourForConfidence)`."
-        )
+    """The confidence model class for a backbone `model_type`, built on first use: for the listed backbones
+    ([`CONFIDENCE_BACKBONES`], tested), and for any other decoder transformers has a causal LM for whose backbone sits
+    at `model` ([`_pretrained_class`]; refused, saying why, otherwise)."""
     if model_type not in _CLASSES:
-        import transformers
-
-        pretrained_class = getattr(transformers, CONFIDENCE_BACKBONES[model_type])
+        pretrained_class = _pretrained_class(model_type)
         name = confidence_class_name(model_type)
         namespace = {"__module__": __name__, "__qualname__": name, "config_class": CONFIG_MAPPING[model_type]}
         _CLASSES[model_type] = type(name, (ForConfidenceMixin, pretrained_class), namespace)

@@ -10,7 +10,7 @@ head on SmolLM2-135M-Instruct) both ways:
 - `reference, batch B`: the same weights, right-padded batches of B prompts, pooled at `[:, -1]`.
 
 It prints how far the reference's batched confidences are from the batch-1 ones and the AUROC of each, as markdown
-(`docs/conversion.md` quotes the default run):
+(`docs/reference.md`, "Batched pooling in the reference code", quotes the default run):
 
     HF_HUB_OFFLINE=1 python experiments/reference_batching.py
 """

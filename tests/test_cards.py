@@ -126,3 +126,17 @@ def test_sets_of_one_hub_dataset_stay_apart_in_the_model_index(tmp_path, tiny_ll
     restored = ConfidenceModelCardData.from_folder(tmp_path / "m").evaluations
     assert [(e.dataset, e.dataset_id, e.dataset_config, e.metrics) for e in restored] == [
         (e.dataset, e.dataset_id, e.dataset_config, e.metrics) for e in data.evaluations]
+
+
+def test_every_doc_the_cards_and_scripts_name_exists():
+    """A card or script that sends readers to `docs/<name>.md` names a file that exists (the model card once linked
+    a `docs/conversion.md` that never did)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sources = [*root.glob("model_cards/*.md"), *root.glob("elical_hf/**/*.py"), *root.glob("experiments/*.py"),
+               *root.glob("benchmarks/*.py"), *root.glob("examples/*.py")]
+    named = {(source.name, name) for source in sources
+             for name in re.findall(r"docs/([\w/-]+\.md)", source.read_text(encoding="utf-8"))}
+    assert named and [pair for pair in named if not (root / "docs" / pair[1]).is_file()] == []

@@ -224,7 +224,7 @@ def test_unsupported_backbone_is_a_clear_error(tmp_path):
     from transformers import GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="no confidence model for backbone type 'gpt2'"):
+    with pytest.raises(ValueError, match="Backbone type 'gpt2' keeps its decoder at `transformer`, not at `model`"):
         AutoModelForConfidence.from_pretrained(str(tmp_path))
 
 
