@@ -487,3 +487,13 @@ def test_single_class_auroc_is_nan_with_one_warning(metrics):
     assert len([w for w in record if issubclass(w.category, UserWarning)]) == 1
     assert np.isnan(got["auroc"]) and np.isnan(got["prr"]) and np.isnan(got["auprc_error"])
     assert got["auprc_correct"] == 1.0 and got["aurc"] == 0.0
+
+
+def test_the_readme_states_the_route_in_its_first_lines():
+    """The README's set-up paragraph names the step that makes `evaluate.load("honesty_auroc")` work by name (the one
+    `test_load_by_name_offline_in_fresh_process` runs), and the by-path route."""
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
+                  encoding="utf-8").read()
+    head = readme.split("\n## ", 1)[0]
+    assert "pip install -e . && elical-hf install-metrics" in head
+    assert 'evaluate.load("honesty_auroc")' in head and 'metric_module_path("honesty_auroc")' in head
