@@ -139,8 +139,10 @@ def convert_embedded(name: str) -> Path:
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+        from .extras import require_extra
         from .loading import load_pretrained
 
+        require_extra("gguf", f"Reading the embedded {name} (a GGUF file)")
         folder = embedded.gguf_folder()
         logger.warning("Converting %s from %s once into %s.", name, embedded.gguf_file, target)
         model = load_pretrained(AutoModelForCausalLM.from_pretrained, folder, gguf_file=embedded.gguf_file,

@@ -27,6 +27,9 @@ _GAP_COLOR = "#d62728"
 
 
 def _figure(width: float, height: float):
+    from .extras import require_extra
+
+    require_extra("plots", "Plotting")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

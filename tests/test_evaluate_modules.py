@@ -495,5 +495,5 @@ def test_the_readme_states_the_route_in_its_first_lines():
     readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
                   encoding="utf-8").read()
     head = readme.split("\n## ", 1)[0]
-    assert "pip install -e . && elical-hf install-metrics" in head
+    assert 'pip install -e ".[all]" && elical-hf install-metrics' in head
     assert 'evaluate.load("honesty_auroc")' in head and 'metric_module_path("honesty_auroc")' in head

@@ -14,6 +14,8 @@ import importlib
 import os
 import sys
 
+from elical_hf.extras import MissingExtraError
+
 
 COMMANDS = {
     "demo": ("elical_hf.cli.demo", "Run the whole method offline on the embedded default model and real questions."),
@@ -37,10 +39,11 @@ COMMANDS = {
     "serve": ("elical_hf.cli.serve", "Serve the gate (or plain completions) as an OpenAI-compatible HTTP server."),
 }
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, MissingExtraError)
 """What the command line reports as a user error (one line, exit 2): `ValueError` is what elical-hf raises for bad
 arguments, files and data (`UnicodeDecodeError` and `json.JSONDecodeError` are among them, so readers name the file);
-`OSError` covers missing or unreadable files and failed Hub transfers (`HubPublishError`). Every other exception is a
+`OSError` covers missing or unreadable files and failed Hub transfers (`HubPublishError`); `MissingExtraError` an
+optional extra not installed (the line says which `pip install "elical-hf[...]"`). Every other exception is a
 bug: its traceback is shown."""
 
 TRACEBACK_ENV = "ELICAL_HF_TRACEBACK"

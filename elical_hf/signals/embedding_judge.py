@@ -116,12 +116,10 @@ class EmbeddingJudge:
     def model(self) -> Any:
         """The `SentenceTransformer`, loaded on first access."""
         if self._model is None:
-            try:
-                from sentence_transformers import SentenceTransformer
-            except ImportError as error:
-                raise ImportError(
-                    "EmbeddingJudge needs sentence-transformers: `pip install sentence-transformers`."
-                ) from error
+            from ..extras import require_extra
+
+            (sentence_transformers,) = require_extra("judges", "The embedding judge", ("sentence_transformers",))
+            SentenceTransformer = sentence_transformers.SentenceTransformer
             path = self.model_path if self.model_path is not None else default_model_path()
             self._model = SentenceTransformer(path, device=self.device)
         return self._model

@@ -87,7 +87,9 @@ def check_url(url: str, option: str = "--endpoint") -> None:
     credentials, and nothing of it at all when even the host cannot be told apart."""
     from urllib.parse import urlsplit
 
-    import httpx
+    from ..extras import require_extra
+
+    (httpx,) = require_extra("openai", "An OpenAI-compatible endpoint", ("httpx",))
 
     def refuse(why: str, shown: bool = True) -> ValueError:
         where = f" {redacted_url(url)!r}" if shown else ""
@@ -280,11 +282,10 @@ class OpenAIClient:
     def _start(self) -> tuple[_LoopThread, Any]:
         with self._lock:
             if self._runner is None:
-                try:
-                    from openai import AsyncOpenAI
-                except ImportError as error:
-                    raise ImportError("Talking to an OpenAI-compatible server needs the `openai` package: "
-                                      "pip install openai") from error
+                from ..extras import require_extra
+
+                (openai,) = require_extra("openai", "An OpenAI-compatible endpoint", ("openai",))
+                AsyncOpenAI = openai.AsyncOpenAI
                 runner = _LoopThread()
 
                 async def make() -> Any:  # the client's connection pool belongs to the loop it is made on
