@@ -23,7 +23,7 @@ from ..prompts import shared_prefix_length
 
 
 if TYPE_CHECKING:
-    from .generation import SamplingSettings
+    from .settings import SamplingSettings
 
 
 def sample_seed(seed: int, question: str, sample_index: int) -> int:
