@@ -59,7 +59,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("signals", ["signals", "signals.*"]),
     ("evaluation", ["diagnosis", "drift", "evaluation", "label_selection", "plots", "probes"]),
     ("steps", ["steps", "steps.*"]),
-    ("publishing", ["convert", "publishing", "publishing.*"]),
+    ("publishing", ["convert", "export", "publishing", "publishing.*"]),
     ("entry points", ["", "cli", "cli.*", "demo", "gate", "pipeline", "serve", "serve.*", "integrations",
                       "integrations.*"]),
 ]
