@@ -85,11 +85,42 @@ def test_the_served_agreement_quoted_in_the_docs_is_the_measured_one():
 
     root = Path(__file__).resolve().parent.parent
     measured = json.loads((root / "docs" / "results" / "export_agreement.json").read_text())
-    text = (root / "docs" / "serve.md").read_text()
-    assert measured["questions"] == 64 and measured["same_decisions"] == 64
+    text = " ".join((root / "docs" / "serve.md").read_text().split())
+
     def short(x: float) -> str:
         return f"{x:.1e}".replace("e-0", "e-")
 
-    quoted = (f"the largest difference was {short(measured['max_abs_difference'])} (median "
-              f"{short(measured['median_abs_difference'])})")
-    assert quoted in text and f"saved threshold ({measured['threshold']:g})" in text
+    merged, lora = measured["merged"], measured["lora"]
+    assert merged["questions"] == 64 and merged["same_decisions"] == 64 and lora["demo"]["same_decisions"] == 64
+    assert (f"the largest difference was {short(merged['max_abs_difference'])} (median "
+            f"{short(merged['median_abs_difference'])})") in text
+    assert f"saved threshold ({measured['threshold']:g})" in text and lora["base_alone"] == [0.5]
+    assert (f"the demo model's adapter {short(lora['demo']['max_abs_difference'])}, the random LoRA's "
+            f"{short(lora['random_lora']['max_abs_difference'])}") in text
+
+
+def test_the_lora_form_on_the_base_form_gives_the_same_number(tiny_llama, tmp_path):
+    """`--form lora` + `--form base`, applied as vLLM applies a classification LoRA (the LoRA added to the base's
+    linear layers, `score` replaced by the adapter's): the confidence model's number."""
+    from peft import PeftModel
+
+    model = perturbed_confidence_model(tiny_llama).float()
+    expected = model.confidence(QUESTIONS)
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    export_confidence_model(model, base, form="base")
+    export_confidence_model(model, adapter, form="lora")
+    assert load_file(base / "model.safetensors")["score.weight"].abs().sum() == 0  # the adapters bring the head
+    settings = json.loads((adapter / "adapter_config.json").read_text())
+    assert settings["modules_to_save"] == ["score"] and settings["task_type"] == "SEQ_CLS"
+    tensors = load_file(adapter / "adapter_model.safetensors")
+    assert {"base_model.model.score.weight", "base_model.model.score.bias"} <= set(tensors)
+    assert any(name.endswith("lora_A.weight") for name in tensors) and not any("confidence_head" in n for n in tensors)
+    classifier = AutoModelForSequenceClassification.from_pretrained(base, dtype=torch.float32)
+    served = PeftModel.from_pretrained(classifier, adapter).eval()  # PEFT reads the same layout vLLM does
+    bias = tensors["base_model.model.score.bias"]
+    with torch.no_grad():
+        got = [torch.sigmoid(served(torch.tensor([ids])).logits[0, 0] + bias[0]).item()
+               for ids in export_prompt_ids(QUESTIONS, adapter)]
+    assert got == pytest.approx(expected, abs=1e-5) and model.confidence(QUESTIONS) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="Unknown export form 'onnx'"):
+        export_confidence_model(model, tmp_path / "x", form="onnx")

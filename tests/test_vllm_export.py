@@ -42,3 +42,29 @@ def test_vllm_serves_the_export_with_the_confidence_models_numbers(tmp_path):
     print(f"64 questions: largest |vLLM - AutoModelForConfidence| = {difference:.2e}")
     assert len(served) == 64 and difference <= TOLERANCE
     assert [c >= threshold for c in served] == [c >= threshold for c in ours]
+
+
+def test_one_vllm_serves_the_base_and_several_confidence_adapters(tmp_path):
+    """`--form base` served once with two `--form lora` adapters (vLLM's per-request classification LoRA): each
+    adapter gives its confidence model's numbers, the base alone 0.5 (its `score` is zero)."""
+    reason = why_not_here()
+    if reason:
+        pytest.skip(reason)
+    from elical_hf.export import export_confidence_model
+    from tests.vllm_server import random_lora_model
+
+    questions = [row["question"] for row in load_bundled_questions("nq", limit=16)]
+    lora = random_lora_model()
+    models = {"demo": AutoModelForConfidence.from_pretrained(DEMO_CALIBRATED, dtype="float32"), "random": lora}
+    base = export_confidence_model(lora, tmp_path / "base", form="base")
+    adapters = {"demo": exported_demo_model(str(tmp_path / "demo"), form="lora"),
+                "random": export_confidence_model(lora, tmp_path / "random", form="lora")}
+    server = vllm_server(base, "base", "--runner", "pooling", "--enable-lora", "--max-lora-rank", "8",
+                         "--lora-modules", *(f"{name}={folder}" for name, folder in adapters.items()))
+    try:
+        for name, folder in adapters.items():
+            served = classify(server.url, name, export_prompt_ids(questions, folder))
+            assert served == pytest.approx(models[name].confidence(questions), abs=TOLERANCE), name
+        assert set(classify(server.url, "base", export_prompt_ids(questions[:2], base))) == {0.5}
+    finally:
+        server.stop()

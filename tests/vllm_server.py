@@ -78,10 +78,26 @@ def classify(url: str, served_name: str, prompt_ids: list[list[int]]) -> list[fl
     return [row["probs"][0] for row in data]
 
 
-def exported_demo_model(folder: str) -> str:
+def exported_demo_model(folder: str, form: str = "merged") -> str:
     """The shipped two-stage demo model (SmolLM2-135M-Instruct, a decision threshold saved) exported into `folder`
-    by `elical-hf export`, in float32."""
+    by `elical-hf export --form form`, in float32."""
     from elical_hf.demo import DEMO_CALIBRATED
     from elical_hf.export import export_confidence_model
 
-    return export_confidence_model(DEMO_CALIBRATED, folder)
+    return export_confidence_model(DEMO_CALIBRATED, folder, form=form)
+
+
+def random_lora_model():
+    """A fresh confidence model of the embedded SmolLM2 with a LoRA on every linear layer and a head moved by a
+    seeded draw (the demo model's LoRA is off: this one checks that an engine applies a real LoRA as we do)."""
+    import torch
+
+    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
+
+    model = AutoModelForConfidence.from_pretrained(DEFAULT_MODEL, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
+    return model

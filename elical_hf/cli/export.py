@@ -14,6 +14,11 @@ class ExportArguments:
 
     model: str = field(metadata={"positional": True, "help": "A saved confidence model (folder or Hub id)."})
     output_dir: str = field(metadata={"help": "The export folder (new or empty), written whole or not at all."})
+    form: str = field(default="merged", metadata={
+        "help": "merged: one classifier, LoRA merged (vllm serve OUT --runner pooling); lora: the LoRA and head as a "
+                "classification adapter (--enable-lora --lora-modules NAME=OUT), served on base: the base model as a "
+                "classifier with a zero head, written once for all the adapters of one base.",
+        "choices": ["merged", "lora", "base"]})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace a non-empty --output_dir."})
 
 
@@ -25,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.export import export_confidence_model
 
     (options,) = make_parser().parse_with_config(argv)
-    folder = export_confidence_model(options.model, options.output_dir, overwrite=options.overwrite_output_dir)
-    print(f"Exported {options.model} to {folder}: serve it with `vllm serve {folder} --runner pooling --dtype float32` "
-          f"and score prompts rendered by elical_hf.export.export_prompt_ids (see {folder}/README.md).")
+    folder = export_confidence_model(options.model, options.output_dir, form=options.form,
+                                     overwrite=options.overwrite_output_dir)
+    print(f"Exported {options.model} ({options.form}) to {folder}: how to serve it and how to render its prompts "
+          f"(elical_hf.export.export_prompt_ids) are in {folder}/README.md.")
     return 0
