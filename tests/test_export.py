@@ -1,6 +1,6 @@
 """`elical-hf export`: a confidence model as a one-label sequence classifier (LoRA merged, the head as `score`), equal
 to the confidence model's own number; what cannot be exported exactly is refused. The real-vLLM check is in
-tests/test_vllm_export.py."""
+tests/test_vllm_engines.py."""
 
 from __future__ import annotations
 

@@ -14,7 +14,10 @@ at most `--max_tokens_limit` tokens and send at most `--max_request_bytes`; a re
 Needs the `serve` extra: pip install "elical-hf[serve]". `stream: true` streams the answer after the decision,
 `logprobs: true` returns its tokens' log-probabilities, and `POST /v1/confidence` scores up to `--max_questions`
 questions (of at most `--max_confidence_tokens` prompt tokens, scored `--confidence_slice_tokens` at a time between the
-other requests) without answering them (a router's signal). See docs/serve.md.
+other requests) without answering them (a router's signal). With `--confidence_endpoint` and `--generation_endpoint`,
+MODEL is the folder `elical-hf export` wrote and the gate runs on engines you already run (vLLM's pooling runner
+serving the export for the confidence, any OpenAI-compatible chat endpoint for the answers), loading no weights.
+See docs/serve.md.
 """
 
 from __future__ import annotations
@@ -99,6 +102,26 @@ class ServeArguments(only(ModelArguments, "dtype")):
     max_batch_size: int = field(default=16, metadata={"help": "Most requests scored and decoded in one batch."})
     batch_wait_ms: float = field(
         default=5.0, metadata={"help": "How long a batch's first request waits for others (milliseconds)."})
+    confidence_endpoint: str | None = field(
+        default=None, metadata={"help": "The gate on engines: an engine serving MODEL, the folder `elical-hf export` "
+                                "wrote (vllm serve OUT --runner pooling), at http://host:port/v1, scores the "
+                                "questions; with --generation_endpoint. This server then loads no weights."})
+    confidence_model: str | None = field(
+        default=None, metadata={"help": "The name the confidence engine serves the export under (an adapter's name "
+                                "with --form lora; default: its only model)."})
+    generation_endpoint: str | None = field(
+        default=None, metadata={"help": "Any OpenAI-compatible chat endpoint (vLLM, SGLang, TGI, llama.cpp's server) "
+                                "serving MODEL's base model: it answers the questions the gate lets through."})
+    generation_model: str | None = field(
+        default=None, metadata={"help": "The name the generation endpoint serves the base model under (default: its "
+                                "only model)."})
+    upstream_timeout: float = field(default=600, metadata={"help": "Seconds per request to either endpoint."})
+    upstream_max_retries: int = field(
+        default=4, metadata={"help": "Retries of a failed request to either endpoint (429, 5xx, timeouts, dropped "
+                             "connections), with exponential backoff."})
+    upstream_api_key_env: str | None = field(
+        default=None, metadata={"help": "The environment variable holding the endpoints' bearer token (none is sent "
+                                "without it)."})
     device: str | None = field(default=None, metadata={"help": "Where to run the model ('cuda', 'cpu', ...)."})
     log_level: str = field(default="info", metadata={"help": "uvicorn's log level (warning: no access log)."})
 
@@ -121,6 +144,13 @@ class ServeArguments(only(ModelArguments, "dtype")):
             raise ValueError(f"--retriever_timeout must be > 0 seconds, got {self.retriever_timeout}.")
         if self.unknown_domain not in UNKNOWN_DOMAIN_CHOICES:
             raise ValueError(f"--unknown_domain must be one of {UNKNOWN_DOMAIN_CHOICES}, got {self.unknown_domain!r}.")
+        upstream = [name for name in ("confidence_endpoint", "generation_endpoint") if getattr(self, name)]
+        if len(upstream) == 1:
+            missing = ({"confidence_endpoint", "generation_endpoint"} - set(upstream)).pop()
+            raise ValueError(f"--{upstream[0]} needs --{missing}: the gate on engines takes both (the confidence and "
+                             "the answers).")
+        if upstream and self.mode == "completion":
+            raise ValueError("--confidence_endpoint / --generation_endpoint are for --mode gate.")
         if self.mode == "completion":
             given = [name for name in ("threshold", "retrieve_threshold", "retriever") if getattr(self, name) is not None]
             given += [name for name in ("allow_request_thresholds", "allow_lower_domain_thresholds")
@@ -155,22 +185,36 @@ def build_engine(options: ServeArguments):
     from elical_hf.saved_model import find_saved_model
 
     retriever = load_entry_point(options.retriever) if options.retriever else None  # before the model loads
+    gate = {"threshold": options.threshold, "retrieve_threshold": options.retrieve_threshold, "retriever": retriever,
+            "abstain_message": options.abstain_message, "retriever_timeout": options.retriever_timeout,
+            "max_concurrent_retrievals": options.max_concurrent_retrievals,
+            "allow_request_thresholds": options.allow_request_thresholds,
+            "allow_lower_domain_thresholds": options.allow_lower_domain_thresholds,
+            "unknown_domain": options.unknown_domain, "max_questions": options.max_questions,
+            "max_confidence_tokens": options.max_confidence_tokens,
+            "confidence_slice_tokens": options.confidence_slice_tokens, **common}
+    if options.confidence_endpoint:
+        from elical_hf.serve.confidence import saved_model_revision
+        from elical_hf.serve.upstream import UpstreamGateEngine
+        from elical_hf.signals.openai_client import api_key_from
+
+        engine = UpstreamGateEngine(
+            options.model, name, confidence_endpoint=options.confidence_endpoint,
+            generation_endpoint=options.generation_endpoint, confidence_model=options.confidence_model,
+            generation_model=options.generation_model, timeout=options.upstream_timeout,
+            max_retries=options.upstream_max_retries,
+            api_key=api_key_from(api_key_env=options.upstream_api_key_env, option="--upstream_api_key_env"), **gate)
+        base = engine.config.base_model_name_or_path
+        engine.model_info = {"base_model": default_served_name(base) if base else None,
+                             **saved_model_revision(options.model)}
+        return engine
     folder = find_saved_model(options.model)
     if folder is None:
         raise ValueError(f"{options.model} is not a saved confidence model (no confidence_config.json); to serve a "
                          "plain causal LM, pass --mode completion.")
     kwargs = {"dtype": options.dtype, **({"device_map": options.device} if options.device else {})}
     model = AutoModelForConfidence.from_pretrained(options.model, **kwargs)
-    return GateEngine(model, name, threshold=options.threshold, retrieve_threshold=options.retrieve_threshold,
-                      retriever=retriever, abstain_message=options.abstain_message,
-                      retriever_timeout=options.retriever_timeout,
-                      max_concurrent_retrievals=options.max_concurrent_retrievals,
-                      allow_request_thresholds=options.allow_request_thresholds,
-                      allow_lower_domain_thresholds=options.allow_lower_domain_thresholds,
-                      unknown_domain=options.unknown_domain, max_questions=options.max_questions,
-                      max_confidence_tokens=options.max_confidence_tokens,
-                      confidence_slice_tokens=options.confidence_slice_tokens, model_info=model_info(model, folder),
-                      **common)
+    return GateEngine(model, name, model_info=model_info(model, folder), **gate)
 
 
 def model_info(model, folder: str) -> dict:
