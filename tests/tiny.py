@@ -155,17 +155,17 @@ def mark_trained(folder) -> None:
     config.save_pretrained(folder)
 
 
-def perturbed_confidence_model(base: str):
-    """The confidence model of `base` with every trainable weight (LoRA and head) moved by a seeded draw, so its
-    adapter and head are not at their initial values (a trained-looking model)."""
+def perturbed_confidence_model(base: str, scale: float = 0.2, **load_kwargs):
+    """The confidence model of `base` with every trainable weight (LoRA and head) moved by a seeded draw of standard
+    deviation `scale`, so its adapter and head are not at their initial values (a trained-looking model)."""
     import torch
 
     from elical_hf import AutoModelForConfidence
 
-    model = AutoModelForConfidence.from_pretrained(base)
+    model = AutoModelForConfidence.from_pretrained(base, **load_kwargs)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.requires_grad:
-                parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+                parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
     return model

@@ -92,12 +92,7 @@ def random_lora_model():
     seeded draw (the demo model's LoRA is off: this one checks that an engine applies a real LoRA as we do)."""
     import torch
 
-    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
+    from elical_hf import DEFAULT_MODEL
+    from tests.tiny import perturbed_confidence_model
 
-    model = AutoModelForConfidence.from_pretrained(DEFAULT_MODEL, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.requires_grad:
-                parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
-    return model
+    return perturbed_confidence_model(DEFAULT_MODEL, 0.02, dtype=torch.float32)
