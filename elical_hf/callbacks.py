@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -27,12 +28,15 @@ history (`training_logs`, `dev_metrics`), never evaluation results of the card."
 
 
 def history_entry(
-    args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any], uses_lora: bool = True
+    args: ConfidenceTrainingArguments, num_examples: int, precision: dict[str, Any], uses_lora: bool = True,
+    questions: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """
     The `training_history` entry a run records before it trains (so that its checkpoints carry it): stage, target
-    column, number of training rows, what trains and the precision. [`ConfidenceTrainer`] and
-    [`~elical_hf.head_calibration.calibrate_head`] both write it; [`complete_history_entry`] adds the results.
+    column, number of training rows, what trains and the precision, and with `questions` (the rows it fits on) their
+    digests ([`~elical_hf.saved_model.question_digests`]), which `elical-hf threshold` checks calibration rows
+    against. [`ConfidenceTrainer`] and [`~elical_hf.head_calibration.calibrate_head`] both write it;
+    [`complete_history_entry`] adds the results.
     """
     entry: dict[str, Any] = {
         "stage": args.stage.value,
@@ -43,6 +47,10 @@ def history_entry(
     if args.stage == Stage.CALIBRATION:
         entry["calibration_trainable"] = args.calibration_trainable.value
     entry["precision"] = precision
+    if questions is not None:
+        from .saved_model import QUESTIONS_KEY, question_digests
+
+        entry[QUESTIONS_KEY] = question_digests(questions)
     return entry
 
 

@@ -164,16 +164,21 @@ class ConfidenceConfig:
         risk_control (`dict`, *optional*):
             How `decision_threshold` was chosen when it carries a guarantee ([`~elical_hf.metrics.
             risk_controlling_threshold`]): `alpha`, `delta`, `n`, `coverage`, `risk`, `risk_upper_bound`, `method`,
-            `records`, `split`; with a second guarantee on the abstention rate (`--max_abstention`) also
-            `max_abstention`, `abstention`, `abstention_upper_bound`, `error_certified`, `abstention_certified`.
-            Cleared when the threshold is set another way.
+            `sequences` (the fixed sequences delta was split over; absent in configs saved before there were several,
+            whose `method` names the single sequence), `records`, `split` (and `training_rows`, the calibration rows
+            the model was trained on, where `--allow_training_rows` let them in: no guarantee then); with a second
+            guarantee on the abstention rate (`--max_abstention`) also `max_abstention`, `abstention`,
+            `abstention_upper_bound`, `error_certified`, `abstention_certified`. The guarantee is `P(R <= alpha) >=
+            1 - delta` over the draw of the `n` calibration rows, no threshold counting as success. Cleared when the
+            threshold is set another way.
         domain_thresholds (`dict`, *optional*):
             One decision threshold per domain (`elical-hf threshold --by dataset`), read by
             [`~elical_hf.gate.thresholds_for`]: `by` (the record column that names the domain), `min_rows` and
             `domains`, a map from each domain seen in the calibration records to `decision_threshold` (chosen on
             that domain's rows by the same rule, `null`: the fallback, `decision_threshold` above), `rows`,
             `answered`, `risk_control` (the domain's guarantee, with `--alpha`) and `fallback` (why the domain has no
-            threshold of its own, e.g. too few rows; `null` otherwise). `None`: one threshold for every question.
+            threshold of its own, e.g. too few rows, and with `--alpha` that the pooled guarantee covers the mix of
+            domains, not this domain's questions; `null` otherwise). `None`: one threshold for every question.
             Cleared when the threshold is set without `--by`.
         use_lora (`bool`, *optional*, defaults to `True`):
             `False`: no LoRA, only the head trains, on the frozen backbone's own hidden states (the gate's zero-overhead

@@ -335,7 +335,8 @@ def calibrate_head(
     head = confidence_head_module(model)
     inner = unwrap_peft(model)
     precision = precision_report(inner.get_input_embeddings().weight.dtype, next(head.parameters()).device)
-    entry = {**history_entry(args, len(train), precision, uses_lora=uses_lora), "method": "cached-features"}
+    entry = {**history_entry(args, len(train), precision, uses_lora=uses_lora, questions=train[question_column]),
+             "method": "cached-features"}
     dev_features = stack(dev) if dev is not None else None
     summary = fit_head(head, stack(train), train[label_column], dev_features,
                        dev[label_column] if dev is not None else None, args=args)

@@ -8,10 +8,11 @@ the files of a folder it saved.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .atomic import atomic_write_texts, json_text, one_writer
@@ -22,12 +23,48 @@ from .model_card import GENERATED_MARKER, folder_card_text
 
 
 __all__ = [
-    "REFERENCE_NAME", "config_fingerprint", "find_saved_model", "reference_data", "set_decision_threshold",
+    "QUESTIONS_KEY", "REFERENCE_NAME", "config_fingerprint", "find_saved_model", "question_digests", "reference_data",
+    "set_decision_threshold", "trained_question_overlap",
 ]
 
 REFERENCE_NAME = "calibration_confidences.json"
 """The file in a model folder holding the confidences of the rows its threshold was chosen on (the reference of
 `elical-hf monitor`, [`~elical_hf.drift`])."""
+
+
+QUESTIONS_KEY = "questions_sha256"
+"""The key of a `training_history` entry that records the questions the run trained on ([`question_digests`])."""
+_DIGEST_BYTES = 6
+
+
+def _digest(question: str) -> bytes:
+    from .bundled import normalize_question
+
+    return hashlib.sha256(normalize_question(question).encode("utf-8")).digest()[:_DIGEST_BYTES]
+
+
+def question_digests(questions: Iterable[str]) -> str:
+    """The questions a training run fitted on, as its `training_history` entry keeps them ([`QUESTIONS_KEY`]): the
+    first 48 bits of the SHA-256 of each distinct question (lowercased, whitespace collapsed:
+    [`~elical_hf.bundled.normalize_question`]), sorted and concatenated, in base64: 8 characters a question, the
+    same for the same questions in any order. Two different questions share a digest with probability about
+    `2^-48` (checking 40,000 calibration rows against 560,000 training questions: about 1e-4 false matches)."""
+    return base64.b64encode(b"".join(sorted({_digest(q) for q in questions}))).decode("ascii")
+
+
+def trained_question_overlap(config: ConfidenceConfig, questions: Sequence[str]) -> tuple[int, list[str]]:
+    """How many of `questions` (rows, repeats counted) a model's training runs fitted on, by the digests its
+    `training_history` entries record ([`question_digests`]), and the stages of the entries that record none (saved
+    before elical-hf recorded them, or trained on pre-tokenised rows): for those the check could not be made."""
+    seen: set[bytes] = set()
+    unrecorded = []
+    for entry in config.training_history:
+        if not isinstance(entry.get(QUESTIONS_KEY), str):
+            unrecorded.append(str(entry.get("stage", "?")))
+            continue
+        raw = base64.b64decode(entry[QUESTIONS_KEY])
+        seen.update(raw[i : i + _DIGEST_BYTES] for i in range(0, len(raw), _DIGEST_BYTES))
+    return sum(_digest(q) in seen for q in questions), unrecorded
 
 
 def config_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,6 +110,7 @@ def set_decision_threshold(
     by: str = "dataset",
     min_domain_rows: int = 30,
     reference: Mapping[str, Any] | None = None,
+    allow_pooled_fallback: bool = False,
 ) -> float:
     """
     Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
@@ -100,13 +138,16 @@ def set_decision_threshold(
         domains (`list[str]`, *optional*): Each row's domain (its `by` column): one threshold per domain, chosen on
             its rows by the same rule, is saved as `domain_thresholds`, beside the pooled threshold (all rows), which
             is the fallback of a domain with fewer than `min_domain_rows` rows. With `alpha`, a domain with enough rows
-            that certify no threshold is refused (the pooled threshold is no guarantee for it). Without `domains` an
-            earlier map is removed.
+            that certify no threshold is refused (the pooled threshold is no guarantee for it), and so is a domain on
+            the fallback unless `allow_pooled_fallback`: the pooled guarantee bounds the error rate over the mix of
+            domains, not among one domain's questions. Without `domains` an earlier map is removed.
         by (`str`, *optional*, defaults to `"dataset"`), min_domain_rows (`int`, *optional*, defaults to 30): With
             `domains`: the column they come from, and the fewest rows a domain needs for a threshold of its own.
         reference (`dict`, *optional*): With it, the rows' `confidences` are also saved as the reference of
             `elical-hf monitor` ([`REFERENCE_NAME`], [`reference_data`]), with this (where the rows came from), in the
             same update.
+        allow_pooled_fallback (`bool`, *optional*, defaults to `False`): With `alpha` and `domains`, let a domain with
+            fewer than `min_domain_rows` rows fall back to the pooled threshold (its `fallback` says what that means).
 
     Raises:
         `ValueError`: when `model_dir` is not a saved model, or no threshold can be certified on all the rows or on a
@@ -129,7 +170,7 @@ def set_decision_threshold(
         config.domain_thresholds = None
         if domains is not None:
             config.domain_thresholds = _domain_thresholds(confidences, correct, domains, by, min_domain_rows, alpha,
-                                                          delta, max_abstention)
+                                                          delta, max_abstention, allow_pooled_fallback)
         if config.retrieve_threshold is not None and config.retrieve_threshold > threshold:
             config.retrieve_threshold = threshold  # the retrieve band cannot start above the answer threshold
         text = config.to_json_string()
@@ -156,8 +197,10 @@ def _choose(confidences: Sequence[float], correct: Sequence[int], alpha: float |
     if threshold is not None:
         return threshold, record, ""
     rows = f"with probability 1 - delta = {1 - delta:.2f} on these {len(confidences)} rows"
+    power = _power_phrase(confidences, correct, alpha, delta, max_abstention)
     if max_abstention is None:
-        return None, record, f"no threshold keeps the error rate among answered questions below alpha={alpha} {rows}"
+        return None, record, (f"no threshold keeps the error rate among answered questions below alpha={alpha} {rows} "
+                              f"({power})")
     low, high = record["error_certified"], record["abstention_certified"]
     if low is None:
         best = [f"the error rate alone is certified at no threshold (at delta / 2 = {delta / 2:g})"]
@@ -171,22 +214,50 @@ def _choose(confidences: Sequence[float], correct: Sequence[int], alpha: float |
         best.append(f"the highest certified for the abstention rate, {high:.2f}, has an error rate of {risk:.3f} "
                     "among answered")
     return None, record, (f"no threshold keeps both the error rate among answered questions <= {alpha} and the "
-                          f"abstention rate <= {max_abstention} {rows} ({'; '.join(best)})")
+                          f"abstention rate <= {max_abstention} {rows} ({'; '.join(best)}; {power})")
+
+
+def _power_phrase(confidences: Sequence[float], correct: Sequence[int], alpha: float, delta: float,
+                  max_abstention: float | None) -> str:
+    """What a larger calibration set would do ([`~elical_hf.metrics.risk_control.rows_for_power`]), as a phrase."""
+    from .metrics.risk_control import rows_for_power
+
+    needed = rows_for_power(confidences, correct, alpha, delta, max_abstention)
+    if needed is None:
+        return (f"even {64 * len(confidences):,} rows like these would certify one in fewer than 80% of draws: the "
+                "model's error rate at its confidences may not allow it")
+    return f"about {needed:,} rows like these would certify one in 80% of draws"
+
+
+POOLED_FALLBACK_NOTE = ("the pooled guarantee bounds the error rate over the mix of domains, not among this domain's "
+                        "questions")
+"""Why a domain on the pooled fallback has no guarantee of its own (in its `fallback` reason, with `alpha`)."""
 
 
 def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], domains: Sequence[str], by: str,
-                       min_rows: int, alpha: float | None, delta: float,
-                       max_abstention: float | None) -> dict[str, Any]:
+                       min_rows: int, alpha: float | None, delta: float, max_abstention: float | None,
+                       allow_pooled_fallback: bool = False) -> dict[str, Any]:
     """The [`~elical_hf.ConfidenceConfig.domain_thresholds`] map: each domain's threshold by the rule, or `null`
-    (the pooled fallback) for a domain with too few rows; a `ValueError` when a domain's rows certify nothing."""
+    (the pooled fallback) for a domain with too few rows; a `ValueError` when a domain's rows certify nothing, or
+    (with `alpha`, unless `allow_pooled_fallback`) when a domain would fall back."""
     entries: dict[str, Any] = {}
     uncertified: list[str] = []
-    for name in sorted(set(domains)):
+    names = sorted(set(domains))
+    small = {name: domains.count(name) for name in names if domains.count(name) < min_rows}
+    if alpha is not None and small and not allow_pooled_fallback:
+        listed = ", ".join(f"{name} ({rows} rows)" for name, rows in small.items())
+        raise ValueError(f"{by} {listed}: fewer than --min_domain_rows {min_rows} rows, so the pooled threshold would "
+                         f"gate them, and {POOLED_FALLBACK_NOTE} (a domain calibrated unlike the pool can exceed alpha "
+                         "by far). Label more rows for them, lower --min_domain_rows, or pass --allow_pooled_fallback "
+                         "to accept it. Nothing was written.")
+    for name in names:
         rows = [i for i, domain in enumerate(domains) if domain == name]
         entry: dict[str, Any] = {"decision_threshold": None, "rows": len(rows), "answered": None,
                                  "risk_control": None, "fallback": None}
         if len(rows) < min_rows:
             entry["fallback"] = f"{len(rows)} rows, fewer than {min_rows}"
+            if alpha is not None:
+                entry["fallback"] += f": {POOLED_FALLBACK_NOTE}"
         else:
             conf, right = [confidences[i] for i in rows], [correct[i] for i in rows]
             threshold, record, problem = _choose(conf, right, alpha, delta, max_abstention)
@@ -199,7 +270,7 @@ def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], dom
         entries[name] = entry
     if uncertified:  # the pooled threshold is no guarantee for a domain whose own rows certify nothing: never implied
         raise ValueError(f"No threshold is certified for {by} {'; '.join(uncertified)}. Give those domains more "
-                         "labelled rows, a larger alpha or delta, or --min_domain_rows above their row counts to gate "
-                         "them knowingly with the pooled threshold (which carries no guarantee for their questions "
-                         "alone). Nothing was written.")
+                         "labelled rows, a larger alpha or delta, or --min_domain_rows above their row counts with "
+                         "--allow_pooled_fallback to gate them knowingly with the pooled threshold (which carries no "
+                         "guarantee for their questions alone). Nothing was written.")
     return {"by": by, "min_rows": min_rows, "domains": entries}

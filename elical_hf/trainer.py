@@ -106,8 +106,12 @@ class ConfidenceTrainer(Trainer):
         if args.early_stopping_patience is not None and eval_dataset is None:
             raise ValueError("`early_stopping_patience` needs an `eval_dataset` (a dev split, never the test set).")
 
+        questions = None  # what the run fits on, recorded in its history entry (pre-tokenised rows: unknown)
         with args.main_process_first(desc="preparing datasets"):
             if train_dataset is not None:
+                train_dataset = as_dataset(train_dataset, "train")
+                if args.question_column in train_dataset.column_names:
+                    questions = train_dataset[args.question_column]
                 train_dataset = self._prepare_dataset(train_dataset, "train", model, tokenizer, args)
             if isinstance(eval_dataset, Mapping) and not _is_column_dict(eval_dataset):
                 eval_dataset = {
@@ -135,6 +139,7 @@ class ConfidenceTrainer(Trainer):
             callbacks=callbacks,
             **kwargs,
         )
+        self._train_questions = questions
         self._apply_stage()
 
     @staticmethod
@@ -258,7 +263,8 @@ class ConfidenceTrainer(Trainer):
         precision = precision_report(backbone_dtype, self.args.device, mixed_precision=mixed)
         num_examples = len(self.train_dataset) if self.train_dataset is not None else 0
         uses_lora = self.accelerator.unwrap_model(self.model).confidence_config.use_lora
-        entry = history_entry(self.args, num_examples, precision, uses_lora=uses_lora)
+        entry = history_entry(self.args, num_examples, precision, uses_lora=uses_lora,
+                              questions=getattr(self, "_train_questions", None))
         # Recorded before training so that checkpoints carry it too; `ConfidenceCardCallback` adds the results.
         self.accelerator.unwrap_model(self.model).confidence_config.training_history.append(entry)
         return super().train(*args, **kwargs)

@@ -45,7 +45,7 @@ def test_records_of_another_model_are_refused(trained_model, tmp_path, raise_use
     assert cli_main([*argv, "--output_dir", str(tmp_path / "b"), "--allow_other_model", "true"]) == 0
     with pytest.raises(ValueError, match="holds the answers of"):
         cli_main(["threshold", trained_model, "--records", save_records(records_of("other/model"),
-                                                                       tmp_path / "t.jsonl")])
+                                                                       tmp_path / "t.jsonl"), "--split", "train"])
     mixed = records_of("model-a")[:15] + [{**r, "id": r["id"] + "-b", "model": "model-b"} for r in records_of("x")][:15]
     with pytest.raises(ValueError, match="pools the answers of several models"):
         cli_main(["select-labels", trained_model, "--records", save_records(mixed, tmp_path / "m.jsonl"),

@@ -126,7 +126,7 @@ def test_outputs_and_models_are_checked_before_any_work(tiny_llama, tmp_path, ra
     assert os.listdir(tmp_path) == []
     records = save_records(records_of(tiny_llama), tmp_path / "train.jsonl")
     with pytest.raises(ValueError, match="not a trained confidence model"):  # not after scoring the records
-        cli_main(["threshold", tiny_llama, "--records", records])
+        cli_main(["threshold", tiny_llama, "--records", records, "--split", "train"])
 
 
 @case("security", "`elical-hf push FOLDER` with `secret_key.pem` (or any file a model does not need) beside the "

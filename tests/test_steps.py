@@ -64,7 +64,7 @@ def test_a_missing_judgement_names_the_judge_option(records, tmp_path):
         steps.evaluate(unjudged)
     train = [{**r, "split": "train", "dataset": "nq"} for r in unjudged]
     with pytest.raises(ValueError, match=r"found 0 \(judge them: `elical-hf judge --correctness has_answer"):
-        steps.threshold(steps.ThresholdArguments(model=str(tmp_path / "no-model"), records=train))  # before any model
+        steps.threshold(steps.ThresholdArguments(model=str(tmp_path / "no-model"), records=train, split="train"))
     with pytest.raises(ValueError, match=r"'consistency' target .*`elical-hf judge --consistency embedding"):
         steps.train(steps.TrainArguments(elicitation_data=unjudged, calibration_data=unjudged),
                     ConfidenceTrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=None))

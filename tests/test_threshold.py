@@ -49,7 +49,7 @@ def saved_config(folder) -> ConfidenceConfig:
 def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_evaluate(judged, capsys):
     model = judged / "model"
     code = cli_main(["threshold", str(model), "--records", str(judged / "records"), "--alpha", "0.3", "--delta", "0.1",
-                     "--allow_other_model", "true"])
+                     "--split", "train", "--allow_other_model", "true"])
     assert code == 0
     config = saved_config(model)
     record = config.risk_control
@@ -148,7 +148,7 @@ def test_thresholds_per_domain_with_a_fallback(two_domains, capsys):
 
     model = two_domains / "model"
     assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
-                     "--allow_other_model", "true"]) == 0
+                     "--split", "train", "--allow_other_model", "true"]) == 0
     config = saved_config(model)
     table = config.domain_thresholds
     assert table["by"] == "dataset" and table["min_rows"] == 30 and set(table["domains"]) == {"nq", "triviaqa"}
@@ -179,18 +179,20 @@ def test_thresholds_per_domain_with_a_fallback(two_domains, capsys):
 def test_per_domain_guarantees_and_bad_columns(two_domains, capsys):
     model = two_domains / "model"
     assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
-                     "--alpha", "0.3", "--min_domain_rows", "20", "--allow_other_model", "true"]) == 0, \
-        capsys.readouterr().err
+                     "--alpha", "0.3", "--min_domain_rows", "20", "--split", "train", "--allow_pooled_fallback", "true",
+                     "--allow_other_model", "true"]) == 0, capsys.readouterr().err
     domains = saved_config(model).domain_thresholds["domains"]
     assert domains["nq"]["risk_control"]["risk_upper_bound"] <= 0.3 and domains["nq"]["risk_control"]["n"] == 60
     # 12 rows, fewer than --min_domain_rows 20: the pooled threshold, with the reason
-    assert domains["triviaqa"]["decision_threshold"] is None and domains["triviaqa"]["fallback"] == "12 rows, fewer than 20"
+    assert domains["triviaqa"]["decision_threshold"] is None
+    assert domains["triviaqa"]["fallback"].startswith("12 rows, fewer than 20: the pooled guarantee")
     # with --min_domain_rows 10, triviaqa's own 12 rows (a third wrong) certify nothing at alpha 0.3: refused, since
     # the pooled threshold would be no guarantee for it; nothing written
     before = (model / CONFIDENCE_CONFIG_NAME).read_text()
     capsys.readouterr()
     assert cli_main(["threshold", str(model), "--records", str(two_domains / "records"), "--by", "dataset",
-                     "--alpha", "0.3", "--min_domain_rows", "10", "--allow_other_model", "true"]) == 2
+                     "--alpha", "0.3", "--min_domain_rows", "10", "--split", "train",
+                     "--allow_other_model", "true"]) == 2
     error = capsys.readouterr().err
     assert "No threshold is certified for dataset triviaqa (no threshold keeps the error rate" in error
     assert "Nothing was written" in error and len([l for l in error.splitlines() if "error:" in l]) == 1

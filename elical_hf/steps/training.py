@@ -62,14 +62,29 @@ class TrainArguments(only(RecordArguments, "allow_other_model")):
             raise ValueError(f"--num_samples_used must be at least 1, got {self.num_samples_used}.")
 
 
+HELD_OUT_SPLIT = "in_domain_test"
+"""The default calibration split of `elical-hf threshold`: the in-domain datasets' dev/test files (the paper's
+in-domain test split), never trained on; `train` rows are the ones a model is fitted on."""
+
+
 @dataclass(kw_only=True)
 class ThresholdArguments(RecordArguments):
     """Options of [`threshold`] (`elical-hf threshold`)."""
 
     model: str = field(metadata={"positional": True, "help": "A saved confidence model folder (gets "
                                  "decision_threshold); `--model FOLDER` is accepted too."})
-    split: str = field(default="train",
-                       metadata={"help": "Which split of the records to choose it on (not your test set)."})
+    split: str = field(
+        default=HELD_OUT_SPLIT,
+        metadata={"help": "Which paper split of the records to choose it on. Default in_domain_test: the datasets' own "
+                  "dev/test files, the labelled rows a model never trains on (the paper chooses its alignment "
+                  "threshold on them too); report its decisions on other rows (ood_test, or a part not used here). "
+                  "The rows are checked against the questions the model records it trained on (stage 1 included)."},
+    )
+    allow_training_rows: bool = field(
+        default=False,
+        metadata={"help": "Use calibration rows the model was trained on (refused otherwise): the guarantee then "
+                  "does not hold, since it needs rows the model never saw."},
+    )
     alpha: float | None = field(
         default=None,
         metadata={"help": "Guarantee an error rate among answered questions of at most ALPHA (with probability "
@@ -89,6 +104,12 @@ class ThresholdArguments(RecordArguments):
     )
     min_domain_rows: int = field(
         default=30, metadata={"help": "With --by: a domain with fewer labelled rows gets the pooled threshold."}
+    )
+    allow_pooled_fallback: bool = field(
+        default=False,
+        metadata={"help": "With --by and --alpha: let domains under --min_domain_rows fall back to the pooled "
+                  "threshold (refused otherwise: the pooled guarantee bounds the error rate over the mix of domains, "
+                  "not among one domain's questions)."},
     )
 
     def __post_init__(self) -> None:
@@ -242,17 +263,26 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     threshold: a failure leaves the model as it was.
 
     `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
-    anything is scored); the records of `args.records` of the paper's split `args.split` with a judged greedy answer
-    are used (at least 5). Choose it on a split that is not the test set you report.
+    anything is scored); the records of `args.records` of the paper's split `args.split` (default
+    [`HELD_OUT_SPLIT`]) with a judged greedy answer are used (at least 5). Rows whose question the model records
+    having trained on ([`~elical_hf.saved_model.trained_question_overlap`], every stage) are refused in one line
+    unless `args.allow_training_rows` (then counted as `training_rows` in `risk_control`); a model that records no
+    training questions gets a warning that the check could not be made. Choose it on a split that is not the test set
+    you report.
 
     Returns:
-        `dict`: `threshold`, `rows` (records used), `answered` (of them), and `accuracy` (the alignment rule's, in
-        percent) or `guarantee` (`coverage`, `risk`, `risk_upper_bound`, and with `max_abstention`
-        `abstention_upper_bound`); with `by`, `domains` (the saved map's entries).
+        `dict`: `threshold`, `rows` (records used), `answered` (of them), `training_rows` (of them trained on, or
+        `None` when the model records nothing to check), and `accuracy` (the alignment rule's, in percent) or
+        `guarantee` (`coverage`, `risk`, `risk_upper_bound`, `n`, `sequences`, `min_answered` (the fewest rows a
+        certifiable threshold answers), `power` ([`~elical_hf.metrics.risk_control.certification_power`]),
+        `rows_for_power` (rows for 80% power when `power` is below it, `None` if no size up to 64 n reaches it, absent
+        otherwise), and with `max_abstention` `abstention_upper_bound`); with `by`, `domains` (the saved map's
+        entries).
     """
     from ..auto import AutoModelForConfidence
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
     from ..files import refuse_output_over_inputs
+    from ..drift import first_rows
     from ..saved_model import REFERENCE_NAME, set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
@@ -287,14 +317,18 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     confidence_model = AutoModelForConfidence.from_pretrained(model)
     check_records_match(rows, confidence_model.confidence_config.base_model_name_or_path, str(records),
                         args.allow_other_model)
+    trained = _check_training_rows(confidence_model.confidence_config, model, rows, split, args.allow_training_rows,
+                                   say)
     confidences = model_confidences(confidence_model, rows, batch_size=args.batch_size)  # MC rows: the MC prompt
     correct = [int(r["greedy_correctness"]) for r in rows]
-    source = {"records": str(records), "split": split}
+    source = {"records": str(records), "split": split, **({"training_rows": trained} if trained else {})}
     chosen_threshold = set_decision_threshold(model, confidences, correct, alpha=alpha, delta=args.delta,
                                               max_abstention=args.max_abstention, source=source, domains=domains,
                                               by=args.by or "dataset", min_domain_rows=args.min_domain_rows,
-                                              reference={**source, "by": args.by, "domains": domains})
-    out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows),
+                                              reference={**source, "by": args.by, "domains": domains,
+                                                         "question_ids": first_rows([r["question"] for r in rows])},
+                                              allow_pooled_fallback=args.allow_pooled_fallback)
+    out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows), "training_rows": trained,
                            "answered": sum(c >= chosen_threshold for c in confidences)}
     config = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME))
     if alpha is None:
@@ -304,11 +338,48 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
         record = config.risk_control
         measured = selective_risk(confidences, correct, chosen_threshold)
         out["guarantee"] = {"coverage": measured["coverage"], "risk": measured["risk"],
-                            "risk_upper_bound": record["risk_upper_bound"]}
+                            "risk_upper_bound": record["risk_upper_bound"],
+                            **_power(confidences, correct, alpha, args.delta, args.max_abstention)}
         if args.max_abstention is not None:
             out["guarantee"]["abstention_upper_bound"] = record["abstention_upper_bound"]
     if config.domain_thresholds is not None:
         out["domains"] = config.domain_thresholds["domains"]
+    return out
+
+
+def _check_training_rows(config: Any, model: str, rows: list[dict[str, Any]], split: str, allow: bool,
+                         say: Callable[[str], None]) -> int | None:
+    """How many calibration `rows` the model records having trained on; refused (one `ValueError`) unless `allow`.
+    `None`, with a warning, when no training run of the model records its questions."""
+    from ..saved_model import trained_question_overlap
+
+    overlap, unrecorded = trained_question_overlap(config, [r["question"] for r in rows])
+    if unrecorded:
+        say(f"warning: {model} records no training questions for its {', '.join(unrecorded)} run(s) (saved before "
+            f"elical-hf recorded them, or trained on tokenised rows): the {split!r} rows could not be checked against "
+            "its training data, and the guarantee needs rows it never saw")
+    if overlap and not allow:
+        raise ValueError(f"{overlap} of the {len(rows)} {split!r} calibration rows are questions {model} was "
+                         "trained on (by the questions its training history records, stage 1 included): the guarantee "
+                         "needs rows it never saw. Choose a held-out --split, or pass --allow_training_rows to use them anyway "
+                         "(the guarantee then does not hold).")
+    if overlap:
+        say(f"warning: {overlap} of the {len(rows)} {split!r} rows were trained on (--allow_training_rows): the "
+            "guarantee does not hold for this threshold")
+    return None if len(unrecorded) == len(config.training_history) else overlap
+
+
+def _power(confidences: list[float], correct: list[int], alpha: float, delta: float,
+           max_abstention: float | None) -> dict[str, Any]:
+    """The calibration size and what it can certify: `n`, `sequences`, `min_answered`, `power`, `rows_for_power`."""
+    from ..metrics.risk_control import certification_power, fixed_sequences, rows_for_power
+
+    n = len(confidences)
+    tested = fixed_sequences(n, alpha, delta if max_abstention is None else delta / 2)
+    out = {"n": n, "sequences": len(tested), "min_answered": tested[0][0],
+           "power": certification_power(confidences, correct, alpha, delta, max_abstention)}
+    if out["power"] < 0.8:
+        out["rows_for_power"] = rows_for_power(confidences, correct, alpha, delta, max_abstention)
     return out
 
 
