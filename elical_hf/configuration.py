@@ -24,6 +24,8 @@ POOLING_MODES = ("last_token",)
 HEAD_ACTIVATIONS = ("sigmoid",)
 HEAD_TYPES = ("linear", "mlp")
 HEAD_INITS = ("normal", "torch_default")
+CHAT_CONTEXTS = ("question", "refuse")
+"""How a chat request's messages are read ([`ConfidenceConfig`]'s `chat_context`)."""
 REQUIRED_FIELDS = (
     "prompt_template", "use_chat_template", "system_prompt", "add_generation_prompt", "pooling", "head_activation",
     "max_length", "base_model_name_or_path", "base_model_signature", "base_weights_source", "decision_threshold",
@@ -31,8 +33,9 @@ REQUIRED_FIELDS = (
 )
 """The fields of `confidence_config.json` that every version's `save_pretrained` wrote: a file without one is refused.
 The fields added later (`prompt_tail`, `chat_template_kwargs`, `head_type`, `head_init`, `feature_layer`,
-`retrieve_threshold`, `risk_control`, `domain_thresholds`, `use_lora`) may be missing; their defaults are what older
-saves meant."""
+`retrieve_threshold`, `risk_control`, `domain_thresholds`, `use_lora`, `chat_context`) may be missing; their defaults
+are what older saves meant (`chat_context`: older versions refused a request with a system prompt or earlier turns,
+which `"question"` now reads)."""
 VERSION_KEY = "elical_hf_version"
 MAX_CONTEXT_TOKENS = 1 << 24
 """The largest `max_length` a config may hold (16,777,216 tokens: beyond any model's context)."""
@@ -144,6 +147,12 @@ class ConfidenceConfig:
             How a fresh head's weights are drawn (a loaded head keeps its trained weights). `"normal"`: transformers'
             `_init_weights`, weights from N(0, `initializer_range`) (0.02 for most models), biases 0. `"torch_default"`:
             PyTorch's `nn.Linear` default, weights and biases uniform in +-1/sqrt(fan_in), as the reference code's head.
+        chat_context (`str`, *optional*, defaults to `"question"`):
+            How the gate reads a chat request (`/v1/chat/completions`, the LangChain gate): `"question"`, its last
+            message, which must be the user's, is the question, scored and answered as in training (the saved prompt
+            and system prompt); a system prompt or earlier turns of the request are left out of both, and the reply
+            counts them (`elical.messages_left_out`); `"refuse"`, a request with more than one user message is
+            refused. Training reads questions alone either way, so training and serving agree.
         max_length (`int`, *optional*):
             Longest prompt in tokens; longer prompts are truncated from the left so the end of the prompt is kept,
             with a warning that counts them. `None` (the default) means no limit here; a new model built by
@@ -199,6 +208,7 @@ class ConfidenceConfig:
     head_activation: str = "sigmoid"
     head_type: str = "linear"
     head_init: str = "normal"
+    chat_context: str = "question"
     max_length: int | None = None
     base_model_name_or_path: str | None = None
     base_model_signature: dict[str, Any] | None = None
@@ -234,7 +244,8 @@ class ConfidenceConfig:
         checks = [prompt_template_problem(typed["prompt_template"]) if "prompt_template" in typed else None]
         checks += [f"`{name}` must be one of {choices}, got {typed[name]!r}." for name, choices in (
             ("pooling", POOLING_MODES), ("head_activation", HEAD_ACTIVATIONS), ("head_type", HEAD_TYPES),
-            ("head_init", HEAD_INITS)) if name in typed and typed[name] not in choices]
+            ("head_init", HEAD_INITS), ("chat_context", CHAT_CONTEXTS))
+            if name in typed and typed[name] not in choices]
         if typed.get("feature_layer") is not None:  # checked against the backbone's depth where the file names it
             layers = (typed.get("base_model_signature") or {}).get("num_hidden_layers")
             known = isinstance(layers, int) and not isinstance(layers, bool) and layers > 0

@@ -105,8 +105,14 @@ def test_it_composes_in_chains_and_reads_the_usual_inputs(setup):
     prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
     assert (prompt | gate).invoke({"question": QUESTIONS[1]}).content == gate.invoke(QUESTIONS[1]).content
     assert question_of(HumanMessage(QUESTIONS[2])) == question_of({"input": QUESTIONS[2]}) == QUESTIONS[2]
-    with pytest.raises(ValueError, match="single human message"):
-        gate.invoke([SystemMessage("be brief"), HumanMessage(QUESTIONS[0])])
+    # a system prompt and earlier turns are left out (chat_context "question"), as `elical-hf serve` does
+    asked = gate.invoke([SystemMessage("be brief"), HumanMessage("hi"), AIMessage("Hello!"), HumanMessage(QUESTIONS[1])])
+    assert asked.content == gate.invoke(QUESTIONS[1]).content
+    with pytest.raises(ValueError, match="last message asks: it must be a human message"):
+        gate.invoke([HumanMessage(QUESTIONS[0]), AIMessage("Shakespeare")])
+    assert question_of([SystemMessage("be brief"), HumanMessage(QUESTIONS[0])]) == QUESTIONS[0]
+    with pytest.raises(ValueError, match="single human message, got \\['SystemMessage', 'HumanMessage'\\]"):
+        question_of([SystemMessage("be brief"), HumanMessage(QUESTIONS[0])], chat_context="refuse")
     with pytest.raises(ValueError, match="non-empty question"):
         gate.invoke("   ")
     with pytest.raises(ValueError, match="'question'"):

@@ -110,6 +110,21 @@ def test_each_request_is_gated_as_model_answer_gates_it(gate, expected):
     assert status == 200 and [m["id"] for m in listing["data"]] == [NAME]
 
 
+def test_a_system_prompt_and_earlier_turns_are_left_out_and_counted(gate, expected):
+    """The model's `chat_context` ("question", the default): the last user message is the question, scored and
+    answered as in training; the request's system prompt and history are left out of both and counted."""
+    server = gate[0]
+    for i in (0, 1):
+        history = [{"role": "system", "content": "You are a helpful assistant."},
+                   {"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi! Ask away."}]
+        body = {"model": NAME, "messages": [*history, {"role": "user", "content": QUESTIONS[i]}]}
+        status, reply, headers = server.post("/chat/completions", body)
+        check_reply(status, reply, headers, expected[i])
+        assert reply["elical"]["messages_left_out"] == 3
+    status, reply, _ = server.post("/chat/completions", ask(QUESTIONS[0]))
+    assert reply["elical"]["messages_left_out"] == 0
+
+
 def test_a_request_sets_its_own_thresholds(gate):
     server, _, confidences, _ = gate
     lowest = QUESTIONS[confidences.index(min(confidences))]
@@ -152,8 +167,10 @@ LONG_QUESTION = " ".join(["who wrote hamlet"] * 200)  # 600 tokens: more than th
     ({"messages": []}, 400, "messages", "too_short"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "literal_error"),
     (ask("   "), 400, "messages.0.content", None),
-    ({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "who wrote hamlet"}]},
+    ({"messages": [{"role": "user", "content": "who wrote hamlet"}, {"role": "assistant", "content": "Shakespeare"}]},
      400, "messages", "unsupported_messages"),
+    ({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": " "}]},
+     400, "messages.1.content", None),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      400, "messages.0.content", "unsupported_content"),
     (ask("who wrote hamlet", n=2), 400, "n", "unsupported_parameter"),
@@ -276,3 +293,17 @@ def test_the_command_refuses_what_it_cannot_serve(tmp_path, tiny_llama, raise_us
         cli_main(["serve", str(untuned), "--threshold", "0.5", "--retriever", "kb"])
     with pytest.raises(ValueError, match="--mode must be one of"):
         cli_main(["serve", str(untuned), "--mode", "chat"])
+
+
+def test_a_model_whose_chat_context_is_refuse_takes_a_single_user_message():
+    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.serve.engine import question_of
+    from elical_hf.serve.schema import RequestError
+
+    history = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "who wrote hamlet"}]
+    assert question_of(history, "question") == (history[-1:], 1)
+    with pytest.raises(RequestError, match=r"send a single user message, got \['system', 'user'\]") as error:
+        question_of(history, "refuse")
+    assert error.value.code == "unsupported_messages" and question_of(history[1:], "refuse") == (history[1:], 0)
+    with pytest.raises(ValueError, match="`chat_context` must be one of"):
+        ConfidenceConfig(chat_context="history")

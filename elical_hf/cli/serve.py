@@ -1,7 +1,8 @@
 """`elical-hf serve`: an OpenAI-compatible server (`POST /v1/chat/completions`, `POST /v1/confidence`, `GET /v1/models`)
 for the gate.
 
-`--mode gate` (the default) serves a saved confidence model: each request (one question, a single user message) is
+`--mode gate` (the default) serves a saved confidence model: each request (one question: its last message, the user's;
+a system prompt and earlier turns are left out, as the model's `chat_context` says, and counted in the reply) is
 scored before generation and answered by the unadapted base model, answered with retrieved context (`--retriever`),
 or abstained with `--abstain_message` and `finish_reason: "abstain"`; the confidence, decision and threshold are in
 the response's `elical` field and its `x-elical-*` headers. `--mode completion` serves any causal LM (a confidence

@@ -57,8 +57,10 @@ from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 __all__ = ["ConfidenceGate", "context_of", "domain_of", "finish_reason_of", "question_of"]
 
 
-def question_of(value: Any) -> str:
-    """The question an input of [`ConfidenceGate`] asks; a `ValueError` saying why for anything else."""
+def question_of(value: Any, chat_context: str = "question") -> str:
+    """The question an input of [`ConfidenceGate`] asks; a `ValueError` saying why for anything else. A message list
+    asks its last message, a human one, as the model's `chat_context` says (`"question"`: a system prompt and earlier
+    turns are left out, as `elical-hf serve` does; `"refuse"`: a single human message only)."""
     if isinstance(value, dict):
         key = next((k for k in ("question", "input") if k in value), None)
         if key is None:
@@ -69,12 +71,14 @@ def question_of(value: Any) -> str:
     if isinstance(value, BaseMessage):
         value = [value]
     if isinstance(value, (list, tuple)):
-        humans = [m for m in value if isinstance(m, HumanMessage)]
-        if len(humans) != 1 or len(value) != 1:
-            kinds = [type(m).__name__ for m in value]
-            raise ValueError(f"The gate scores one question: give a single human message, got {kinds} (a system "
-                             "prompt or earlier turns are not what the confidence was trained on).")
-        value = humans[0].content
+        kinds = [type(m).__name__ for m in value]
+        if chat_context == "refuse" and len(value) != 1:
+            raise ValueError(f"This model's gate scores one question: give a single human message, got {kinds} (its "
+                             "chat_context is 'refuse').")
+        if not value or not isinstance(value[-1], HumanMessage):
+            raise ValueError(f"The gate scores the question the last message asks: it must be a human message, got "
+                             f"{kinds}.")
+        value = value[-1].content
         if isinstance(value, list):  # content blocks: text only
             if any(not isinstance(part, str) and not (isinstance(part, dict) and part.get("type") == "text")
                    for part in value):
@@ -201,7 +205,7 @@ class ConfidenceGate(Runnable):
 
         for i, value in enumerate(inputs):
             try:
-                questions[i] = question_of(value)
+                questions[i] = question_of(value, self.inner.confidence_config.chat_context)
                 check_prompt_texts([questions[i]], [f"input {i}" if len(inputs) > 1 else "the question"])
                 domains[i] = domain_of(value, self.domain)
                 thresholds_for(self.inner.confidence_config, domains[i])

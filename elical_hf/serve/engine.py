@@ -65,6 +65,8 @@ class Job:
     """`logprobs` with this many `top_logprobs` per token (`None`: no `logprobs`)."""
     domain: str | None = None
     """The request's `elical.domain`: its thresholds are that domain's ([`GateEngine.domain_thresholds`])."""
+    left_out: int = 0
+    """The request's messages the gate left out (its system prompt and earlier turns: [`question_of`])."""
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False, compare=False)
@@ -175,12 +177,28 @@ class Engine:
         return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
+def question_of(messages: list[dict[str, str]], chat_context: str) -> tuple[list[dict[str, str]], int]:
+    """The question a chat request asks the gate, as `([its user message], messages left out)`, by the model's
+    `chat_context` ([`~elical_hf.configuration.ConfidenceConfig`]): `"question"`, the last message, which must be the
+    user's (a system prompt and earlier turns are left out: the confidence was trained on questions alone, and the
+    answer it is about is the answer to the question as trained); `"refuse"`, a single user message only. A
+    `RequestError` (400 `unsupported_messages`) otherwise."""
+    roles = [m["role"] for m in messages]
+    if chat_context == "refuse" and roles != ["user"]:
+        raise RequestError(f"This model's gate scores one question: send a single user message, got {roles} (its "
+                           "chat_context is 'refuse').", param="messages", code="unsupported_messages")
+    if roles[-1] != "user":
+        raise RequestError(f"The gate scores the question the last message asks: it must be the user's, got {roles}.",
+                           param="messages", code="unsupported_messages")
+    return messages[-1:], len(messages) - 1
+
+
 class GateEngine(Engine):
     """
     Answer, retrieve or abstain per request, with a confidence model ([`~elical_hf.gate.answer_questions`]).
 
-    A request is one question: a single user message (the confidence model was trained on questions alone, so a
-    system prompt or earlier turns would change what is answered without changing what is scored; they are refused).
+    A request is one question: its last message, the user's ([`question_of`]: a system prompt and earlier turns are
+    left out of what is scored and answered, as the model's `chat_context` says, and counted in the reply).
 
     Args:
         model ([`PeftModelForConfidence`]): A saved confidence model loaded with [`AutoModelForConfidence`].
@@ -268,13 +286,9 @@ class GateEngine(Engine):
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
         job = super().prepare(request)
-        if len(job.messages) != 1 or job.messages[0]["role"] != "user":
-            roles = [m["role"] for m in job.messages]
-            raise RequestError(f"The gate scores one question: send a single user message, got {roles}. A system "
-                               "prompt or earlier turns are not what the confidence was trained on; serve with "
-                               "--mode completion for plain chat.", param="messages", code="unsupported_messages")
+        job.messages, job.left_out = question_of(job.messages, self.config.chat_context)
         if not job.messages[0]["content"].strip():
-            raise RequestError("The question (the user message) is empty.", param="messages.0.content")
+            raise RequestError("The question (the user message) is empty.", param=f"messages.{job.left_out}.content")
         if job.repetition_penalty != 1.0:
             raise RequestError("The gate answers with the plain greedy answer its confidence is about: "
                                "`repetition_penalty` is only for --mode completion.", param="repetition_penalty",
@@ -426,7 +440,7 @@ class GateEngine(Engine):
         return {"confidence": result["confidence"], "decision": result["decision"], "threshold": job.threshold,
                 "retrieve_threshold": job.retrieve_threshold, "domain": job.domain,
                 "answered": result["decision"] == "answer" or bool(result["context"]),
-                "context": result["context"], "batch_size": batch_size}
+                "context": result["context"], "batch_size": batch_size, "messages_left_out": job.left_out}
 
     def _reply(self, job: Job, result: dict[str, Any], prompt_tokens: int, batch_size: int) -> Reply:
         gate = self._gate(job, result, batch_size)

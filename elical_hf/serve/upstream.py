@@ -187,7 +187,8 @@ class UpstreamGateEngine(GateEngine):
         decision = decide(confidence, job.threshold, job.retrieve_threshold)
         gate = {"confidence": confidence, "decision": decision, "threshold": job.threshold,
                 "retrieve_threshold": job.retrieve_threshold, "domain": job.domain,
-                "answered": decision == "answer", "context": None, "batch_size": batch_size}
+                "answered": decision == "answer", "context": None, "batch_size": batch_size,
+                "messages_left_out": job.left_out}
         if job.listener is not None:
             job.listener(("decision", gate, None if gate["answered"] else self.abstain_message, 0))
         if not gate["answered"]:  # abstain, or the retrieve band without a retriever
