@@ -307,3 +307,31 @@ def test_a_model_whose_chat_context_is_refuse_takes_a_single_user_message():
     assert error.value.code == "unsupported_messages" and question_of(history[1:], "refuse") == (history[1:], 0)
     with pytest.raises(ValueError, match="`chat_context` must be one of"):
         ConfidenceConfig(chat_context="history")
+
+
+def test_the_system_prompt_figures_in_the_docs_are_the_measured_ones():
+    """docs/serve.md and docs/gate.md quote docs/results/system_prompt.json (experiments/system_prompt_effect.py),
+    whose AUROCs recompute from its per-question confidences."""
+    import json
+    from pathlib import Path
+
+    from elical_hf.demo import DEMO_RECORDS
+    from elical_hf.metrics import auroc
+    from elical_hf.signals.records import load_records
+
+    root = Path(__file__).resolve().parent.parent
+    measured = json.loads((root / "docs" / "results" / "system_prompt.json").read_text())
+    rows = [r for r in load_records(DEMO_RECORDS).to_list() if r["partition"] == "test"]
+    by_dataset = {}
+    for i, row in enumerate(rows):
+        by_dataset.setdefault(row["dataset"], []).append(i)
+    for name, confidences in measured["confidences"].items():  # per-dataset AUROC weighted by size, recomputed
+        mean = sum(100 * len(rows_of) * auroc([confidences[i] for i in rows_of],
+                                              [int(rows[i]["greedy_correctness"]) for i in rows_of])
+                   for rows_of in by_dataset.values()) / len(rows)
+        assert mean == pytest.approx(measured["auroc"][name], abs=0.05), name
+    texts = [" ".join((root / "docs" / doc).read_text().split()) for doc in ("serve.md", "gate.md")]
+    for pair in ("helpful − as trained", "concise − as trained"):
+        cell = measured["differences"][pair]
+        quoted = f"{cell['auroc']:+.1f} [{cell['auroc_ci'][0]:+.1f}, {cell['auroc_ci'][1]:+.1f}]".replace("-", "−")
+        assert all(quoted in text for text in texts), (pair, quoted)
