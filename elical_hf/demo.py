@@ -12,8 +12,8 @@ to mean something:
 
 Stage 2 and Cal-Only calibrate the head only (cached prompt features), on the same labels, for several label draws:
 EliCal continues the stage-1 head on stage-1 features, Cal-Only fits a fresh head on the frozen base model's features.
-The headline is the paired difference EliCal - Cal-Only in in-domain AUROC, with an interval over test resamples and
-label draws.
+The headline is the paired difference EliCal - Cal-Only in in-domain AUROC, mean over the label draws, with its 95%
+two-level bootstrap interval (label draws resampled with replacement, then test questions).
 """
 
 from __future__ import annotations
@@ -260,7 +260,8 @@ def _sentence(diff: dict[str, Any], n: int, draws: int) -> str:
     else:
         verb, tail = "is not distinguishable from", ": the interval includes zero"
     return (f"With {n} labels ({draws} label draws), EliCal {verb} Cal-Only in in-domain AUROC, "
-            f"{diff['auroc']:+.1f} [{low:+.1f}, {high:+.1f}] (paired, 95% over test resamples and label draws){tail}.")
+            f"{diff['auroc']:+.1f} [{low:+.1f}, {high:+.1f}] (paired, mean over draws; 95% interval resampling the "
+            f"draws, then the test questions){tail}.")
 
 
 def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:

@@ -22,6 +22,9 @@ from .metrics.resampled import resampled_alignment, resampled_auroc, resampled_e
 SPLIT_AVERAGES = {"in_domain_test": "in-domain avg", "ood_test": "OOD avg"}
 CALIBRATION_FRACTION = 0.2
 """Share of each dataset's rows (its first rows, in file order) that chooses the alignment threshold."""
+SEED_INTERVAL = "95% two-level bootstrap interval (seeds resampled with replacement, then test questions)"
+"""What the interval of a mean over seeds ([`paired_difference_over_draws`]) is, in the words of the captions that
+print one."""
 
 
 def _auroc(confidences: np.ndarray, correct: np.ndarray) -> float:
@@ -107,7 +110,10 @@ def evaluate_table(
             metric (`auroc_ci`, `ece_ci`, `alignment_ci`). Rows are resampled within each dataset, the same resamples
             for every method (paired), alignment's threshold rows apart from its scored rows (the rule of
             [`~elical_hf.metrics.bootstrap_ci`], so the `honesty_alignment` module gives the same interval), and an
-            average's interval comes from the weighted averages of the resampled per-dataset metrics.
+            average's interval comes from the weighted averages of the resampled per-dataset metrics. ECE's
+            resamples are biased upward (resampling noise tends to widen its absolute bin gaps), so near zero its
+            interval can lie above the point estimate: it is the spread of a resample's ECE, not a bound on the
+            true calibration error.
         seed (`int`, *optional*, defaults to 0): Bootstrap seed.
 
     Returns:
@@ -170,25 +176,22 @@ def paired_difference_over_draws(
     b_draws: Sequence[Sequence[float]] | None,
     bootstrap: int = 1000,
     seed: int = 0,
-    draw_resampling: str = "one",
 ) -> dict[str, dict[str, Any]]:
     """
     `metric(a) - metric(b)` (or `metric(a)` alone, `b_draws=None`) averaged over several label draws (or training
-    seeds), with a 95% interval over the bootstrap resamples of the test questions (the paired resamples of
-    [`evaluate_table`]) and over the draws, by one of two rules:
-
-    - `"one"`: each resample is scored with one draw chosen at random. Its interval is the spread of *one* draw's
-      result, wider than that of the mean over the draws printed beside it.
-    - `"hierarchical"`: each resample also resamples the draws (as many, with replacement) and averages their
-      results on it: a two-level bootstrap of the mean over draws (seeds, then test rows), the interval of the
-      printed mean. With few draws (3 seeds) it carries the seeds' spread only as far as three values show it.
+    seeds), with a 95% two-level (hierarchical) bootstrap interval of that mean. Each of the `bootstrap` resamples
+    draws as many draws as there are, with replacement, and one resample of the test questions (the paired resamples
+    of [`evaluate_table`], shared by every draw and both methods), and scores the mean over the drawn draws on it; the
+    interval holds the middle 95% of those means. It is the interval of the printed mean over draws, for the spread of
+    the test questions and of the draws together, but the draws' part only as far as the draws at hand show it: with
+    3 seeds a resample re-weights three values (one value three times in 1 of 9 resamples), so it is rough and narrower
+    than many seeds would give. With one draw it is [`paired_differences`]'s interval.
 
     Args:
         correct, datasets, splits: As in [`evaluate_table`].
         a_draws, b_draws (`list[list[float]]`): One confidence list per draw for each method; draw `d` of `a` and of
             `b` used the same labels (the difference is paired within a draw). `b_draws=None`: `a`'s own metrics.
         bootstrap (`int`, *optional*, defaults to 1000), seed (`int`, *optional*, defaults to 0): Resamples and seed.
-        draw_resampling (`str`, *optional*, defaults to `"one"`): `"one"` or `"hierarchical"` (above).
 
     Returns:
         `dict`: column -> `{metric: mean difference, "<metric>_ci": [low, high], "<metric>_per_draw": [...]}`.
@@ -198,8 +201,6 @@ def paired_difference_over_draws(
                          f"{len(b_draws or [])}.")
     if bootstrap < 1:
         raise ValueError(f"paired_difference_over_draws needs bootstrap >= 1, got {bootstrap}.")
-    if draw_resampling not in ("one", "hierarchical"):
-        raise ValueError(f"draw_resampling must be 'one' or 'hierarchical', got {draw_resampling!r}.")
     correct_array, masks, split_of, draws = _prepare(
         correct, datasets, splits, {"a": a_draws[0]}, bootstrap, seed
     )
@@ -213,11 +214,8 @@ def paired_difference_over_draws(
         row_b, samples_b = _evaluate_method("b", b_draws[index], correct_array, masks, split_of, draws)
         rows.append({c: {m: row_a[c][m] - row_b[c][m] for m in TABLE_METRICS} for c in row_a})
         samples.append({c: {m: samples_a[c][m] - samples_b[c][m] for m in TABLE_METRICS} for c in row_a})
-    rng = np.random.default_rng(seed + 1)
-    if draw_resampling == "one":
-        pick = rng.integers(0, len(rows), size=(bootstrap, 1))  # one draw per resample
-    else:
-        pick = rng.integers(0, len(rows), size=(bootstrap, len(rows)))  # the draws resampled, then averaged
+    # the draws resampled with replacement (as many as there are) for each test resample, then averaged
+    pick = np.random.default_rng(seed + 1).integers(0, len(rows), size=(bootstrap, len(rows)))
     out: dict[str, dict[str, Any]] = {}
     for column in rows[0]:
         cell: dict[str, Any] = {}

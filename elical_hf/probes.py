@@ -5,16 +5,19 @@ standard deviation per dimension, from the training rows only), trained on the f
 writes ([`~elical_hf.layer_features`]). They differ in their target and in how `w` is found:
 
 - `pik`, the P(IK) probe (Kadavath et al. 2022): logistic regression ([`fit_logistic`]) on greedy correctness labels.
-- `dim`, the difference-of-means accuracy probe ("No Answer Needed", ICLR 2026): `w` = mean(correct rows) -
-  mean(wrong rows), no optimisation ([`mean_difference`]); a 1-d logistic fit on the training rows scales it.
+- `dim`, the difference-of-means accuracy probe ("No Answer Needed", ICLR 2026): the direction is the mean of the
+  correct rows' raw activations minus that of the wrong rows' ([`mean_difference`] on the features as they are, the
+  paper's; not on standardised features, which give another direction), no optimisation; a 1-d logistic fit on the
+  training rows' projections scales it (stored in standardised coordinates, so every probe scores the same way).
 - `sep`, the semantic-entropy probe (Kossen et al. 2024): logistic regression on the label-free target, high vs low
   semantic entropy of the question's k samples; its confidence is 1 - P(high entropy).
 
 The logistic fit minimises the summed cross-entropy plus `l2 / 2 * |w|^2` (scikit-learn's `LogisticRegression` with
 `C = 1 / l2`; the bias is not penalised), with L-BFGS: a convex problem, so the probe does not depend on a seed,
-a learning rate or a number of epochs. The difference-of-means probe's projection is squashed to [0, 1] by a 1-d
-logistic fit on the same training rows (Platt scaling): its ranking, hence its AUROC, is the projection's, and its
-confidences are calibrated on the training rows, so ECE and alignment mean something.
+a learning rate or a number of epochs. The difference-of-means probe's projection `(x - mean) . direction` is
+squashed to [0, 1] by a 1-d logistic fit on the same training rows (Platt scaling, on the projection divided by its
+standard deviation): its ranking, hence its AUROC, is the raw projection's, and its confidences are calibrated on the
+training rows, so ECE and alignment mean something.
 
 Semantic entropy ([`semantic_entropy`]): the records hold one judgement per sample, *is it equivalent to the greedy
 answer*, not judgements between samples. So the samples judged equivalent to the greedy answer form one cluster, and
@@ -61,7 +64,8 @@ class Probe:
 
 PROBES: dict[str, Probe] = {
     "pik": Probe("P(IK)", True, "logistic probe on greedy correctness (Kadavath et al. 2022)"),
-    "dim": Probe("DiM", True, "difference-of-means accuracy probe, no optimisation (No Answer Needed, ICLR 2026)"),
+    "dim": Probe("DiM", True, "difference-of-means accuracy probe on raw activations, no optimisation (No Answer "
+                 "Needed, ICLR 2026)"),
     "sep": Probe("SEP", False, "semantic-entropy probe, label-free (Kossen et al. 2024)"),
 }
 """Probes by name (`elical-hf evaluate --probes`)."""
@@ -160,7 +164,8 @@ def fit_logistic(
 
 
 def mean_difference(features: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """The difference-of-means direction: the mean row of the correct (1) rows minus that of the wrong (0) rows."""
+    """The difference-of-means direction: the mean row of the correct (1) rows minus that of the wrong (0) rows, in
+    the coordinates of `features` as given ([`fit_probe`] `"dim"` passes the raw activations)."""
     labels = np.asarray(correct, dtype=np.float64)
     if not np.isin(labels, (0.0, 1.0)).all():
         raise ValueError("The difference-of-means probe needs 0/1 correctness labels.")
@@ -196,12 +201,14 @@ def fit_probe(kind: str, features: np.ndarray, targets: Sequence[float], l2: flo
         value = min(max(float(y[0]), 1e-4), 1 - 1e-4)
         bias = math.log(value / (1 - value))
         return LinearProbe(mean, scale, np.zeros_like(mean), -bias if kind == "sep" else bias)
-    z = (np.asarray(features, dtype=np.float32) - mean) / scale
-    if kind == "dim":
-        direction = mean_difference(z, y)
-        (slope,), bias = fit_logistic((z @ direction)[:, None], y, l2)
-        return LinearProbe(mean, scale, (slope * direction).astype(np.float32), bias)
-    weight, bias = fit_logistic(z, y, l2)
+    centred = np.asarray(features, dtype=np.float32) - mean
+    if kind == "dim":  # the raw activations' direction; z . (scale * direction) is the raw projection, centred
+        direction = mean_difference(features, y)
+        projection = centred @ direction
+        spread = float(projection.std()) or 1.0
+        (slope,), bias = fit_logistic((projection / spread)[:, None], y, l2)
+        return LinearProbe(mean, scale, (slope / spread * scale * direction).astype(np.float32), bias)
+    weight, bias = fit_logistic(centred / scale, y, l2)
     if kind == "sep":  # the probe predicts high entropy; its confidence is the other side
         weight, bias = -weight, -bias
     return LinearProbe(mean, scale, weight, bias)
@@ -340,9 +347,12 @@ def layer_curve(
 
     Returns:
         `dict`: `layers`, `questions`, `correct`, `folds`, `bootstrap`, `curves` (target -> one `{"layer", "auroc",
-        "auroc_ci"}` per layer), `recommended_layer` (the highest AUROC of the first target's probe, the earliest of
-        equal ones), `rule`, `final_layer` (the deepest of `features.layers`: include the model's final layer) and
-        `recommended_minus_final` (`{"auroc", "auroc_ci"}`, paired).
+        "auroc_ci", "minus_final"}` per layer, `minus_final` the paired `{"auroc", "auroc_ci"}` of that layer minus
+        the final one), `recommended_layer` (the highest AUROC of the first target's probe, the earliest of equal
+        ones), `rule`, `final_layer` (the deepest of `features.layers`: include the model's final layer) and
+        `recommended_minus_final` (the recommended layer's `minus_final`). The recommended layer's own interval
+        is read on the rows that chose it (a winner's curse): choose on one pool and read the other's `minus_final`
+        at that layer for an honest one (`experiments/layer_depth_check.py`).
     """
     from tqdm.auto import tqdm
 
@@ -368,15 +378,17 @@ def layer_curve(
             samples[name][layer] = resampled
             curves[name].append({"layer": layer, "auroc": 100 * auroc(_sigmoid(scores), y),
                                  "auroc_ci": list(percentile_interval(resampled))})
-    first = next(iter(targets))
-    best = max(curves[first], key=lambda cell: (cell["auroc"], -cell["layer"]))["layer"]
     final = features.layers[-1]
-    by_layer = {cell["layer"]: cell["auroc"] for cell in curves[first]}
-    difference = samples[first][best] - samples[first][final]
+    for name, cells in curves.items():  # every layer against the final one, paired (the same resamples)
+        last = cells[-1]["auroc"]
+        for cell in cells:
+            difference = samples[name][cell["layer"]] - samples[name][final]
+            cell["minus_final"] = {"auroc": cell["auroc"] - last, "auroc_ci": list(percentile_interval(difference))}
+    first = next(iter(targets))
+    best = max(curves[first], key=lambda cell: (cell["auroc"], -cell["layer"]))
     return {
         "layers": list(features.layers), "questions": len(y), "correct": positives, "folds": folds,
-        "bootstrap": bootstrap, "curves": curves, "recommended_layer": best, "final_layer": final,
+        "bootstrap": bootstrap, "curves": curves, "recommended_layer": best["layer"], "final_layer": final,
         "rule": f"the layer whose {first} probe has the highest cross-validated AUROC (the earliest of equal ones)",
-        "recommended_minus_final": {"auroc": by_layer[best] - by_layer[final],
-                                    "auroc_ci": list(percentile_interval(difference))},
+        "recommended_minus_final": best["minus_final"],
     }

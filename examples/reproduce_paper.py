@@ -678,7 +678,7 @@ def seed_draws(
     """EliCal vs Cal-Only (LoRA + head, and head-only) at each budget run with more than one seed, as
     [`elical_hf.steps.evaluate`]'s `draws` (`METHOD@N~seeds` -> one confidence list per seed that finished both runs)
     and the comparisons of the seed table: its row name, the draw pair (`draw_pairs`: the mean difference over the
-    seeds with a 95% interval over test resamples *and* seeds) and the seeds."""
+    seeds with the two-level bootstrap interval of that mean, seeds then test questions) and the seeds."""
     seeds = [args.seed, *args.extra_seeds]
     draws: dict[str, list[list[float]]] = {}
     comparisons = []
@@ -719,7 +719,9 @@ def step_ablations(args: argparse.Namespace) -> None:
 
 def seed_markdown(over_seeds: dict[str, Any]) -> str:
     """The seed-variance table of `report.md`."""
-    lines = ["## Differences over seeds (x100; mean over seeds, 95% interval over test resamples and seeds)\n",
+    from elical_hf.evaluation import SEED_INTERVAL
+
+    lines = ["## Differences over seeds (x100)\n", f"The mean over seeds with its {SEED_INTERVAL}.\n",
              "| comparison | seeds | in-domain AUROC diff | per seed | OOD AUROC diff | per seed |",
              "|---|---|---:|---|---:|---|"]
     for name, entry in over_seeds.items():

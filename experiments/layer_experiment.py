@@ -3,9 +3,10 @@
     HF_HUB_OFFLINE=1 python experiments/layer_experiment.py --output_dir outputs/layers
     HF_HUB_OFFLINE=1 python experiments/layer_experiment.py --output_dir outputs/layers --layer_rule train_cv
 
-About 14 minutes on 2 shared AMD EPYC cores (bfloat16 by the precision policy): 3.8 min for the features of 7,050
-questions, about 19 s a layer for its 28 head and probe fits (most of it the three stage-1 fits on 4,800
-questions) and half a minute of evaluation. `ELICAL_HF_CPU_BF16=0` computes the features in float32, as the committed
+About 25 minutes with `OMP_NUM_THREADS=1` on 2 Intel Xeon cores shared with other jobs (bfloat16 by the precision
+policy; `docs/results/layers/layers.json`): 9 min for the features of 7,050 questions, 20-80 s a layer for its 28
+head and probe fits (most of it the three stage-1 fits on 4,800 questions) and half a minute of evaluation; 14
+minutes on 2 free AMD EPYC cores. `ELICAL_HF_CPU_BF16=0` computes the features in float32, as the committed
 replication did (about 1.7x slower). The second command reuses the first's features and runs and adds only the
 train-pool rule's cross-validation.
 
@@ -17,16 +18,20 @@ layer (`--layers`), seed (`--seeds`) and label budget (`--label_budgets`):
 
 - **Eli-Only-head**: a fresh head fit on the label-free consistency target of every train question (stage 1 on cached
   features, `calibrate_head(stage="elicitation")`), seeded row order and early-stopping split;
-- **Cal-Only-head@n**: the fresh head calibrated on `n` correctness labels (`calibrate_head`, the paper's MSE target:
-  the share of the k samples judged correct), the label draw `take_labels(train, n, seed)` of the replication;
+- **Cal-Only-head@n**: a fresh head calibrated on `n` correctness labels (`calibrate_head`, the paper's MSE target:
+  the share of the k samples judged correct), the label draw `take_labels(train, n, seed)` of the replication. Its
+  fresh head is drawn as the reference's `nn.Linear` is (`head_init="torch_default"`, [`BASELINE_HEAD_INIT`]): with
+  transformers' N(0, 0.02) draw the head-only baseline scores below chance with 100 labels
+  (`docs/results/head_init.json`), which would flatter every method compared with it;
 - **EliCal-head@n**: that seed's Eli-Only-head, then calibrated on the same `n` labels (stage 2, head only);
 - **SEP** (label-free, one per layer: it has no seed), and the **DiM@n** and **P(IK)@n** probes on the same label
   draws (`elical_hf.probes.train_probe`, as `reproduce_paper.py --steps probes`).
 
 Every head fit is the replication's head-only recipe (`calibrate_head`, learning rate 1e-3, batch 16, at most 50
-epochs, early stopping on a seeded 10% of the rows). Because the backbone is the frozen base model everywhere,
-EliCal-head here starts from a head-only stage 1, not from the replication's LoRA + head stage 1; and stage 1 is fit
-once per seed (the replication fits it once), so Eli-Only-head has seed variance too.
+epochs, early stopping on a seeded 10% of the rows); stage 1 starts from the package's default head draw (`normal`).
+Because the backbone is the frozen base model everywhere, EliCal-head here starts from a head-only stage 1, not from
+the replication's LoRA + head stage 1; and stage 1 is fit once per seed (the replication fits it once), so
+Eli-Only-head has seed variance too.
 
 Reported: the mean per-dataset AUROC (size-weighted over datasets, `elical_hf.evaluation`) on the test questions, in
 domain and out of domain, per (method, budget, layer), averaged over seeds; the layer each row would use, chosen
@@ -35,13 +40,16 @@ replication's 200 in-domain dev questions, mean over seeds; the earliest of equa
 layer for every method, the recommendation of `elical-hf probe-layers` (5-fold cross-validated AUROC of a logistic
 correctness probe on the train pool: its 4,800 labels make it the steadier rule, the dev split holding only about 25
 correct answers at 12% accuracy); and the chosen layer against the final layer: the difference of test AUROC with
-a 95% paired bootstrap interval over test resamples *and* seeds (`evaluation.paired_difference_over_draws`, as the
-replication pools seeds).
+the 95% two-level bootstrap interval of the mean over seeds (seeds resampled with replacement, then test questions:
+`evaluation.paired_difference_over_draws`, as the replication pools seeds); and, at the final layer,
+EliCal-head@n − Cal-Only-head@n (the method against its fairly initialised baseline, head-only in both stages), with
+the same kind of interval.
 
-Writes `layers.json` (every number), `layers.md` (tables) and `auroc_vs_layer.png` to `--output_dir`; each (layer,
-seed)'s dev and test confidences are kept in `--output_dir/runs/`, so a rerun (or a run of more layers) recomputes only
-what is missing. `--model` takes a Hub id, a model folder or a `.gguf` file (dequantized once into
-`--output_dir/models/`), with `--records` of that model's answers.
+Writes `layers.json` (every number), `layers.md` (tables), `auroc_vs_layer.png` and `layer_runs.json` (the test
+confidences behind every comparison: each run at its chosen and at the final layer, per seed, with the question ids)
+to `--output_dir`; each (layer, seed)'s dev and test confidences are kept in `--output_dir/runs/`, so a rerun (or a
+run of more layers) recomputes only what is missing. `--model` takes a Hub id, a model folder or a `.gguf` file
+(dequantized once into `--output_dir/models/`), with `--records` of that model's answers.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ from label_selection import HEAD_SETTINGS, calibrated_confidences  # noqa: E402 
 
 RECORDS = common.RECORDS
 AVERAGES = ("in-domain avg", "OOD avg")
+BASELINE_HEAD_INIT = "torch_default"
+"""How Cal-Only-head's fresh head is drawn: PyTorch's `nn.Linear` default, the reference code's head."""
 HEAD_METHODS = ("Eli-Only-head", "Cal-Only-head", "EliCal-head")
 LAYER_RULES = {
     "dev": "per method and label budget, the layer of highest mean dev AUROC over seeds (dev: the records' dev "
@@ -193,12 +203,13 @@ def load_partitions(path: str, correctness: str) -> dict[str, list[dict[str, Any
 
 
 def run_key(parts: dict[str, list[dict[str, Any]]], settings: dict[str, Any], fingerprint: str) -> str:
-    """What a cached run depends on: the features (their fingerprint: model and questions), the head settings and
-    every target and label of the train, dev and test records."""
-    from elical_hf.probes import DEFAULT_L2
+    """What a cached run depends on: the features (their fingerprint: model and questions), the head settings, the
+    baseline's head init, the probes' definitions and every target and label of the train, dev and test records."""
+    from elical_hf.probes import DEFAULT_L2, PROBES
     from elical_hf.signals import training_columns
 
-    digest = hashlib.sha256(json.dumps([fingerprint, settings, DEFAULT_L2], sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps([fingerprint, settings, DEFAULT_L2, BASELINE_HEAD_INIT,
+                                        {k: p.description for k, p in PROBES.items()}], sort_keys=True).encode())
     for part in ("train", "dev", "test"):
         for r in parts[part]:
             digest.update(json.dumps([r["question"], str(r.get("id")), training_columns(r),
@@ -233,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from elical_hf.head_calibration import confidence_head_module
     from elical_hf.layer_features import cache_layer_features, resolve_layers
+    from elical_hf.modeling import initialize_confidence_head
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
     from elical_hf.signals.records import check_records_match
@@ -248,14 +260,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.records} has no judged dev records to choose the layer on: use --layer_rule train_cv.")
     train = reproduce_paper.rows_of(train_records, "train")  # the rows the replication draws its labels from
     model_path = resolve_model(args.model, args.output_dir)
-    torch.manual_seed(args.seeds[0])  # the fresh head every Eli-Only-head and Cal-Only-head starts from
+    torch.manual_seed(args.seeds[0])  # the fresh heads every Eli-Only-head and every Cal-Only-head start from
     t = time.perf_counter()
     model = feature_model(model_path)
     check_records_match(train_records + dev_records + test_records, model.confidence_config.base_model_name_or_path,
                         str(args.records), args.allow_other_model)
     total_layers = model.config.get_text_config().num_hidden_layers
     layers = sorted(set(resolve_layers(args.layers, total_layers)) | {total_layers})
-    fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    head = confidence_head_module(model)
+    fresh = {k: v.clone() for k, v in head.state_dict().items()}  # stage 1's start: the package's default draw
+    initialize_confidence_head(head, BASELINE_HEAD_INIT)
+    baseline = {k: v.clone() for k, v in head.state_dict().items()}  # Cal-Only-head's start
     dtype = str(model.get_input_embeddings().weight.dtype).removeprefix("torch.")
     seconds["load"] = round(time.perf_counter() - t, 1)
 
@@ -301,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 stage1 = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
                 for n in args.label_budgets:
                     labels = take_labels(train, n, seed).to_list()
-                    done[f"Cal-Only-head@{n}"] = head_only(fresh, labels)
+                    done[f"Cal-Only-head@{n}"] = head_only(baseline, labels)
                     done[f"EliCal-head@{n}"] = head_only(stage1, labels)
                     for kind in probe_kinds:
                         probe = train_probe(kind, labels, x[[index[r["question"]] for r in labels]])
@@ -341,13 +356,16 @@ def main(argv: list[str] | None = None) -> int:
     result.update(
         model=shown_path(model_path), records=shown_path(args.records), correctness=args.correctness, cpu=cpu,
         dtype=dtype, torch_threads=torch.get_num_threads(), fit_threads=args.fit_threads, seeds=args.seeds,
-        label_budgets=args.label_budgets, probes=args.probes, head_settings=settings, features_cache=features.folder,
+        label_budgets=args.label_budgets, probes=args.probes, head_settings=settings,
+        baseline_head_init=BASELINE_HEAD_INIT, features_cache=features.folder,
         runs_folder=folder,
         sizes={"train": len(train_records), "dev": len(dev_records), "test": len(test_records),
                "in_domain_test": sum(r["split"] == "in_domain_test" for r in test_records),
                "ood_test": sum(r["split"] == "ood_test" for r in test_records)},
         seconds=seconds)
     write_results(args.output_dir, result)
+    write_run_confidences(os.path.join(args.output_dir, "layer_runs.json"), result, runs, len(dev_records),
+                          test_records)
     print(f"CPU: {cpu}; elapsed: records {seconds['records']} s, model {seconds['load']} s, features "
           f"{seconds['features']} s, layers {sum(seconds['layers'].values()):.1f} s, evaluation "
           f"{seconds['evaluation']} s, "
@@ -443,9 +461,38 @@ def summarize(args: argparse.Namespace, runs: dict[int, dict[str, list[list[floa
             "chosen_minus_final": {c: {k: difference[c][k] for k in ("auroc", "auroc_ci", "auroc_per_draw")}
                                    for c in AVERAGES if c in difference},
         })
+    pairs = {}  # the method against its baseline at the final layer: the paper's comparison, head-only
+    for method in names:
+        baseline = method.replace("EliCal-head@", "Cal-Only-head@")
+        if method.startswith("EliCal-head@") and baseline in runs[final]:
+            difference = paired_difference_over_draws(
+                test_correct, test_datasets, test_splits, [d[n_dev:] for d in runs[final][method]],
+                [d[n_dev:] for d in runs[final][baseline]], args.bootstrap, args.seeds[0])
+            pairs[f"{method} − {baseline}"] = {
+                c: {k: difference[c][k] for k in ("auroc", "auroc_ci", "auroc_per_draw")} for c in AVERAGES
+                if c in difference}
     return {"layers": layers, "final_layer": final, "selection": selection, "curves": curves,
-            "chosen_vs_final": comparisons, "bootstrap": args.bootstrap,
+            "chosen_vs_final": comparisons, "final_layer_pairs": pairs, "bootstrap": args.bootstrap,
             "test_accuracy": {c: _accuracy(test_records, c) for c in AVERAGES}}
+
+
+def write_run_confidences(path: str, result: dict[str, Any], runs: dict[int, dict[str, list[np.ndarray]]], n_dev: int,
+                          test_records: list[dict[str, Any]]) -> None:
+    """`layer_runs.json`: the test confidences (6 decimals) of every run at its chosen and at the final layer, one list
+    per seed, and the test questions' ids, datasets and correctness: what `chosen_vs_final` and `final_layer_pairs`
+    recompute from."""
+    from elical_hf.atomic import atomic_write_text
+
+    kept: dict[str, dict[str, list[list[float]]]] = {}
+    for row in result["chosen_vs_final"]:
+        for layer in dict.fromkeys((row["chosen_layer"], row["final_layer"])):
+            kept.setdefault(row["run"], {})[str(layer)] = [np.round(d[n_dev:], 6).tolist() for d in
+                                                            runs[layer][row["run"]]]
+    atomic_write_text(path, json.dumps({"ids": [str(r.get("id")) for r in test_records],
+                                        "datasets": [r["dataset"] for r in test_records],
+                                        "splits": [r["split"] for r in test_records],
+                                        "correct": [int(bool(r["greedy_correctness"])) for r in test_records],
+                                        "seeds": result["seeds"], "confidences": kept}) + "\n")  # compact: 1 MB
 
 
 def _accuracy(records: list[dict[str, Any]], column: str) -> float:
@@ -467,6 +514,8 @@ def _fmt(value: float | None, sign: bool = False) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     """`layers.md`: the chosen layer against the final layer, then the curves (test, in domain and OOD; dev)."""
+    from elical_hf.evaluation import SEED_INTERVAL
+
     sizes, secs = result["sizes"], result["seconds"]
     lines = [
         "# AUROC by feature layer (head-only, frozen base model)", "",
@@ -479,8 +528,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['selection']['description']} — never the test split. Features in {result['dtype']}; CPU: "
         f"{result['cpu']} ({result['torch_threads']} torch threads, {result['fit_threads']} while fitting); "
         f"{secs['total']} s in all ({secs['features']} s features).", "",
-        f"## Chosen layer vs final layer ({result['final_layer']}): test AUROC, 95% paired interval over test "
-        "resamples and seeds", "",
+        f"## Chosen layer vs final layer ({result['final_layer']}): test AUROC, mean over seeds with its "
+        f"{SEED_INTERVAL}", "",
         "| run | chosen layer | dev AUROC chosen / final | in-domain chosen | in-domain final | in-domain diff [95%] | "
         "OOD chosen | OOD final | OOD diff [95%] |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -494,6 +543,15 @@ def markdown(result: dict[str, Any]) -> str:
             cells += [_fmt(row["chosen"].get(column)), _fmt(row["final"].get(column)), interval]
         lines.append(f"| {row['run']} | {row['chosen_layer']} | {_fmt(row['dev_auroc']['chosen'])} / "
                      f"{_fmt(row['dev_auroc']['final'])} | " + " | ".join(cells) + " |")
+    if result.get("final_layer_pairs"):
+        lines += ["", f"## At the final layer: EliCal-head − Cal-Only-head (Cal-Only-head drawn "
+                  f"`{result.get('baseline_head_init')}`), mean over seeds with its {SEED_INTERVAL}", "",
+                  "| pair | in-domain diff [95%] | per seed | OOD diff [95%] | per seed |", "|---|---:|---|---:|---|"]
+        for name, pair in result["final_layer_pairs"].items():
+            cells = [f"{_fmt(pair[c]['auroc'], True)} [{_fmt(pair[c]['auroc_ci'][0], True)}, "
+                     f"{_fmt(pair[c]['auroc_ci'][1], True)}] | "
+                     + ", ".join(_fmt(v, True) for v in pair[c]["auroc_per_draw"]) for c in AVERAGES if c in pair]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     names = list(dict.fromkeys(cell["run"] for cell in result["curves"]))
     by = {(cell["run"], cell["layer"]): cell for cell in result["curves"]}
     tables = [(f"## Test AUROC by layer ({column})", lambda c, col=column: c["test"].get(col, {}).get("auroc"))

@@ -12,8 +12,9 @@
 Each run of `--runs` (`reproduce_paper.py`'s `runs/<name>.json`: test confidences in the committed test order) is
 paired with the run of the same name in `--confidences` (the committed `confidences.json`, the final layer): the same
 labels, seed and training order, only the layer the head reads (and that LoRA stops at) differs. Reported: the mean
-per-dataset AUROC x100 in domain and out of domain of both, and their difference with a 95% paired interval over test
-resamples and seeds (`evaluation.paired_difference_over_draws`). Writes `lora_layer.json` and `lora_layer.md`.
+per-dataset AUROC x100 in domain and out of domain of both, and their difference (mean over seeds) with its 95%
+two-level bootstrap interval (seeds, then test questions, resampled: `evaluation.paired_difference_over_draws`).
+Writes `lora_layer.json` and `lora_layer.md`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ the mean of the window's states; each probe of `elical_hf.probes` (P(IK)@n and D
 draws `take_labels(train, n, seed)` for seeds 42-44; the label-free SEP) is fit on it and on every single layer. Per
 probe, the window and the single layer are each chosen **on dev** (highest dev AUROC, mean over seeds), then compared
 on test: the chosen window against the final layer and against the chosen single layer, mean per-dataset AUROC x100
-with 95% paired intervals over test resamples and seeds (`evaluation.paired_difference_over_draws`). Probes, not the
+with the 95% two-level bootstrap interval of the mean over seeds (seeds, then test questions, resampled:
+`evaluation.paired_difference_over_draws`). Probes, not the
 MSE heads: they standardise their features, so a mean of layers of different scales is compared on what it holds,
 not on how a head copes with its scale (docs/results.md's caveat). Writes `layer_means.json` and `layer_means.md`.
 """
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[number] = out
             print(f"{'layer' if isinstance(key, int) else 'window'} {key}: fitted", flush=True)
 
-    settings = argparse.Namespace(layer_rule="dev", seeds=args.seeds, bootstrap=args.bootstrap)
+    settings = argparse.Namespace(layer_rule="dev", seeds=args.seeds, label_budgets=args.label_budgets,
+                                  bootstrap=args.bootstrap)
     singles = layer_experiment.summarize(settings, runs, list(range(1, total + 1)), dev_records, test_records, {})
     window_keys = [keys[span] for span in spans] + [total]  # the final layer last: the comparison's reference
     means = layer_experiment.summarize(settings, runs, window_keys, dev_records, test_records, {})

@@ -12,8 +12,8 @@ judges the answers, and every confidence source is scored on them:
   before it is used; each reads the multiple-choice prompt, as the paper reads MMLU.
 
 The tables: AUROC, ECE and alignment x100 with 95% intervals; a method with several seeds is the mean over its seeds,
-its interval a two-level bootstrap (seeds, then questions: `evaluation.paired_difference_over_draws`,
-`draw_resampling="hierarchical"`), and EliCal − Cal-Only is paired within a seed.
+its interval a two-level bootstrap (seeds with replacement, then questions: `evaluation.paired_difference_over_draws`),
+and EliCal − Cal-Only is paired within a seed.
 
 SmolLM2-135M answers MMLU near chance, so the whole-subset AUROC measures how well a confidence separates lucky from
 unlucky picks as much as knowledge. A second view is fixed before any AUROC was computed (this docstring and
@@ -162,7 +162,7 @@ def table(records: list[dict[str, Any]], sources: dict[str, list[list[float]]], 
 
     correct = [int(bool(r["greedy_correctness"])) for r in records]
     datasets, splits = ["mmlu"] * len(records), ["mmlu"] * len(records)
-    common = dict(bootstrap=bootstrap, seed=seed, draw_resampling="hierarchical")
+    common = dict(bootstrap=bootstrap, seed=seed)
     rows = {name: paired_difference_over_draws(correct, datasets, splits, draws, None, **common)["mmlu"]
             for name, draws in sources.items()}
     differences = {f"{a} − {b}": paired_difference_over_draws(correct, datasets, splits, sources[a], sources[b],

@@ -22,7 +22,8 @@ import json
 import os
 from typing import Any
 
-import reproduce_paper
+import experiments_common as common  # noqa: F401 - experiments/ and examples/ on the path (the shared module)
+import reproduce_paper  # noqa: E402 - the replication's partitions and training rows
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=os.path.join(RESULTS, "routing.json"))
     args = parser.parse_args(argv)
 
-    from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
+    from elical_hf.evaluation import SEED_INTERVAL, evaluate_table, paired_difference_over_draws
     from elical_hf.recipe import take_labels
 
     _, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records, args.confidences)
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"| {'LoRA + head' if variant == 'lora' else 'head only'} | {n} | "
                          f"{', '.join(map(str, seeds))} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} | "
                          f"{absolute[0]:.1f} / {absolute[1]:.1f} | {shares[0]:.0f}% / {shares[1]:.0f}% |")
-    print("AUROC differences x100 (mean over seeds; 95% interval over test resamples and seeds):\n")
+    print(f"AUROC differences x100, the mean over seeds with its {SEED_INTERVAL}:\n")
     print("\n".join(lines))
     out["table"] = "\n".join(lines)
     with open(args.output, "w", encoding="utf-8") as handle:

@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         labels = take_labels(train, 100, seed).to_list()
         n_runs.append(entry(run(fresh, labels, seed, "calibration")[0], N=0, method="Cal-Only@100", seed=seed))
     def paired_auroc(a: list[dict], b: list[dict]) -> dict:
-        """Runs `a` − runs `b` (paired by seed): the mean AUROC difference with its 95% interval over test resamples
-        and seeds, and per seed, in each average."""
+        """Runs `a` − runs `b` (paired by seed): the mean AUROC difference over seeds with its two-level bootstrap
+        interval (seeds, then test questions), and per seed, in each average."""
         from elical_hf.evaluation import paired_difference_over_draws
 
         diff = paired_difference_over_draws(
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def summary(runs: list[dict], key: str, reference: Any) -> list[dict]:
         """Mean ± sd over seeds per (value, method), and the paired AUROC difference from the same method at
-        `reference` (the largest k' / N) with a 95% interval over test resamples and seeds."""
+        `reference` (the largest k' / N) with its two-level bootstrap interval (seeds, then test questions)."""
         out = []
         for value in dict.fromkeys(run[key] for run in runs):
             for method in dict.fromkeys(run["method"] for run in runs if run[key] == value):
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(result: dict[str, Any]) -> str:
     """The two ablation tables: AUROC x100, mean ± sd over seeds (Consis-Sem has no seed), and each row's paired
-    difference from the same method at the largest k' / N with its 95% interval over test resamples and seeds."""
+    difference from the same method at the largest k' / N, mean over seeds with its 95% two-level bootstrap interval."""
     def cell(entry: dict) -> str:
         return f"{entry['mean']:.1f} ± {entry['sd']:.1f}" if len(entry["per_seed"]) > 1 else f"{entry['mean']:.1f}"
 

@@ -188,3 +188,48 @@ def test_every_seed_is_committed_and_recomputes_the_seed_table():
             for column in ("in-domain avg", "OOD avg"):
                 recomputed = table[a][column]["auroc"] - table[b][column]["auroc"]
                 assert recomputed == pytest.approx(entry[column]["auroc_per_draw"][i], abs=0.05), (name, seed, column)
+
+
+def test_every_interval_that_misses_its_estimate_is_an_ece_the_results_page_names():
+    """A percentile interval that lies off its own point estimate is ECE's (near zero its resamples are biased upward),
+    and docs/results.md's note names each such cell of `results.json` with its figures."""
+    page = joined((ROOT / "docs" / "results.md").read_text(encoding="utf-8"))
+    missed = []
+    for method, row in load("results.json").items():
+        for column, cell in row.items():
+            for metric in ("auroc", "ece", "alignment"):
+                low, high = cell.get(f"{metric}_ci") or (None, None)
+                if None not in (low, high, cell[metric]) and not low <= cell[metric] <= high:
+                    missed.append((method, column, metric, cell[metric], low, high))
+    assert missed and {metric for _, _, metric, *_ in missed} == {"ece"}
+    note = page.split(f"{len(missed)} ECE cells of the tables below", 1)[1][:1200]
+    for method, column, _, value, low, high in missed:
+        assert f"{method} on {column} ({value:.2f} [{low:.1f}, {high:.1f}]" in note, (method, column)
+
+
+def script(path: str):
+    """A script of `examples/` or `experiments/`, loaded by path (`experiments/` on the import path for its siblings)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_seed_table_of_the_results_page_is_the_committed_seed_differences():
+    """docs/results.md's table of differences over seeds is what `reproduce_paper.py` writes from
+    `seed_differences.json`, caption (what the interval is) included."""
+    table = script("examples/reproduce_paper.py").seed_markdown(load("seed_differences.json"))
+    assert table.replace("## ", "### ", 1) in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+
+
+def test_the_ablation_tables_of_the_results_page_are_the_committed_result():
+    tables = script("experiments/scaling_ablations.py").markdown(load("ablations.json")).replace("## ", "### ")
+    assert tables in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+
+
+def test_the_routing_table_of_the_results_page_is_the_committed_result():
+    assert load("routing.json")["table"] in (ROOT / "docs" / "results.md").read_text(encoding="utf-8")

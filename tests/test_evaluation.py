@@ -234,29 +234,24 @@ def test_paired_difference_over_draws_carries_the_draw_variance():
         paired_difference_over_draws(correct, datasets, splits, [good], [noise, noise])
 
 
-def test_the_hierarchical_interval_is_that_of_the_mean_over_draws():
+def test_the_interval_over_draws_is_that_of_the_mean_over_resampled_draws():
+    """Two-level bootstrap: the draws resampled with replacement, one resample of the test rows shared by them."""
     correct, datasets, splits, sources = synthetic()
     good, noise = sources["good"], sources["noise"]
-    draws = [good, noise, good]
-    one = paired_difference_over_draws(correct, datasets, splits, draws, None, 400, seed=5)
-    nested = paired_difference_over_draws(correct, datasets, splits, draws, None, 400, seed=5,
-                                          draw_resampling="hierarchical")
+    mixed = paired_difference_over_draws(correct, datasets, splits, [good, noise, good], None, 400, seed=5)
     single = evaluate_table(correct, datasets, splits, {"good": good, "noise": noise})
-    for cell in (one, nested):  # one method alone: the mean of its draws' metrics
-        assert cell["squad"]["auroc_per_draw"] == pytest.approx(
-            [single["good"]["squad"]["auroc"], single["noise"]["squad"]["auroc"], single["good"]["squad"]["auroc"]])
-        assert cell["squad"]["auroc"] == pytest.approx(np.mean(cell["squad"]["auroc_per_draw"]))
-    # one draw per resample spans both draws' results; the mean over resampled draws is narrower and holds the mean
-    low, high = nested["squad"]["auroc_ci"]
-    assert low < nested["squad"]["auroc"] < high
-    assert high - low < one["squad"]["auroc_ci"][1] - one["squad"]["auroc_ci"][0]
-    # a single draw: both rules are the plain bootstrap
-    a = paired_difference_over_draws(correct, datasets, splits, [good], None, 200, seed=1)
-    b = paired_difference_over_draws(correct, datasets, splits, [good], None, 200, seed=1,
-                                     draw_resampling="hierarchical")
-    assert a["squad"]["auroc_ci"] == pytest.approx(b["squad"]["auroc_ci"])
-    with pytest.raises(ValueError, match="draw_resampling"):
-        paired_difference_over_draws(correct, datasets, splits, [good], None, 10, draw_resampling="nested")
+    cell = mixed["squad"]  # one method alone: the mean of its draws' metrics
+    assert cell["auroc_per_draw"] == pytest.approx(
+        [single["good"]["squad"]["auroc"], single["noise"]["squad"]["auroc"], single["good"]["squad"]["auroc"]])
+    assert cell["auroc"] == pytest.approx(np.mean(cell["auroc_per_draw"]))
+    low, high = cell["auroc_ci"]
+    assert low < cell["auroc"] < high
+    # identical draws: resampling them changes nothing, so the interval is the single draw's (rows shared by draws)
+    alone = paired_difference_over_draws(correct, datasets, splits, [good], None, 400, seed=5)
+    same = paired_difference_over_draws(correct, datasets, splits, [good, good, good], None, 400, seed=5)
+    assert same["squad"]["auroc_ci"] == pytest.approx(alone["squad"]["auroc_ci"])
+    # draws that disagree widen it (a resample of the three may hold the noise draw once, twice or three times)
+    assert high - low > alone["squad"]["auroc_ci"][1] - alone["squad"]["auroc_ci"][0]
 
 
 def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama, tmp_path, capsys):
@@ -265,7 +260,7 @@ def test_threshold_command_chooses_and_stores_the_decision_threshold(tiny_llama,
 
     records_and_model(tmp_path, tiny_llama)
     folder, model = str(tmp_path / "records"), str(tmp_path / "model")
-    assert cli_main(["threshold", "--model", model, "--records", folder]) == 2  # a user error: one line, exit 2
+    assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "train"]) == 2  # one line, exit 2
     err = capsys.readouterr().err
     assert "elical-hf threshold: error: " in err and "no 'train' records" in err
     assert cli_main(["threshold", "--model", model, "--records", folder, "--split", "in_domain_test",

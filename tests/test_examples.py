@@ -241,19 +241,62 @@ def test_scaling_ablations_cut_the_targets_to_k_samples(tiny_llama, tmp_path):
 
 def test_head_init_experiment_compares_paired_seeds(tiny_llama, tmp_path):
     """`head_init_experiment.py` with a tiny model against the committed Cal-Only@100 runs: it trains only the
-    torch_default runs and both head-only inits, and pairs them by seed."""
-    out = tmp_path / "head_init.json"
-    assert load_experiment("head_init_experiment").main(
-        ["--output_dir", str(tmp_path / "work"), "--model", tiny_llama, "--seeds", "42", "43", "--bootstrap", "5",
-         "--result", str(out)]) == 0
+    torch_default runs and both head-only inits, pairs them by seed, and pairs the committed EliCal-head@100 with
+    each head-only baseline; `--variants head` remakes the head-only rows and keeps the LoRA ones."""
+    out, cache = tmp_path / "head_init.json", tmp_path / "work" / "runs.json"
+    common = ["--output_dir", str(tmp_path / "work"), "--model", tiny_llama, "--seeds", "42", "43", "--bootstrap",
+              "5", "--result", str(out), "--runs", str(cache)]
+    assert load_experiment("head_init_experiment").main(common) == 0
     result = json.loads(out.read_text())
     assert set(result["differences"]) == {"Cal-Only@100/torch_default − Cal-Only@100/normal",
-                                          "Cal-Only-head@100/torch_default − Cal-Only-head@100/normal"}
+                                          "Cal-Only-head@100/torch_default − Cal-Only-head@100/normal",
+                                          "EliCal-head@100 − Cal-Only-head@100/torch_default",
+                                          "EliCal-head@100 − Cal-Only-head@100/normal"}
     cell = result["differences"]["Cal-Only@100/torch_default − Cal-Only@100/normal"]["in-domain avg"]
     assert len(cell["auroc_per_draw"]) == 2 and cell["auroc"] == pytest.approx(sum(cell["auroc_per_draw"]) / 2)
-    runs = json.loads((tmp_path / "work" / "head_init_runs.json").read_text())
-    assert runs["Cal-Only@100/normal~42"]["from"].endswith("confidences.json")  # the committed run, not retrained
+    runs = json.loads(cache.read_text())
+    assert "Cal-Only@100/normal~42" not in runs and "Cal-Only@100/normal~42" in result["runs"]  # committed, not made
     assert runs["Cal-Only-head@100/torch_default~42"]["confidences"] != runs["Cal-Only-head@100/normal~42"]["confidences"]
+    # the EliCal pairs differ by the baselines' difference only
+    elical = {init: result["differences"][f"EliCal-head@100 − Cal-Only-head@100/{init}"]["OOD avg"]["auroc_per_draw"]
+              for init in ("torch_default", "normal")}
+    inits = result["differences"]["Cal-Only-head@100/torch_default − Cal-Only-head@100/normal"]["OOD avg"]
+    assert [a - b for a, b in zip(elical["normal"], elical["torch_default"])] == pytest.approx(inits["auroc_per_draw"])
+
+    lora_row = result["differences"]["Cal-Only@100/torch_default − Cal-Only@100/normal"]
+    cache.write_text(json.dumps({k: v for k, v in runs.items() if "-head@" in k}))  # the LoRA runs' cache lost
+    assert load_experiment("head_init_experiment").main([*common, "--variants", "head"]) == 0
+    again = json.loads(out.read_text())
+    assert again["differences"]["Cal-Only@100/torch_default − Cal-Only@100/normal"] == lora_row  # kept, not remade
+    assert "Cal-Only@100/torch_default − Cal-Only@100/normal" in again["kept_from_previous"]
+    assert not any("-head@" in name for name in again["kept_from_previous"])
+    assert set(json.loads(cache.read_text())) == {k for k in runs if "-head@" in k}  # nothing retrained
+
+
+def test_the_head_init_table_in_the_docs_is_the_committed_result():
+    """docs/results.md's head-init table is `docs/results/head_init.json`'s, and every head-only run in it recomputes
+    from the committed per-question confidences (`head_init_runs.json`, on `confidences.json`'s test questions)."""
+    from elical_hf.bundled import IN_DOMAIN
+    from elical_hf.evaluation import evaluate_table
+
+    experiment = load_experiment("head_init_experiment")
+    results = os.path.join(EXAMPLES, "..", "docs", "results")
+    with open(os.path.join(results, "head_init.json"), encoding="utf-8") as handle:
+        result = json.load(handle)
+    with open(os.path.join(results, "..", "results.md"), encoding="utf-8") as handle:
+        assert experiment.markdown(result) in handle.read()
+    with open(os.path.join(results, "head_init_runs.json"), encoding="utf-8") as handle:
+        runs = json.load(handle)
+    with open(os.path.join(results, "confidences.json"), encoding="utf-8") as handle:
+        scores = json.load(handle)
+    splits = ["in_domain_test" if name in IN_DOMAIN else "ood_test" for name in scores["datasets"]]
+    head_only = [name for name in result["runs"] if "-head@" in name]
+    assert len(head_only) == 6 and not any("-head@" in name for name in result.get("kept_from_previous", []))
+    table = evaluate_table(scores["correct"], scores["datasets"], splits,
+                           {name: runs[name]["confidences"] for name in head_only})
+    for name in head_only:
+        for column in ("in-domain avg", "OOD avg"):
+            assert table[name][column]["auroc"] == pytest.approx(result["runs"][name][column]["auroc"], abs=1e-6)
 
 
 def test_judge_decoding_experiment_counts_changed_verdicts(tiny_llama, tmp_path):

@@ -77,6 +77,23 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
     assert set(result["seconds"]) >= {"load", "features", "layers", "evaluation", "total"}
     cached = sorted(os.listdir(result["runs_folder"]))
     assert "layer-002-seed-43.npz" in cached and "layer-004-sep.npz" in cached
+    # Cal-Only-head starts from the reference's head draw, stage 1 from the package default: two different starts
+    assert result["baseline_head_init"] == "torch_default"
+    kept = json.loads((out / "layer_runs.json").read_text())
+    assert len(kept["ids"]) == len(kept["correct"]) == 52 and kept["seeds"] == [42, 43]
+    for row in result["chosen_vs_final"]:
+        assert set(kept["confidences"][row["run"]]) == {str(row["chosen_layer"]), "4"}
+    # the method against its baseline at the final layer, recomputed from the kept confidences
+    from elical_hf.evaluation import paired_difference_over_draws
+
+    assert set(result["final_layer_pairs"]) == {f"EliCal-head@{n} − Cal-Only-head@{n}" for n in (10, 20)}
+    pair = result["final_layer_pairs"]["EliCal-head@10 − Cal-Only-head@10"]
+    again = paired_difference_over_draws(kept["correct"], kept["datasets"], kept["splits"],
+                                         kept["confidences"]["EliCal-head@10"]["4"],
+                                         kept["confidences"]["Cal-Only-head@10"]["4"], 20, 42)
+    for column in ("in-domain avg", "OOD avg"):
+        assert pair[column]["auroc_per_draw"] == pytest.approx(again[column]["auroc_per_draw"], abs=1e-3)
+    assert "## At the final layer: EliCal-head − Cal-Only-head" in text
 
     # the probe-layers rule on the train pool: one layer for every run, its recommendation; the runs come from cache
     assert load_experiment("layer_experiment").main([*common, "--layer_rule", "train_cv", "--folds", "2"]) == 0
@@ -95,10 +112,23 @@ def test_the_layer_depth_summary_is_the_committed_probe_reports():
     folder = os.path.join(EXAMPLES, "..", "docs", "results", "layers")
     with open(os.path.join(folder, "layer_depth_summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)["summary"]
-    for model in ("gemma3-270m", "smollm2-subset"):
-        with open(os.path.join(folder, model, "probe_layers.json"), encoding="utf-8") as handle:
-            recorded = {key: value for key, value in summary[f"{model} / train"].items() if key != "folder"}
-            assert depth.summarise(json.load(handle)) == recorded
+    assert {key.split(" / ")[1] for key in summary} == {"train", "in_domain_test"}
+    for key, recorded in summary.items():
+        model, split = key.split(" / ")
+        reports = []
+        for half in depth.HALVES:
+            with open(os.path.join(folder, model, f"probe_layers-{split}-{half}.json"), encoding="utf-8") as handle:
+                reports.append(json.load(handle))
+        assert depth.summarise(*reports) == {k: v for k, v in recorded.items() if k != "folders"}
+        # the layer was chosen on the select half; the interval is the report half's, never the chooser's
+        assert recorded["chosen_layer"] == reports[0]["recommended_layer"]
+    # the halves: each dataset split in two by a seeded hash of the id, whatever the order
+    rows = [{"id": f"q{i}", "dataset": "nq" if i % 3 else "popqa"} for i in range(31)]
+    select, report = depth.split_halves(rows, seed=0)
+    assert sorted(r["id"] for r in select + report) == sorted(r["id"] for r in rows)
+    assert [sum(r["dataset"] == d for r in select) for d in ("nq", "popqa")] == [10, 5]
+    assert depth.split_halves(rows[::-1], seed=0) == (select, report)
+    assert depth.split_halves(rows, seed=1) != (select, report)
     records = [{"id": f"q{i}", "paper_split": "train" if i % 3 else "in_domain_test"} for i in range(30)]
     chosen = depth.choose_questions(records, 5, 3, seed=0)
     assert chosen == depth.choose_questions(records[::-1], 5, 3, seed=0)
@@ -141,6 +171,36 @@ def _committed_and_docs(name: str) -> tuple[dict, str]:
         result = json.load(handle)
     with open(os.path.join(folder, "results.md"), encoding="utf-8") as handle:
         return result, handle.read().replace("−", "-")
+
+
+def test_the_layer_tables_in_the_docs_are_the_committed_result():
+    """docs/results.md's chosen-layer table and its EliCal-head − Cal-Only-head sentence are
+    `docs/results/layers/layers.json`, number for number, and recompute from the committed `layer_runs.json`."""
+    from elical_hf.evaluation import paired_difference_over_draws
+
+    result, text = _committed_and_docs("layers.json")
+    text = " ".join(text.replace("**", "").split())  # a quoted figure may wrap
+    assert result["baseline_head_init"] == "torch_default"
+
+    def cell(value: dict) -> str:
+        low, high = value["auroc_ci"]
+        return f"{value['auroc']:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+    for row in result["chosen_vs_final"]:
+        cells = [cell(row["chosen_minus_final"][column]) for column in ("in-domain avg", "OOD avg")]
+        assert f"| {row['run']} | {row['chosen_layer']} | " + " | ".join(cells) + " |" in text
+    for name, pair in result["final_layer_pairs"].items():
+        label = name.replace("−", "-")
+        assert f"{label}: in domain {cell(pair['in-domain avg'])}, OOD {cell(pair['OOD avg'])}" in text
+    with open(os.path.join(EXAMPLES, "..", "docs", "results", "layers", "layer_runs.json"), encoding="utf-8") as handle:
+        kept = json.load(handle)
+    pair = result["final_layer_pairs"]["EliCal-head@100 − Cal-Only-head@100"]
+    again = paired_difference_over_draws(kept["correct"], kept["datasets"], kept["splits"],
+                                         kept["confidences"]["EliCal-head@100"]["30"],
+                                         kept["confidences"]["Cal-Only-head@100"]["30"], result["bootstrap"],
+                                         result["seeds"][0])
+    for column in ("in-domain avg", "OOD avg"):
+        assert again[column]["auroc"] == pytest.approx(pair[column]["auroc"], abs=0.01)
 
 
 def test_the_range_mean_table_in_the_docs_is_the_committed_result():

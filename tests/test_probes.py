@@ -165,6 +165,26 @@ def test_difference_of_means_by_hand():
         mean_difference(z, [1, 1, 1, 1])
 
 
+def test_difference_of_means_is_the_raw_activations_direction():
+    """"No Answer Needed" takes the difference of the classes' mean raw activations. On standardised features the
+    direction is another one (each coordinate divided by its variance), which the probe must not take."""
+    rng = np.random.default_rng(4)
+    y = np.repeat([1, 0], 400)
+    x = rng.normal(size=(800, 2)) * [10.0, 1.0]  # the first coordinate has 10x the spread
+    x[y == 1] += [20.0, 1.0]
+    probe = fit_probe("dim", x, y)
+    raw = mean_difference(x, y)
+    in_raw_coordinates = probe.weight / probe.scale  # w . (x - mean) / scale = (w / scale) . (x - mean)
+
+    def cosine(a, b):
+        return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+    assert cosine(in_raw_coordinates, raw) == pytest.approx(1.0, abs=1e-6)
+    standardised = mean_difference((x - x.mean(axis=0)) / x.std(axis=0), y) / x.std(axis=0)
+    assert cosine(standardised, raw) < 0.5  # what the probe used to take: another direction
+    assert np.corrcoef(probe.logits(x), x @ raw)[0, 1] == pytest.approx(1.0, abs=1e-6)  # it ranks by the projection
+
+
 def test_difference_of_means_separates_a_separable_set():
     rng = np.random.default_rng(1)
     direction = rng.normal(size=20)
@@ -244,6 +264,14 @@ def test_probe_layers_prints_plots_and_recommends_a_layer(tiny_llama, tmp_path, 
     assert f"Recommended layer: {best['layer']}" in printed and "| 2 (" in printed
     for cell in report["curves"]["consistency"] + report["curves"]["correctness"]:
         assert 0 <= cell["auroc"] <= 100 and cell["auroc_ci"][0] <= cell["auroc_ci"][1]
+    # every layer against the final one, paired: the final layer's own difference is 0 on every resample
+    final = report["curves"]["correctness"][-1]
+    assert final["minus_final"] == {"auroc": 0.0, "auroc_ci": [0.0, 0.0]}
+    first = report["curves"]["correctness"][0]
+    assert first["minus_final"]["auroc"] == pytest.approx(first["auroc"] - final["auroc"])
+    low, high = first["minus_final"]["auroc_ci"]
+    assert low <= high and (low, high) != (0.0, 0.0)
+    assert report["recommended_minus_final"] == best["minus_final"]
     assert (out / "auroc_vs_layer.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cached = [name for _, _, names in os.walk(out / "features") for name in names if name.endswith(".npy")]
     assert sorted(cached) == ["layer-001.npy", "layer-002.npy"]

@@ -48,9 +48,9 @@ class Evaluation:
         confidences (`dict[str, list[float]]`): Every source of the table, by name.
         differences (`dict`): `"<a> − <b>"` -> column -> paired differences of the table's rows `a` and `b`
             ([`~elical_hf.evaluation.paired_differences`]), for the `pairs` asked for.
-        draw_differences (`dict`): `"<a> − <b>"` -> column -> differences averaged over draws, with an interval
-            over test resamples and draws ([`~elical_hf.evaluation.paired_difference_over_draws`]), for the
-            `draw_pairs` asked for.
+        draw_differences (`dict`): `"<a> − <b>"` -> column -> differences averaged over draws, with the two-level
+            bootstrap interval of that mean (draws resampled with replacement, then test rows:
+            [`~elical_hf.evaluation.paired_difference_over_draws`]), for the `draw_pairs` asked for.
         label_curves (`dict`): column -> method -> number of labels -> `{"auroc", "auroc_ci", "draws"}` (AUROC in
             [0, 1]) for every source named `METHOD@N` (a table row, or the mean over the draws of `draws`).
         decisions (`dict`): What each model's saved `decision_threshold` does on these records
