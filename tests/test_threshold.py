@@ -60,7 +60,9 @@ def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_eval
         [f"who wrote play number {i} of train" for i in range(60)])
     assert record["coverage"] == pytest.approx(sum(c >= config.decision_threshold for c in confidences) / 60)
     card = (model / "README.md").read_text()
-    assert "error rate among answered questions of at most **0.3**" in card and "on 60 labelled" in card
+    card = " ".join(card.split())
+    assert "error rate among answered questions exceeds **0.3** in at most **0.1** of calibration draws" in card
+    assert "on 60 labelled" in card and "writing none counting as success" in card and "two fixed sequences" in card
     assert "Guarantee: error rate among answered <= 0.3" in capsys.readouterr().out
 
     out = judged / "report"
