@@ -186,6 +186,14 @@ def test_a_failing_upstream_is_one_openai_error_naming_it(upstream):
     status, reply, _ = post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": answered}],
                                                           "logprobs": True})
     assert status == 400 and reply["error"]["param"] == "logprobs"
+    engines.servers[1].shutdown()  # the chat engine goes down (last: the tests after this one need no engine)
+    engines.servers[1].server_close()
+    status, reply, _ = post(port, "/v1/chat/completions", {"messages": [{"role": "user", "content": answered}]})
+    assert status == 502 and reply["error"]["type"] == "upstream_error"
+    assert reply["error"]["message"].startswith(f"The generation endpoint {engines.generation_url}/chat/completions "
+                                                "failed: Connection error")
+    status, reply, _ = post(port, "/v1/confidence", {"questions": [answered]})  # scoring needs only its engine
+    assert status == 200 and reply["data"][0]["confidence"] == pytest.approx(max(confidences), abs=1e-5)
 
 
 def test_the_command_line_takes_both_endpoints_or_neither(tmp_path, raise_user_errors):
