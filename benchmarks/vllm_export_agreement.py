@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from common import print_machine
 
     from elical_hf import AutoModelForConfidence
+    from elical_hf.atomic import atomic_write_json
     from elical_hf.bundled import load_bundled_questions
     from elical_hf.demo import DEMO_CALIBRATED
     from elical_hf.export import export_confidence_model, export_prompt_ids
@@ -78,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
     print(json.dumps(result, indent=1))
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=1)
-        handle.write("\n")
+    atomic_write_json(args.output, result)
     return 0
 
 

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "results", "system_prompt.json"))
     args = parser.parse_args(argv)
     from elical_hf import AutoModelForConfidence
+    from elical_hf.atomic import atomic_write_json
     from elical_hf.demo import DEMO_CALIBRATED, DEMO_RECORDS
     from elical_hf.evaluation import evaluate_table, paired_differences
     from elical_hf.signals.records import load_records
@@ -61,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                               for pair, value in differences.items()},
               "confidences": {name: [round(c, 6) for c in values] for name, values in confidences.items()}}
     print(json.dumps({key: value for key, value in result.items() if key != "confidences"}, indent=1))
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=1)
-        handle.write("\n")
+    atomic_write_json(args.output, result)
     return 0
 
 
