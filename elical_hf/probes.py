@@ -2,7 +2,7 @@
 
 Every probe here is a linear probe `sigmoid(w . z + b)` on standardised features `z = (x - mean) / std` (mean and
 standard deviation per dimension, from the training rows only), trained on the features [`cache_layer_features`]
-writes ([`~elical_hf.layer_features`]). They differ in their target and in how `w` is found:
+writes ([`~elical_hf.layer_cache`]). They differ in their target and in how `w` is found:
 
 - `pik`, the P(IK) probe (Kadavath et al. 2022): logistic regression ([`fit_logistic`]) on greedy correctness labels.
 - `dim`, the difference-of-means accuracy probe ("No Answer Needed", ICLR 2026): the direction is the mean of the
@@ -338,7 +338,7 @@ def layer_curve(
     recommended and the final layer is paired.
 
     Args:
-        features ([`~elical_hf.layer_features.LayerFeatures`]): Cached features of the pool's questions, in order.
+        features ([`~elical_hf.layer_cache.LayerFeatures`]): Cached features of the pool's questions, in order.
         correct (`list[int]`): Greedy correctness (0/1) of each question.
         targets (`dict[str, list[float]]`): Target name -> one value in [0, 1] per question (e.g. `"correctness"`:
             `correct` itself; `"consistency"`: the label-free stage-1 target).

@@ -42,7 +42,7 @@ import time
 from typing import Any
 
 from elical_hf.atomic import atomic_folder, atomic_write_text
-from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions, split_questions
+from elical_hf.bundled import IN_DOMAIN, IN_DOMAIN_DATASETS, OUT_OF_DOMAIN, load_bundled_questions, split_questions
 from elical_hf.default_model import DEFAULT_MODEL
 
 
@@ -225,7 +225,8 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         # `split` becomes the paper's split (what `load_honestybench` reads: dev questions come from the training
         # pool); our own train / dev / test partition stays in `partition`.
         record["partition"] = record.pop("split")
-        test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN else "ood_test"
+        # the paper's split by the paper's in-domain datasets (IN_DOMAIN is only those with a bundled subset)
+        test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN_DATASETS else "ood_test"
         record["split"] = test_split if record["partition"] == "test" else "train"
     correctness = "has_answer" if args.correctness == "keep" else args.correctness
     summary = apply_judges(records, correctness=correctness, consistency="embedding", lexical_scores=True)
@@ -479,8 +480,8 @@ def step_probes(args: argparse.Namespace, records: list[dict[str, Any]]) -> None
     """The probes of --probes at each of --probe_layers, each a run of runs/: SEP on every train question (no labels),
     DiM and P(IK) on the label draws of the head-only runs (`take_labels(train, n, seed)` for every job of
     [`label_jobs`]). Their features are the frozen base model's (what Cal-Only-head reads), cached per layer in
-    `features/` ([`elical_hf.layer_features.cache_layer_features`])."""
-    from elical_hf.layer_features import cache_layer_features, resolve_layers
+    `features/` ([`elical_hf.layer_cache.cache_layer_features`])."""
+    from elical_hf.layer_cache import cache_layer_features, resolve_layers
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
     from elical_hf.steps.probing import feature_model, probe_name

@@ -13,7 +13,7 @@ train-pool rule's cross-validation.
 On the committed replication records (`docs/results/honestybench-smollm2-135m`, correctness re-judged with
 `has_answer` as `examples/reproduce_paper.py` does by default) and the frozen base model (the embedded SmolLM2-135M,
 `use_lora=False`: no LoRA anywhere), the last prompt token's hidden state of every layer is cached once for the train,
-dev and test questions (`elical_hf.layer_features.cache_layer_features`, in `--output_dir/features`). Then, for every
+dev and test questions (`elical_hf.layer_cache.cache_layer_features`, in `--output_dir/features`). Then, for every
 layer (`--layers`), seed (`--seeds`) and label budget (`--label_budgets`):
 
 - **Eli-Only-head**: a fresh head fit on the label-free consistency target of every train question (stage 1 on cached
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf.head_calibration import confidence_head_module
-    from elical_hf.layer_features import cache_layer_features, resolve_layers
+    from elical_hf.layer_cache import cache_layer_features, resolve_layers
     from elical_hf.modeling import initialize_confidence_head
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Rows:
-    """Some rows of every cached layer, indexed as [`~elical_hf.layer_features.LayerFeatures`] is (for
+    """Some rows of every cached layer, indexed as [`~elical_hf.layer_cache.LayerFeatures`] is (for
     `probes.layer_curve` on the train pool only)."""
 
     def __init__(self, features: Any, rows: list[int]):

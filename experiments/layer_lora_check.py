@@ -51,11 +51,11 @@ def methods_of(names: list[str]) -> dict[str, list[str]]:
 
 def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: int, seed: int) -> list[dict[str, Any]]:
     """One row per method: AUROC of both layers (mean over seeds) and the paired difference (this layer − final)."""
-    from elical_hf.bundled import IN_DOMAIN
+    from elical_hf.bundled import IN_DOMAIN_DATASETS
     from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
 
     correct, datasets = committed["correct"], committed["datasets"]
-    splits = ["in_domain_test" if d in IN_DOMAIN else "ood_test" for d in datasets]
+    splits = ["in_domain_test" if d in IN_DOMAIN_DATASETS else "ood_test" for d in datasets]
     missing = sorted(set(runs) - set(committed["confidences"]))
     if missing:
         raise SystemExit(f"The final layer has no run named {', '.join(missing)} to pair with.")

@@ -54,7 +54,7 @@ def windows(total: int, widths: list[int]) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.evaluation import paired_difference_over_draws
-    from elical_hf.layer_features import cache_layer_features
+    from elical_hf.layer_cache import cache_layer_features
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
     from elical_hf.steps.probing import feature_model

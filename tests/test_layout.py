@@ -55,7 +55,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("model", ["arguments", "auto", "default_model", "feature_layer", "hub_ids", "kv_prefix", "lm_head", "model_card",
                "modeling",
                "prefix_attention", "provenance", "saved_model"]),
-    ("training", ["callbacks", "head_calibration", "layer_features", "recipe", "trainer", "training_args"]),
+    ("training", ["callbacks", "head_calibration", "layer_cache", "recipe", "trainer", "training_args"]),
     ("signals", ["signals", "signals.*"]),
     ("evaluation", ["diagnosis", "drift", "evaluation", "label_selection", "plots", "probes"]),
     ("steps", ["steps", "steps.*"]),

@@ -1,4 +1,4 @@
-"""The layer-feature cache (`elical_hf.layer_features`), the pre-generation probes (`elical_hf.probes`), and the
+"""The layer-feature cache (`elical_hf.layer_cache`), the pre-generation probes (`elical_hf.probes`), and the
 commands and steps that use them: `elical-hf probe-layers`, `evaluate --probes`."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from elical_hf import AutoModelForConfidence
-from elical_hf import layer_features as cache_module
+from elical_hf import layer_cache as cache_module
 from elical_hf.cli import main as cli_main
 from elical_hf.encoding import encode_prompts
-from elical_hf.layer_features import cache_layer_features, resolve_layers
+from elical_hf.layer_cache import cache_layer_features, resolve_layers
 from elical_hf.metrics import auroc
 from elical_hf.probes import (
     best_split, fit_logistic, fit_probe, mean_difference, semantic_entropy, sep_targets, train_probe,

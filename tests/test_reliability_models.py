@@ -209,7 +209,7 @@ def test_the_gates_lm_head_is_checked_against_the_config(tiny_llama, tmp_path, c
       "the other model's features are never read: the cache key hashes every weight whole, and the LoRA scaling (was: "
       "a sample of each weight's first 1,024 values, so the first model's features were handed to the second)")
 def test_the_feature_cache_tells_models_apart_by_every_weight(tiny_llama, tmp_path):
-    from elical_hf.layer_features import cache_layer_features, features_fingerprint
+    from elical_hf.layer_cache import cache_layer_features, features_fingerprint
 
     first, second = (AutoModelForConfidence.from_pretrained(tiny_llama) for _ in range(2))
     (weight,) = [p for n, p in second.named_parameters() if "layers.0.mlp.down_proj.base_layer.weight" in n]

@@ -4,7 +4,7 @@
 correctness target and the label-free consistency target, and recommends a layer (`elical-hf probe-layers`).
 [`probe_confidences`] trains the probes of [`~elical_hf.probes.PROBES`] on the train records at one layer and scores
 questions with them (`elical-hf evaluate --probes`). Both read features through
-[`~elical_hf.layer_features.cache_layer_features`].
+[`~elical_hf.layer_cache.cache_layer_features`].
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def probe_layers(args: ProbeLayersArguments, *, say: Callable[[str], None] | Non
         records without a judged greedy answer), and `paths` of what was written.
     """
     from ..atomic import atomic_write_json, one_writer
-    from ..layer_features import cache_layer_features, resolve_layers
+    from ..layer_cache import cache_layer_features, resolve_layers
     from ..plots import auroc_vs_layer_plot
     from ..probes import check_folds, layer_curve
     from ..signals.records import JUDGE_OPTIONS, check_records_match, judged_records
@@ -251,7 +251,7 @@ def probe_confidences(
     Returns:
         `dict[str, list[float]]`: [`probe_name`] -> one confidence per question.
     """
-    from ..layer_features import cache_layer_features, resolve_layers
+    from ..layer_cache import cache_layer_features, resolve_layers
     from ..probes import PROBES, train_probe
     from ..recipe import take_labels
     from ..signals.records import check_records_match
