@@ -12,6 +12,7 @@ import json
 import os
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
@@ -25,7 +26,16 @@ HEAD_ACTIVATIONS = ("sigmoid",)
 HEAD_TYPES = ("linear", "mlp")
 HEAD_INITS = ("normal", "torch_default")
 CHAT_CONTEXTS = ("question", "refuse")
-"""How a chat request's messages are read ([`ConfidenceConfig`]'s `chat_context`)."""
+"""How a chat request's messages are read ([`ConfidenceConfig`]'s `chat_context`, [`chat_rule_broken`])."""
+
+
+def chat_rule_broken(from_user: Sequence[bool], chat_context: str) -> str | None:
+    """The rule of `chat_context` a chat request breaks, its messages told apart as the user's or not (`from_user`,
+    in order): `"single"` (`"refuse"` takes one message only), `"last"` (its last message, the question, is not the
+    user's), or `None`: its last message is the question. The server and the LangChain gate word the refusal."""
+    if chat_context == "refuse" and len(from_user) != 1:
+        return "single"
+    return None if from_user and from_user[-1] else "last"
 REQUIRED_FIELDS = (
     "prompt_template", "use_chat_template", "system_prompt", "add_generation_prompt", "pooling", "head_activation",
     "max_length", "base_model_name_or_path", "base_model_signature", "base_weights_source", "decision_threshold",
@@ -302,12 +312,22 @@ class ConfidenceConfig:
             raise ValueError(f"Questions must be non-empty strings, got {question!r}.")
         return render_prompt(
             tokenizer,
-            self.prompt_template.format(question=question.strip()) + self.prompt_tail,
+            self._user_text(question),
             use_chat_template=self.use_chat_template,
             system_prompt=self.system_prompt,
             add_generation_prompt=self.add_generation_prompt,
             chat_template_kwargs=self.chat_template_kwargs,
         )
+
+    def _user_text(self, question: str) -> str:
+        return self.prompt_template.format(question=question.strip()) + self.prompt_tail
+
+    def prompt_messages(self, question: str) -> list[dict[str, str]]:
+        """The chat messages of the prompt [`format_prompt`] renders for `question` (the saved system prompt, if any,
+        then the question in the prompt template): what a chat endpoint is asked for the answer the confidence is
+        about."""
+        user = [{"role": "user", "content": self._user_text(question)}]
+        return user if self.system_prompt is None else [{"role": "system", "content": self.system_prompt}, *user]
 
     def to_dict(self) -> dict[str, Any]:
         from .version import __version__

@@ -201,10 +201,8 @@ def distinct_confidences(confidences: Sequence[float], questions: Sequence[Hasha
         return [float(c) for c in confidences]
     if len(questions) != len(confidences):
         raise ValueError(f"Got {len(questions)} questions for {len(confidences)} confidences: give one per row.")
-    first: dict[Hashable, float] = {}
-    for question, confidence in zip(questions, confidences):
-        first.setdefault(_same(question), float(confidence))
-    return list(first.values())
+    return [float(confidence) for row, (first, confidence) in enumerate(zip(first_rows(questions), confidences))
+            if first == row]
 
 
 def detection_power(reference: Sequence[float], n_new: int, shift: float = DRIFT_SHIFT,

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 
-__all__ = ["EXPORT_CONFIG_NAME", "EXPORT_FORMS", "export_confidence_model", "export_problem", "export_prompt_ids"]
+__all__ = ["EXPORT_CONFIG_NAME", "EXPORT_FORMS", "export_confidence_model", "export_problem", "export_prompt_ids",
+           "load_export"]
 
 EXPORT_CONFIG_NAME = "elical_confidence.json"
 """The exported folder's confidence config (not `confidence_config.json`: the export is not an adapter folder)."""
@@ -173,18 +174,31 @@ def _write_adapter(model: Any, folder: Any) -> None:
                                                         for key, value in settings.items()})
 
 
+def load_export(export_dir: str | os.PathLike) -> tuple[Any, Any, str]:
+    """The confidence config, the tokenizer and the form of a folder `elical-hf export` wrote (what renders the prompts
+    an engine serving it scores); a `ValueError` for a folder that is not one."""
+    import json
+
+    from .configuration import ConfidenceConfig
+    from .encoding import load_tokenizer
+
+    path = os.path.join(export_dir, EXPORT_CONFIG_NAME)
+    if not os.path.isfile(path):
+        raise ValueError(f"{os.fspath(export_dir)} holds no {EXPORT_CONFIG_NAME}: it is not a folder `elical-hf "
+                         "export` wrote for an engine (that folder holds the prompts and thresholds).")
+    with open(path, encoding="utf-8") as handle:
+        saved = json.load(handle)
+    return ConfidenceConfig.from_dict(saved["confidence_config"]), load_tokenizer(export_dir), saved.get("form", "merged")
+
+
 def export_prompt_ids(questions: Sequence[str], export_dir: str | os.PathLike) -> list[list[int]]:
     """The token ids of the prompts an engine serving the export at `export_dir` scores for `questions` (the saved
     template, system prompt and chat template, as the confidence was trained with): send them as `/classify`'s
     `input`, so that the engine does not tokenize again."""
-    import json
+    from .encoding import encode_prompts
 
-    from .configuration import ConfidenceConfig
-    from .encoding import encode_prompts, load_tokenizer
-
-    with open(os.path.join(export_dir, EXPORT_CONFIG_NAME), encoding="utf-8") as handle:
-        config = ConfidenceConfig.from_dict(json.load(handle)["confidence_config"])
-    return encode_prompts(list(questions), load_tokenizer(export_dir), config)
+    config, tokenizer, _ = load_export(export_dir)
+    return encode_prompts(list(questions), tokenizer, config)
 
 
 def _card(config: Any, form: str, source: str | None, rank: int) -> str:

@@ -447,7 +447,7 @@ def confidence_class_for(model_type: str) -> type:
     at `model` ([`_pretrained_class`]; refused, saying why, otherwise)."""
     if model_type not in _CLASSES:
         pretrained_class = _pretrained_class(model_type)
-        name = confidence_class_name(model_type)
+        name = pretrained_class.__name__.replace("PreTrainedModel", "ForConfidence")
         namespace = {"__module__": __name__, "__qualname__": name, "config_class": CONFIG_MAPPING[model_type]}
         _CLASSES[model_type] = type(name, (ForConfidenceMixin, pretrained_class), namespace)
     return _CLASSES[model_type]

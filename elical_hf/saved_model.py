@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -220,11 +221,11 @@ def _choose(confidences: Sequence[float], correct: Sequence[int], alpha: float |
 def _power_phrase(confidences: Sequence[float], correct: Sequence[int], alpha: float, delta: float,
                   max_abstention: float | None) -> str:
     """What a larger calibration set would do ([`~elical_hf.metrics.risk_control.rows_for_power`]), as a phrase."""
-    from .metrics.risk_control import rows_for_power
+    from .metrics.risk_control import POWER_DOUBLINGS, rows_for_power
 
     needed = rows_for_power(confidences, correct, alpha, delta, max_abstention)
     if needed is None:
-        return (f"even {64 * len(confidences):,} rows like these would certify one in fewer than 80% of draws: the "
+        return (f"even {2 ** POWER_DOUBLINGS * len(confidences):,} rows like these would certify one in fewer than 80% of draws: the "
                 "model's error rate at its confidences may not allow it")
     return f"about {needed:,} rows like these would certify one in 80% of draws"
 
@@ -242,8 +243,9 @@ def _domain_thresholds(confidences: Sequence[float], correct: Sequence[int], dom
     (with `alpha`, unless `allow_pooled_fallback`) when a domain would fall back."""
     entries: dict[str, Any] = {}
     uncertified: list[str] = []
-    names = sorted(set(domains))
-    small = {name: domains.count(name) for name in names if domains.count(name) < min_rows}
+    counts = Counter(domains)
+    names = sorted(counts)
+    small = {name: counts[name] for name in names if counts[name] < min_rows}
     if alpha is not None and small and not allow_pooled_fallback:
         listed = ", ".join(f"{name} ({rows} rows)" for name, rows in small.items())
         raise ValueError(f"{by} {listed}: fewer than --min_domain_rows {min_rows} rows, so the pooled threshold would "

@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_guarantee(options: ThresholdArguments, guarantee: dict[str, Any]) -> None:
     """What the guarantee says, at this calibration size, and how often it certifies anything."""
+    from elical_hf.metrics.risk_control import POWER_DOUBLINGS
+
     n, alpha, level = guarantee["n"], options.alpha, f"{1 - options.delta:.2f}"
     bound = f"error rate among answered <= {alpha}"
     if options.max_abstention is not None:
@@ -84,7 +86,7 @@ def _print_guarantee(options: ThresholdArguments, guarantee: dict[str, Any]) -> 
         return
     needed = guarantee["rows_for_power"]
     more = (f"about {needed:,} rows would make it 80%" if needed is not None else
-            f"even {64 * n:,} rows would not make it 80%")
+            f"even {2 ** POWER_DOUBLINGS * n:,} rows would not make it 80%")
     print(f"warning: low power: only {100 * power:.0f}% of calibration sets like this one (a bootstrap of these "
           f"{n} rows) certify a threshold at these bounds, so one written at this size is often a lucky draw; {more}: "
           "label more rows, or loosen --alpha.")

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..configuration import chat_rule_broken
 from ..extras import require_extra
 from ..loading import unwrap_peft
 from ..prompts import ABSTAIN_MESSAGE
@@ -72,10 +73,11 @@ def question_of(value: Any, chat_context: str = "question") -> str:
         value = [value]
     if isinstance(value, (list, tuple)):
         kinds = [type(m).__name__ for m in value]
-        if chat_context == "refuse" and len(value) != 1:
+        broken = chat_rule_broken([isinstance(m, HumanMessage) for m in value], chat_context)
+        if broken == "single":
             raise ValueError(f"This model's gate scores one question: give a single human message, got {kinds} (its "
                              "chat_context is 'refuse').")
-        if not value or not isinstance(value[-1], HumanMessage):
+        if broken == "last":
             raise ValueError(f"The gate scores the question the last message asks: it must be a human message, got "
                              f"{kinds}.")
         value = value[-1].content

@@ -65,7 +65,7 @@ from numpy.typing import ArrayLike
 from .functional import check_inputs
 
 
-__all__ = ["RISK_CONTROL_METHOD", "TWO_RISK_METHOD", "binomial_cdf", "certification_power", "certify",
+__all__ = ["POWER_DOUBLINGS", "RISK_CONTROL_METHOD", "TWO_RISK_METHOD", "binomial_cdf", "certification_power", "certify",
            "clopper_pearson_upper", "grid_counts", "min_answered", "risk_controlling_threshold", "rows_for_power",
            "fixed_sequences", "selective_risk"]
 
@@ -298,8 +298,13 @@ def certification_power(confidences: ArrayLike, correct: ArrayLike, alpha: float
     return float((certify(answered, errors, rows, alpha, delta, max_abstention)["chosen"] >= 0).mean())
 
 
+POWER_DOUBLINGS = 6
+"""[`rows_for_power`] tries up to `2^POWER_DOUBLINGS` (64) times the rows given."""
+
+
 def rows_for_power(confidences: ArrayLike, correct: ArrayLike, alpha: float, delta: float,
-                   max_abstention: float | None = None, target: float = 0.8, doublings: int = 6) -> int | None:
+                   max_abstention: float | None = None, target: float = 0.8,
+                   doublings: int = POWER_DOUBLINGS) -> int | None:
     """The smallest of `n, 2n, 4n, ...` (`n` the rows given, up to `2^doublings n`) at which
     [`certification_power`] reaches `target`, or `None` when none does (the model's errors at its confidences may
     not allow alpha at any size)."""

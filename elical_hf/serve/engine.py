@@ -183,11 +183,14 @@ def question_of(messages: list[dict[str, str]], chat_context: str) -> tuple[list
     user's (a system prompt and earlier turns are left out: the confidence was trained on questions alone, and the
     answer it is about is the answer to the question as trained); `"refuse"`, a single user message only. A
     `RequestError` (400 `unsupported_messages`) otherwise."""
+    from ..configuration import chat_rule_broken
+
     roles = [m["role"] for m in messages]
-    if chat_context == "refuse" and roles != ["user"]:
+    broken = chat_rule_broken([role == "user" for role in roles], chat_context)
+    if broken == "single":
         raise RequestError(f"This model's gate scores one question: send a single user message, got {roles} (its "
                            "chat_context is 'refuse').", param="messages", code="unsupported_messages")
-    if roles[-1] != "user":
+    if broken == "last":
         raise RequestError(f"The gate scores the question the last message asks: it must be the user's, got {roles}.",
                            param="messages", code="unsupported_messages")
     return messages[-1:], len(messages) - 1

@@ -15,9 +15,7 @@ The gate itself is stateless: run replicas behind any load balancer.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
@@ -77,21 +75,12 @@ class RemoteConfidence:
 
     def __init__(self, export_dir: str, endpoint: str, served_model: str | None = None, *, timeout: float = 600,
                  max_retries: int = 4, api_key: str | None = None) -> None:
-        from ..configuration import ConfidenceConfig
-        from ..encoding import load_tokenizer
-        from ..export import EXPORT_CONFIG_NAME
+        from ..export import load_export
 
-        path = os.path.join(export_dir, EXPORT_CONFIG_NAME)
-        if not os.path.isfile(path):
-            raise ValueError(f"{export_dir} holds no {EXPORT_CONFIG_NAME}: with --confidence_endpoint, MODEL is the "
-                             "folder `elical-hf export` wrote for the engine (its prompts and thresholds).")
-        with open(path, encoding="utf-8") as handle:
-            saved = json.load(handle)
-        if saved.get("form") == "base":
+        self.confidence_config, self.tokenizer, form = load_export(export_dir)
+        if form == "base":
             raise ValueError(f"{export_dir} is a base classifier (--form base), no confidence model: pass the export "
                              "of the model (--form merged or lora).")
-        self.confidence_config = ConfidenceConfig.from_dict(saved["confidence_config"])
-        self.tokenizer = load_tokenizer(export_dir)
         self.config = SimpleNamespace(max_position_embeddings=self.confidence_config.max_length)
         models, self.client = _clients(endpoint, timeout=timeout, max_retries=max_retries, api_key=api_key)
         self.url = str(self.client.base_url).rstrip("/") + "/classify"
@@ -112,8 +101,6 @@ class RemoteConfidence:
                                      cast_to=httpx.Response).json()
             rows = sorted(reply["data"], key=lambda row: row["index"])
             scores = [float(row["probs"][0]) for row in rows]
-        except RequestError:
-            raise
         except Exception as error:  # noqa: BLE001 - a failed call or an unreadable reply: this batch's error
             raise _upstream_error("confidence", self.url, error) from None
         if len(scores) != len(questions) or not all(math.isfinite(s) and 0.0 <= s <= 1.0 for s in scores):
@@ -185,10 +172,7 @@ class UpstreamGateEngine(GateEngine):
         from ..gate import decide
 
         decision = decide(confidence, job.threshold, job.retrieve_threshold)
-        gate = {"confidence": confidence, "decision": decision, "threshold": job.threshold,
-                "retrieve_threshold": job.retrieve_threshold, "domain": job.domain,
-                "answered": decision == "answer", "context": None, "batch_size": batch_size,
-                "messages_left_out": job.left_out}
+        gate = self._gate(job, {"confidence": confidence, "decision": decision, "context": None}, batch_size)
         if job.listener is not None:
             job.listener(("decision", gate, None if gate["answered"] else self.abstain_message, 0))
         if not gate["answered"]:  # abstain, or the retrieve band without a retriever
@@ -209,12 +193,9 @@ class UpstreamGateEngine(GateEngine):
         (each piece told to a streaming client); its finish reason and usage; a `RequestError` (502) naming the
         endpoint otherwise."""
         text, finish, usage, position = "", "stop", {}, 0
-        config = self.config
-        messages = [{"role": "user", "content": config.prompt_template.format(question=job.messages[0]["content"]
-                                                                              .strip()) + config.prompt_tail}]
-        if config.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": config.system_prompt})
-        extra = {"chat_template_kwargs": config.chat_template_kwargs} if config.chat_template_kwargs else None
+        messages = self.config.prompt_messages(job.messages[0]["content"])
+        kwargs = self.config.chat_template_kwargs
+        extra = {"chat_template_kwargs": kwargs} if kwargs else None
         try:
             stream = self.generator.chat.completions.create(
                 model=self.generation_model, messages=messages, max_tokens=job.max_tokens, temperature=0,

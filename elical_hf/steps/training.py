@@ -275,7 +275,7 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
         `None` when the model records nothing to check), and `accuracy` (the alignment rule's, in percent) or
         `guarantee` (`coverage`, `risk`, `risk_upper_bound`, `n`, `sequences`, `min_answered` (the fewest rows a
         certifiable threshold answers), `power` ([`~elical_hf.metrics.risk_control.certification_power`]),
-        `rows_for_power` (rows for 80% power when `power` is below it, `None` if no size up to 64 n reaches it, absent
+        `rows_for_power` (rows for 80% power when `power` is below it, `None` if no size up to `2^POWER_DOUBLINGS` n reaches it, absent
         otherwise), and with `max_abstention` `abstention_upper_bound`); with `by`, `domains` (the saved map's
         entries).
     """
