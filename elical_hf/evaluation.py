@@ -176,10 +176,11 @@ def paired_difference_over_draws(
     b_draws: Sequence[Sequence[float]] | None,
     bootstrap: int = 1000,
     seed: int = 0,
+    level: float = 0.95,
 ) -> dict[str, dict[str, Any]]:
     """
     `metric(a) - metric(b)` (or `metric(a)` alone, `b_draws=None`) averaged over several label draws (or training
-    seeds), with a 95% two-level (hierarchical) bootstrap interval of that mean. Each of the `bootstrap` resamples
+    seeds), with a 95% (`level`) two-level (hierarchical) bootstrap interval of that mean. Each of the `bootstrap` resamples
     draws as many draws as there are, with replacement, and one resample of the test questions (the paired resamples
     of [`evaluate_table`], shared by every draw and both methods), and scores the mean over the drawn draws on it; the
     interval holds the middle 95% of those means. It is the interval of the printed mean over draws, for the spread of
@@ -192,6 +193,8 @@ def paired_difference_over_draws(
         a_draws, b_draws (`list[list[float]]`): One confidence list per draw for each method; draw `d` of `a` and of
             `b` used the same labels (the difference is paired within a draw). `b_draws=None`: `a`'s own metrics.
         bootstrap (`int`, *optional*, defaults to 1000), seed (`int`, *optional*, defaults to 0): Resamples and seed.
+        level (`float`, *optional*, defaults to 0.95): The interval's coverage; a family of `m` comparisons read
+            together takes `1 - 0.05 / m` (Bonferroni), with resamples enough for its tails.
 
     Returns:
         `dict`: column -> `{metric: mean difference, "<metric>_ci": [low, high], "<metric>_per_draw": [...]}`.
@@ -225,7 +228,7 @@ def paired_difference_over_draws(
             cell[f"{metric}_per_draw"] = per_draw
         stacked = {m: np.stack([s[column][m] for s in samples]) for m in TABLE_METRICS}  # draws x resamples
         resampled = {m: stacked[m][pick, np.arange(bootstrap)[:, None]].mean(axis=1) for m in TABLE_METRICS}
-        _intervals(cell, resampled)
+        _intervals(cell, resampled, level)
         out[column] = cell
     return out
 
@@ -382,20 +385,25 @@ def decision_table(
     splits: Sequence[str],
     confidences: Mapping[str, Sequence[float]],
     configs: Mapping[str, ConfidenceConfig],
+    chosen_on: Mapping[str, Sequence[bool] | None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """
     What each model's saved decision rule does on test records: its error rate among answered questions (`risk`) and
     the share it answers (`coverage`), per split and over all rows, next to the `alpha` it was chosen to guarantee.
+    The rows a model's threshold was chosen on are left out of its table (they would flatter it).
 
     Args:
         correct (`list[int]`), splits (`list[str]`): 0/1 correctness and split of each record.
         confidences (`dict[str, list[float]]`): Model name -> one confidence per record.
         configs (`dict[str, ConfidenceConfig]`): Model name -> its config; models without a `decision_threshold`
             are left out.
+        chosen_on (`dict[str, list[bool]]`, *optional*): Model name -> for each record, whether its threshold was
+            chosen on it ([`~elical_hf.saved_model.threshold_rows`]); `None` (or a missing name) when not known.
 
     Returns:
-        `dict`: model -> `{"threshold", "alpha", "delta", "columns": {split or "all": {"risk", "coverage", "answered",
-        "n"}}}`.
+        `dict`: model -> `{"threshold", "alpha", "delta", "left_out", "columns": {split or "all": {"risk",
+        "coverage", "answered", "n"}}}`, `left_out` the rows its threshold was chosen on (`None`: not known). A column
+        with no row left is dropped.
     """
     from .metrics import selective_risk
 
@@ -406,14 +414,18 @@ def decision_table(
             continue
         scores = np.asarray(confidences[name], dtype=np.float64)
         labels = np.asarray(correct, dtype=np.int64)
+        known = (chosen_on or {}).get(name)
+        kept = np.ones(len(labels), bool) if known is None else ~np.asarray(known, bool)
         columns = {}
         for column in [*dict.fromkeys(splits), "all"]:
-            mask = np.ones(len(labels), bool) if column == "all" else split_array == column
-            columns[column] = {**selective_risk(scores[mask], labels[mask], config.decision_threshold),
-                               "n": int(mask.sum())}
+            mask = kept & (True if column == "all" else split_array == column)
+            if mask.any():
+                columns[column] = {**selective_risk(scores[mask], labels[mask], config.decision_threshold),
+                                   "n": int(mask.sum())}
         guarantee = config.risk_control or {}
         out[name] = {"threshold": config.decision_threshold, "alpha": guarantee.get("alpha"),
-                     "delta": guarantee.get("delta"), "columns": columns}
+                     "delta": guarantee.get("delta"), "left_out": None if known is None else int(sum(known)),
+                     "columns": columns}
     return out
 
 
@@ -421,9 +433,15 @@ def decision_table_to_markdown(decisions: Mapping[str, Mapping[str, Any]]) -> st
     """[`decision_table`] as Markdown: one row per model and column, error rate among answered and coverage."""
     lines = ["| model | threshold | guarantee | rows | answered | coverage | error rate among answered |",
              "|---|---:|---|---|---:|---:|---:|"]
+    notes = []
     for name, entry in decisions.items():
         guarantee = f"<= {entry['alpha']} w.p. {1 - entry['delta']:.2f}" if entry["alpha"] is not None else "alignment rule"
         for column, cell in entry["columns"].items():
             lines.append(f"| {name} | {entry['threshold']:.2f} | {guarantee} | {column} ({cell['n']}) | "
                          f"{cell['answered']} | {100 * cell['coverage']:.1f}% | {_fmt(cell['risk'])} |")
-    return "\n".join(lines)
+        if entry.get("left_out"):
+            notes.append(f"{name}: {entry['left_out']} row(s) left out, the ones its threshold was chosen on.")
+        elif entry.get("left_out", 0) is None:
+            notes.append(f"{name}: which rows its threshold was chosen on is not recorded (set before elical-hf kept "
+                         "them): if they are among these, its row is optimistic.")
+    return "\n".join(lines + ([""] + notes if notes else []))

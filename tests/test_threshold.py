@@ -14,20 +14,20 @@ from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from tests.tiny import mark_trained
 
 
-def write_judged(folder, split: str, n: int, wrong_every: int) -> None:
-    """`n` judged records of one dataset in `split`; every `wrong_every`-th greedy answer is wrong."""
+def write_judged(folder, split: str, n: int, wrong_every: int, dataset: str = "nq") -> None:
+    """`n` judged records of `dataset` in `split`; every `wrong_every`-th greedy answer is wrong."""
     from elical_hf.signals.records import save_records
 
     rows = []
     for i in range(n):
         correct = i % wrong_every != 0
         rows.append({
-            "question": f"who wrote play number {i} of {split}", "answer": ["shakespeare"], "dataset": "nq",
+            "question": f"who wrote play number {i} of {dataset} {split}", "answer": ["shakespeare"], "dataset": dataset,
             "greedy_response": "shakespeare" if correct else "dickens", "greedy_correctness": correct,
             "greedy_tokens": ["a"], "greedy_logprobs": [-0.1], "greedy_cumulative_logprobs": -0.1,
             "sampling_response": ["shakespeare"], "sampling_correctness": [correct],
         })
-    save_records(rows, folder / f"nq_{split}.jsonl")
+    save_records(rows, folder / f"{dataset}_{split}.jsonl")
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_threshold_with_a_guarantee_is_saved_with_the_model_and_reported_by_eval
     assert record["risk_upper_bound"] <= 0.3 and 0 < record["coverage"] <= 1
     assert config.decision_threshold is not None
     confidences = AutoModelForConfidence.from_pretrained(model).confidence(
-        [f"who wrote play number {i} of train" for i in range(60)])
+        [f"who wrote play number {i} of nq train" for i in range(60)])
     assert record["coverage"] == pytest.approx(sum(c >= config.decision_threshold for c in confidences) / 60)
     card = (model / "README.md").read_text()
     card = " ".join(card.split())
@@ -156,7 +156,7 @@ def test_thresholds_per_domain_with_a_fallback(two_domains, capsys):
     assert table["by"] == "dataset" and table["min_rows"] == 30 and set(table["domains"]) == {"nq", "triviaqa"}
     nq, trivia = table["domains"]["nq"], table["domains"]["triviaqa"]
     scorer = AutoModelForConfidence.from_pretrained(model)
-    nq_conf = scorer.confidence([f"who wrote play number {i} of train" for i in range(60)])
+    nq_conf = scorer.confidence([f"who wrote play number {i} of nq train" for i in range(60)])
     nq_correct = [int(i % 10 != 0) for i in range(60)]
     assert nq["decision_threshold"] == select_threshold(nq_conf, nq_correct) and nq["rows"] == 60
     assert nq["answered"] == sum(c >= nq["decision_threshold"] for c in nq_conf) and nq["fallback"] is None
@@ -210,3 +210,26 @@ def test_a_hand_edited_domain_map_is_refused_in_one_line():
             "nq": {"decision_threshold": 1.5}}})
     with pytest.raises(ValueError, match="needs a `decision_threshold`"):
         ConfidenceConfig(domain_thresholds={"by": "dataset", "domains": {"nq": {"decision_threshold": 0.5}}})
+
+
+def test_evaluate_leaves_the_rows_a_threshold_was_chosen_on_out_of_its_decision_table(judged, capsys):
+    """A threshold chosen on the held-out split (the default) and then evaluated on records holding those rows: its
+    decision table scores only the others, and says how many it left out; set again elsewhere, nothing is left out."""
+    model, records = judged / "model", judged / "records"
+    write_judged(records / "tiny-model", "test", 30, wrong_every=10, dataset="squad")  # ood_test
+    assert cli_main(["threshold", str(model), "--records", str(records), "--allow_other_model", "true"]) == 0
+    out = judged / "report"
+    assert cli_main(["evaluate", "--records", str(records), "--output_dir", str(out), "--allow_other_model", "true",
+                     "--model", f"Tiny={model}"]) == 0
+    decisions = json.loads((out / "decisions.json").read_text())["Tiny"]
+    assert decisions["left_out"] > 0
+    kept = decisions["columns"]["all"]["n"]
+    assert kept == sum(cell["n"] for column, cell in decisions["columns"].items() if column != "all")
+    assert "left out" in capsys.readouterr().err + (out / "report.md").read_text()
+    # chosen on train rows instead: the test rows are all scored again
+    assert cli_main(["threshold", str(model), "--records", str(records), "--split", "train",
+                     "--allow_other_model", "true", "--allow_training_rows", "true"]) == 0
+    assert cli_main(["evaluate", "--records", str(records), "--output_dir", str(judged / "report2"),
+                     "--allow_other_model", "true", "--model", f"Tiny={model}"]) == 0
+    again = json.loads((judged / "report2" / "decisions.json").read_text())["Tiny"]
+    assert again["left_out"] == 0 and again["columns"]["all"]["n"] == kept + decisions["left_out"]

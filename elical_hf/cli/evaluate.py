@@ -2,7 +2,8 @@
 
 For each `--model` with a saved `decision_threshold` it also reports what that answer/abstain rule does on the test
 records: the error rate among answered questions and the coverage (`decisions.json`, and a table in `report.md`),
-next to the alpha a risk-controlled threshold was chosen to guarantee. `--report_to trackio` (or any of the Trainer's
+next to the alpha a risk-controlled threshold was chosen to guarantee; the rows the threshold was chosen on (recorded by
+`elical-hf threshold`) are left out of that table, and counted. `--report_to trackio` (or any of the Trainer's
 trackers) also logs the table and the plots to an experiment tracker."""
 
 from __future__ import annotations

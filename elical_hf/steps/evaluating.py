@@ -339,9 +339,10 @@ def _evaluate(
             if name in sources or name in models:
                 raise ValueError(f"Two confidence sources are named {name!r}: rename the other one.")
             sources[name] = values
-    configs = {}
+    configs, chosen_on = {}, {}
     if models:
         from ..auto import AutoModelForConfidence
+        from ..saved_model import find_saved_model, threshold_rows
 
         for name, path in models.items():
             model = AutoModelForConfidence.from_pretrained(path)
@@ -349,6 +350,11 @@ def _evaluate(
             sources[name] = model_confidences(model, rows, batch_size=batch_size)
             configs[name] = model.confidence_config
             del model
+            folder = find_saved_model(path)
+            chosen_on[name] = threshold_rows(folder, questions) if folder else None
+            if configs[name].decision_threshold is not None and chosen_on[name] and any(chosen_on[name]):
+                say(f"--model {name}: its threshold was chosen on {sum(chosen_on[name])} of these {len(rows)} "
+                    "records; they are left out of its decision table (its AUROC, ECE and alignment keep them).")
     correct = [int(r["greedy_correctness"]) for r in rows]
     datasets, splits = [r["dataset"] for r in rows], [r["split"] for r in rows]
     evaluation = Evaluation(evaluate_table(correct, datasets, splits, sources, bootstrap=bootstrap, seed=seed),
@@ -359,7 +365,7 @@ def _evaluate(
         evaluation.draw_differences[f"{a} − {b}"] = paired_difference_over_draws(
             correct, datasets, splits, draws[a], draws[b], bootstrap, seed)
     evaluation.label_curves = _label_curves(evaluation, draws)
-    evaluation.decisions = decision_table(correct, splits, sources, configs)
+    evaluation.decisions = decision_table(correct, splits, sources, configs, chosen_on)
     return evaluation
 
 

@@ -283,7 +283,7 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
     from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
     from ..files import refuse_output_over_inputs
     from ..drift import first_rows
-    from ..saved_model import REFERENCE_NAME, set_decision_threshold
+    from ..saved_model import QUESTIONS_KEY, REFERENCE_NAME, question_digests, set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
     from .evaluating import check_trained_model, model_confidences
@@ -326,7 +326,8 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
                                               max_abstention=args.max_abstention, source=source, domains=domains,
                                               by=args.by or "dataset", min_domain_rows=args.min_domain_rows,
                                               reference={**source, "by": args.by, "domains": domains,
-                                                         "question_ids": first_rows([r["question"] for r in rows])},
+                                                         "question_ids": first_rows([r["question"] for r in rows]),
+                                                         QUESTIONS_KEY: question_digests(r["question"] for r in rows)},
                                               allow_pooled_fallback=args.allow_pooled_fallback)
     out: dict[str, Any] = {"threshold": chosen_threshold, "rows": len(rows), "training_rows": trained,
                            "answered": sum(c >= chosen_threshold for c in confidences)}
