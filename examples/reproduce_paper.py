@@ -49,6 +49,10 @@ from elical_hf.default_model import DEFAULT_MODEL
 logger = logging.getLogger("reproduce_paper")
 
 STEPS = ("questions", "sample", "judge", "baselines", "train", "probes", "evaluate", "ablations")
+BASELINE_HEAD_INIT = "torch_default"
+"""How a head-only baseline's fresh head is drawn (Cal-Only-head here, the experiments' head-only Cal-Only): PyTorch's
+`nn.Linear` default, the reference code's head. The package default (`"normal"`, N(0, 0.02)) leaves a head-only
+Cal-Only with 100 labels below chance in domain (`docs/results/head_init.json`), a handicapped baseline."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -398,6 +402,19 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     def fresh(seed: int = args.seed) -> Any:
         return fresh_model(args, seed)
 
+    def baseline_head_model() -> Any:
+        """Cal-Only-head's start: the base model with its head drawn again as [`BASELINE_HEAD_INIT`], seeded by --seed
+        (as `experiments/head_init_experiment.py` draws it, so its runs are these)."""
+        import torch
+
+        from elical_hf.head_calibration import confidence_head_module
+        from elical_hf.modeling import initialize_confidence_head
+
+        model = fresh()
+        torch.manual_seed(args.seed)
+        initialize_confidence_head(confidence_head_module(model), BASELINE_HEAD_INIT)
+        return model
+
     def score(model: Any) -> list[float]:
         return model.confidence(runs.test_questions, batch_size=32, progress=True)
 
@@ -431,7 +448,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             runs.save("Eli-Only", confidences, started, labels=0, **training_summary(trainer))
     # Head-only calibration: the backbone (+ stage-1 LoRA) is frozen, so its features are computed once per backbone.
     for method, load in (("EliCal-head", lambda: AutoModelForConfidence.from_pretrained(eli_dir)),
-                         ("Cal-Only-head", fresh)):
+                         ("Cal-Only-head", baseline_head_model)):
         todo = [(n, seed) for n, seed in head_jobs if not runs.done(run_name(method, n, len(train), seed, args.seed))]
         if not todo:
             continue

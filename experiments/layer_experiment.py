@@ -75,7 +75,7 @@ from label_selection import HEAD_SETTINGS, calibrated_confidences  # noqa: E402 
 
 RECORDS = common.RECORDS
 AVERAGES = ("in-domain avg", "OOD avg")
-BASELINE_HEAD_INIT = "torch_default"
+BASELINE_HEAD_INIT = reproduce_paper.BASELINE_HEAD_INIT
 """How Cal-Only-head's fresh head is drawn: PyTorch's `nn.Linear` default, the reference code's head."""
 HEAD_METHODS = ("Eli-Only-head", "Cal-Only-head", "EliCal-head")
 LAYER_RULES = {

@@ -9,12 +9,20 @@
     # the comparison
     python experiments/layer_lora_check.py --runs outputs/layer16-lora/runs --output_dir docs/results/layers
 
-Each run of `--runs` (`reproduce_paper.py`'s `runs/<name>.json`: test confidences in the committed test order) is
-paired with the run of the same name in `--confidences` (the committed `confidences.json`, the final layer): the same
-labels, seed and training order, only the layer the head reads (and that LoRA stops at) differs. Reported: the mean
-per-dataset AUROC x100 in domain and out of domain of both, and their difference (mean over seeds) with its 95%
-two-level bootstrap interval (seeds, then test questions, resampled: `evaluation.paired_difference_over_draws`).
-Writes `lora_layer.json` and `lora_layer.md`.
+Each run of `--runs` (`reproduce_paper.py`'s `runs/<name>.json`: test confidences in the committed test order; or a
+`lora_layer_runs.json` this script wrote, the runs' confidences as committed) is paired with the run of the same name
+in `--confidences` (the committed `confidences.json`, the final layer): the same labels, seed and training order, only
+the layer the head reads (and that LoRA stops at) differs. Reported, AUROC x100 as the mean per-dataset AUROC in domain
+and out of domain:
+- each run at both layers and their difference (this layer − final);
+- the method against its baseline at this layer, EliCal@n − Cal-Only@n (the paper's few-label claim);
+each difference the mean over seeds with its two-level bootstrap interval (seeds, then test questions, resampled:
+`evaluation.paired_difference_over_draws`), at 95% and at the Bonferroni level of every cell the table shows read
+together (`1 - 0.05 / cells`). Writes `lora_layer.json`, `lora_layer.md` and `lora_layer_runs.json` (the runs'
+per-question confidences, so the tables recompute without training):
+
+    python experiments/layer_lora_check.py --runs docs/results/layers/lora_layer_runs.json \
+        --output_dir docs/results/layers --bootstrap 10000
 """
 
 from __future__ import annotations
@@ -32,11 +40,13 @@ COLUMNS = ("in-domain avg", "OOD avg")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", required=True, help="reproduce_paper.py's runs/ folder of the other layer.")
+    parser.add_argument("--runs", required=True, help="reproduce_paper.py's runs/ folder of the other layer, or the "
+                        "lora_layer_runs.json this script wrote.")
     parser.add_argument("--confidences", default=COMMITTED, help="The final layer's runs (a confidences.json).")
     parser.add_argument("--layer", type=int, default=16, help="The layer the --runs read (for the report).")
-    parser.add_argument("--output_dir", required=True, help="Where lora_layer.json and lora_layer.md go.")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="Resamples of the paired intervals.")
+    parser.add_argument("--output_dir", required=True, help="Where lora_layer.json, .md and _runs.json go.")
+    parser.add_argument("--bootstrap", type=int, default=10000,
+                        help="Resamples of the paired intervals (the corrected level's tails need many).")
     parser.add_argument("--seed", type=int, default=42, help="Seed of the resamples.")
     return parser.parse_args(argv)
 
@@ -49,8 +59,23 @@ def methods_of(names: list[str]) -> dict[str, list[str]]:
     return groups
 
 
-def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: int, seed: int) -> list[dict[str, Any]]:
-    """One row per method: AUROC of both layers (mean over seeds) and the paired difference (this layer − final)."""
+def contrasts_of(groups: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """`(EliCal@n, Cal-Only@n)` for each budget both methods ran with the same seeds."""
+    return [(method, method.replace("EliCal@", "Cal-Only@")) for method in groups if method.startswith("EliCal@")
+            and [n.replace("EliCal@", "Cal-Only@") for n in groups[method]] == groups.get(
+                method.replace("EliCal@", "Cal-Only@"))]
+
+
+def cells_of(groups: dict[str, list[str]]) -> int:
+    """How many differences the report shows (each run's and each contrast's, in domain and OOD): the family the
+    Bonferroni level corrects for."""
+    return len(COLUMNS) * (len(groups) + len(contrasts_of(groups)))
+
+
+def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: int, seed: int) -> dict[str, Any]:
+    """`rows`: each method's AUROC at both layers (mean over seeds) and the paired difference (this layer − final);
+    `contrasts`: EliCal@n − Cal-Only@n at this layer and at the final one; every difference at 95% and at the
+    Bonferroni `level` of all of them."""
     from elical_hf.bundled import IN_DOMAIN_DATASETS
     from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
 
@@ -59,49 +84,86 @@ def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: 
     missing = sorted(set(runs) - set(committed["confidences"]))
     if missing:
         raise SystemExit(f"The final layer has no run named {', '.join(missing)} to pair with.")
+    groups = methods_of(list(runs))
+    level = 1 - 0.05 / cells_of(groups)
+
+    def difference(a: list[list[float]], b: list[list[float]]) -> dict[str, dict[str, Any]]:
+        wide = paired_difference_over_draws(correct, datasets, splits, a, b, bootstrap, seed, level=level)
+        plain = paired_difference_over_draws(correct, datasets, splits, a, b, bootstrap, seed)
+        return {column: {"difference": plain[column]["auroc"], "interval": plain[column]["auroc_ci"],
+                         "corrected_interval": wide[column]["auroc_ci"], "per_seed": plain[column]["auroc_per_draw"]}
+                for column in COLUMNS}
+
+    def mean_auroc(draws: list[list[float]], column: str) -> float:
+        table = evaluate_table(correct, datasets, splits, {str(i): d for i, d in enumerate(draws)})
+        return sum(row[column]["auroc"] for row in table.values()) / len(table)
+
+    def here(method: str) -> list[list[float]]:
+        return [runs[n] for n in groups[method]]
+
+    def final(method: str) -> list[list[float]]:
+        return [committed["confidences"][n] for n in groups[method]]
+
     rows = []
-    for method, names in methods_of(list(runs)).items():
-        mine, final = [runs[n] for n in names], [committed["confidences"][n] for n in names]
-        difference = paired_difference_over_draws(correct, datasets, splits, mine, final, bootstrap, seed)
-
-        def mean_auroc(draws: list[list[float]], column: str) -> float:
-            table = evaluate_table(correct, datasets, splits, {str(i): d for i, d in enumerate(draws)})
-            return sum(row[column]["auroc"] for row in table.values()) / len(table)
-
-        rows.append({"method": method, "seeds": len(names), **{column: {
-            "layer": mean_auroc(mine, column), "final": mean_auroc(final, column),
-            "difference": difference[column]["auroc"], "interval": difference[column]["auroc_ci"],
-            "per_seed": difference[column]["auroc_per_draw"]} for column in COLUMNS}})
-    return rows
+    for method in groups:
+        diff = difference(here(method), final(method))
+        rows.append({"method": method, "seeds": len(groups[method]), **{column: {
+            "layer": mean_auroc(here(method), column), "final": mean_auroc(final(method), column), **diff[column]}
+            for column in COLUMNS}})
+    contrasts = [{"pair": f"{a} − {b}", "seeds": len(groups[a]), "layer": difference(here(a), here(b)),
+                  "final": difference(final(a), final(b))} for a, b in contrasts_of(groups)]
+    return {"level": level, "cells": cells_of(groups), "rows": rows, "contrasts": contrasts}
 
 
-def load_runs(folder: str, ids: list[str]) -> dict[str, list[float]]:
-    """`runs/<name>.json` of `folder` by name; each must score the test questions `ids` in that order."""
+def load_runs(path: str, ids: list[str]) -> dict[str, list[float]]:
+    """The runs of `path` by name: `runs/<name>.json` of a folder, or a `lora_layer_runs.json`; each must score the
+    test questions `ids` in that order."""
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        if saved["ids"] != ids:
+            raise SystemExit(f"{path} scores other test questions than the committed runs.")
+        return saved["confidences"]
     runs = {}
-    for file in sorted(os.listdir(folder)):
+    for file in sorted(os.listdir(path)):
         if file.endswith(".json"):
-            with open(os.path.join(folder, file), encoding="utf-8") as handle:
+            with open(os.path.join(path, file), encoding="utf-8") as handle:
                 run = json.load(handle)
             if run["test_ids"] != ids:
                 raise SystemExit(f"{file} scores other test questions than the committed runs.")
             runs[run["name"]] = run["confidences"]
     if not runs:
-        raise SystemExit(f"{folder} holds no runs.")
+        raise SystemExit(f"{path} holds no runs.")
     return runs
 
 
+def interval(cell: dict[str, Any], key: str = "interval") -> str:
+    low, high = cell[key]
+    return f"[{low:+.1f}, {high:+.1f}]"
+
+
 def markdown(result: dict[str, Any]) -> str:
-    layer = result["layer"]
-    lines = [f"| run (seeds) | in domain: layer {layer} | final | difference [95%] | OOD: layer {layer} | final "
-             "| difference [95%] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    """The two tables: each run at this layer against the final one, and EliCal − Cal-Only at both layers."""
+    layer, level = result["layer"], f"{100 * result['level']:.2f}%"
+    lines = [f"| run | in domain: layer {layer} | final | {layer} − final [95%] | [{level}] | per seed | OOD: layer "
+             f"{layer} | final | {layer} − final [95%] | [{level}] | per seed |",
+             "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for row in result["rows"]:
         cells = []
         for column in COLUMNS:
             cell = row[column]
-            low, high = cell["interval"]
-            cells += [f"{cell['layer']:.1f}", f"{cell['final']:.1f}",
-                      f"{cell['difference']:+.1f} [{low:+.1f}, {high:+.1f}]"]
-        lines.append(f"| {row['method']} ({row['seeds']}) | " + " | ".join(cells) + " |")
+            cells += [f"{cell['layer']:.1f}", f"{cell['final']:.1f}", f"{cell['difference']:+.1f} {interval(cell)}",
+                      interval(cell, "corrected_interval"), ", ".join(f"{x:+.1f}" for x in cell["per_seed"])]
+        lines.append(f"| {row['method']} | " + " | ".join(cells) + " |")
+    lines += ["", f"| seeds paired | in domain: layer {layer} [95%] | [{level}] | final [95%] | OOD: layer {layer} "
+              f"[95%] | [{level}] | final [95%] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for contrast in result["contrasts"]:
+        cells = []
+        for column in COLUMNS:
+            at, last = contrast["layer"][column], contrast["final"][column]
+            cells += [f"{at['difference']:+.1f} {interval(at)}", interval(at, "corrected_interval"),
+                      f"{last['difference']:+.1f} {interval(last)}"]
+        lines.append(f"| {contrast['pair']} ({contrast['seeds']}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -112,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.confidences, encoding="utf-8") as handle:
         committed = json.load(handle)
     runs = load_runs(args.runs, committed["ids"])
-    result = {"layer": args.layer, "runs": os.path.relpath(args.runs), "bootstrap": args.bootstrap,
-              "rows": compare(runs, committed, args.bootstrap, args.seed)}
+    result = {"layer": args.layer, "bootstrap": args.bootstrap, "seed": args.seed,
+              **compare(runs, committed, args.bootstrap, args.seed)}
     os.makedirs(args.output_dir, exist_ok=True)
+    saved = os.path.join(args.output_dir, "lora_layer_runs.json")
+    if os.path.abspath(args.runs) != os.path.abspath(saved):
+        atomic_write_json(saved, {"layer": args.layer, "ids": committed["ids"], "confidences": runs})
     atomic_write_json(os.path.join(args.output_dir, "lora_layer.json"), result)
     atomic_write_text(os.path.join(args.output_dir, "lora_layer.md"),
                       f"# LoRA + head at layer {args.layer} against the final layer\n\n{markdown(result)}\n")

@@ -33,6 +33,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 import experiments_common as common  # noqa: E402,F401 - experiments/ and examples/ on the path (the shared module)
+import reproduce_paper  # noqa: E402 - the replication's head-only baseline init
 from label_selection import (  # noqa: E402 - the shared helpers of the head-only measurements
     HEAD_SETTINGS, RECORDS, cached_features, calibrated_confidences, replication_records, test_metrics, training_rows,
     write_outputs,
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
     from elical_hf.head_calibration import confidence_head_module
+    from elical_hf.modeling import initialize_confidence_head
     from elical_hf.recipe import take_elicitation, take_labels
     from elical_hf.signals.baselines import consis_sem
     from elical_hf.signals.records import first_samples
@@ -86,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     model = AutoModelForConfidence.from_pretrained(args.base or DEFAULT_MODEL, use_lora=False)
     questions = [r["question"] for r in train_records + test_records]
     features = cached_features(model, questions, os.path.join(args.output_dir, "features-base.pt"))
-    fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}  # stage 1's start
+    torch.manual_seed(args.seeds[0])  # Cal-Only@100's start: the reference's head, as every head-only baseline here
+    initialize_confidence_head(confidence_head_module(model), reproduce_paper.BASELINE_HEAD_INIT)
+    baseline = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
     test_questions = [r["question"] for r in test_records]
 
     def run(start: dict, rows_used: list[dict], seed: int, stage: str) -> tuple[list[float], dict]:
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"N={size}: done", flush=True)
     for seed in args.seeds:  # Cal-Only-head: what the labels alone give, for the EliCal rows to be read against
         labels = take_labels(train, 100, seed).to_list()
-        n_runs.append(entry(run(fresh, labels, seed, "calibration")[0], N=0, method="Cal-Only@100", seed=seed))
+        n_runs.append(entry(run(baseline, labels, seed, "calibration")[0], N=0, method="Cal-Only@100", seed=seed))
     def paired_auroc(a: list[dict], b: list[dict]) -> dict:
         """Runs `a` − runs `b` (paired by seed): the mean AUROC difference over seeds with its two-level bootstrap
         interval (seeds, then test questions), and per seed, in each average."""

@@ -220,26 +220,45 @@ def test_the_range_mean_table_in_the_docs_is_the_committed_result():
 
 def test_layer_lora_check_pairs_runs_by_name(tmp_path):
     """`experiments/layer_lora_check.py`: each run is paired with the committed run of its name (seeds together); an
-    identical run differs by 0, a reversed one by its AUROC's mirror; other test questions are refused."""
+    identical run differs by 0, a reversed one by its AUROC's mirror; EliCal@n − Cal-Only@n is compared at both
+    layers at 95% and at the Bonferroni level of every cell shown; the runs it writes recompute the same result;
+    other test questions are refused."""
     check = load_experiment("layer_lora_check")
     with open(check.COMMITTED, encoding="utf-8") as handle:
         committed = json.load(handle)
     runs = tmp_path / "runs"
     runs.mkdir()
     same = committed["confidences"]["Cal-Only@100"]
-    flipped = [1 - c for c in committed["confidences"]["EliCal@100~43"]]
-    for name, confidences in (("Cal-Only@100", same), ("EliCal@100~43", flipped)):
+    flipped = [1 - c for c in committed["confidences"]["EliCal@100"]]
+    for name, confidences in (("Cal-Only@100", same), ("EliCal@100", flipped),
+                              ("EliCal@1000~43", committed["confidences"]["EliCal@1000~43"])):
         (runs / f"{name}.json").write_text(json.dumps({"name": name, "confidences": confidences,
                                                        "test_ids": committed["ids"]}))
-    assert check.main(["--runs", str(runs), "--output_dir", str(tmp_path / "out"), "--bootstrap", "20"]) == 0
-    rows = {row["method"]: row for row in json.loads((tmp_path / "out" / "lora_layer.json").read_text())["rows"]}
-    assert set(rows) == {"Cal-Only@100", "EliCal@100"} and rows["EliCal@100"]["seeds"] == 1
+    out = tmp_path / "out"
+    assert check.main(["--runs", str(runs), "--output_dir", str(out), "--bootstrap", "50"]) == 0
+    result = json.loads((out / "lora_layer.json").read_text())
+    rows = {row["method"]: row for row in result["rows"]}
+    assert set(rows) == {"Cal-Only@100", "EliCal@100", "EliCal@1000"} and rows["EliCal@1000"]["seeds"] == 1
+    assert result["cells"] == 2 * (3 + 1) and result["level"] == pytest.approx(1 - 0.05 / 8)
     for column in ("in-domain avg", "OOD avg"):
         assert rows["Cal-Only@100"][column]["difference"] == 0 == rows["Cal-Only@100"][column]["interval"][0]
         cell = rows["EliCal@100"][column]
         assert cell["layer"] == pytest.approx(100 - cell["final"], abs=1e-6)
         assert cell["difference"] == pytest.approx(cell["layer"] - cell["final"], abs=1e-6)
+        low, high = cell["interval"]
+        wide_low, wide_high = cell["corrected_interval"]
+        assert wide_low <= low <= high <= wide_high
+        [contrast] = result["contrasts"]  # EliCal@1000 has no Cal-Only@1000 run to be paired with
+        assert contrast["pair"] == "EliCal@100 − Cal-Only@100"
+        assert contrast["layer"][column]["difference"] == pytest.approx(
+            rows["EliCal@100"][column]["layer"] - rows["Cal-Only@100"][column]["layer"], abs=1e-6)
+        assert contrast["final"][column]["difference"] == pytest.approx(
+            rows["EliCal@100"][column]["final"] - rows["Cal-Only@100"][column]["final"], abs=1e-6)
+    assert "EliCal@100 − Cal-Only@100 (1)" in (out / "lora_layer.md").read_text()
     assert check.methods_of(["A@1~44", "A@1", "A@1~43", "B@2"]) == {"A@1": ["A@1", "A@1~43", "A@1~44"], "B@2": ["B@2"]}
+    again = tmp_path / "again"
+    assert check.main(["--runs", str(out / "lora_layer_runs.json"), "--output_dir", str(again), "--bootstrap", "50"]) == 0
+    assert json.loads((again / "lora_layer.json").read_text()) == result
     (runs / "Cal-Only@100.json").write_text(json.dumps({"name": "Cal-Only@100", "confidences": same,
                                                         "test_ids": committed["ids"][::-1]}))
     with pytest.raises(SystemExit, match="other test questions"):
