@@ -2,10 +2,11 @@
 and how), [`RecordArguments`] (the records it reads), [`ShardArguments`] and [`LexicalScoringArguments`]; [`only`]
 gives a command the part of a group it has. No torch here: `elical-hf <command> --help` reads these.
 
-A command's own options are a dataclass that inherits the groups it uses (`ThresholdArguments(RecordArguments)`), or,
-for `elical-hf train`, a separate dataclass beside [`ModelArguments`] and
-[`~elical_hf.training_args.ConfidenceTrainingArguments`], as TRL's scripts take `(script_args, training_args,
-model_args)`. Help text lives on the field, once.
+A command's own options are a dataclass, declared beside its step in `elical_hf/steps/<command>.py`, that inherits
+the groups it uses (`ThresholdArguments(RecordArguments)`), or, for `elical-hf train`, a separate dataclass beside
+[`ModelArguments`] and [`~elical_hf.training_args.ConfidenceTrainingArguments`], as TRL's scripts take
+`(script_args, training_args, model_args)`. Help text lives on the field, once; [`api_key_env_help`] and
+[`name_value_pairs`] are the help and the reader several options share.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .default_model import DEFAULT_MODEL
 
 
 __all__ = ["LexicalScoringArguments", "ModelArguments", "OptionGroup", "QuestionArguments", "RecordArguments",
-           "ShardArguments", "check_dtype_option", "only"]
+           "ShardArguments", "api_key_env_help", "check_dtype_option", "name_value_pairs", "only"]
 
 Options = TypeVar("Options")
 
@@ -56,6 +57,31 @@ def only(options: type[Options], *names: str) -> type[Options]:
         namespace[name] = f.default_factory() if f.default_factory is not dataclasses.MISSING else (
             None if f.default is dataclasses.MISSING else f.default)
     return dataclass(kw_only=True)(type(namespace["__qualname__"], (options,), namespace))
+
+
+def api_key_env_help(endpoint_option: str) -> str:
+    """The help of the option that names the environment variable holding `endpoint_option`'s bearer token
+    (`judge --judge_api_key_env`, `sample --api_key_env`: two flags, one text)."""
+    return (f"The NAME of the environment variable holding the {endpoint_option}'s bearer token (e.g. OPENAI_API_KEY; "
+            "the token itself never goes on the command line, where `ps` shows it). Default: no token. A --config "
+            "file may name only OPENAI_API_KEY or an ELICAL_HF_* variable (put the key in, e.g., "
+            "ELICAL_HF_JUDGE_API_KEY); any other only the command line can name.")
+
+
+def name_value_pairs(items: list[str], what: str) -> dict[str, str]:
+    """`NAME=VALUE` items of option `what` (`evaluate --model`, `--field_sources`) as a dict; a `ValueError` for a
+    malformed item or a name given twice (one would be lost)."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{what} must look like NAME=VALUE, got {item!r}.")
+        if name in pairs:
+            raise ValueError(f"{what} names {name} twice ({name}={pairs[name]} and {item}): each needs a name of its "
+                             "own, or one would be silently dropped.")
+        pairs[name] = value
+    return pairs
+
 
 
 def check_dtype_option(value: str) -> str:

@@ -122,7 +122,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     fresh greedy answers can be compared with the committed ones): the `sample`, `judge` and `score_baselines` steps."""
     from .signals import BASELINES, HFBackend, SamplingSettings
     from .signals.judging import embedding_judge, resolve_consistency_judge
-    from .steps import judge, sample, score_baselines
+    from .steps import BaselinesArguments, JudgeArguments, SampleArguments, judge, sample, score_baselines
 
     chosen = random.Random(settings.seed).sample(test, min(settings.live_questions, len(test)))
     backend = HFBackend(settings.model_name_or_path)
@@ -130,15 +130,17 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
                                 seed=settings.seed)
     keep = ("id", "dataset", "question", "answer", "split")
     start = time.perf_counter()
-    sampled = sample([{k: r[k] for k in keep if k in r} for r in chosen], backend=backend, settings=sampling)
+    sampled = sample(SampleArguments(questions=[{k: r[k] for k in keep if k in r} for r in chosen]), sampling,
+                     backend=backend)
     seconds = time.perf_counter() - start
     release_memory()  # the sampling batch's KV cache, before the judge's model loads
     consistency = resolve_consistency_judge(settings.consistency_judge)
-    judged = judge(sampled.records, correctness="has_answer", consistency=consistency, lexical_scores=True)
+    judged = judge(JudgeArguments(records=sampled.records, correctness="has_answer", consistency=consistency,
+                                  lexical_scores=True))
     embedding_judge.cache_clear()  # its sentence-transformers model is not needed again: not held through later peaks
     # Verbal-10's ten demonstrations (~870 tokens) are one unrepeated KV prefix for all prompts (prefix_attention)
-    scored = score_baselines(judged.records, settings.baselines, complete=backend.complete, train_records=pool,
-                             seed=settings.seed)
+    scored = score_baselines(BaselinesArguments(records=judged.records, which=",".join(settings.baselines),
+                                                train_records=pool, seed=settings.seed), complete=backend.complete)
     live = scored.records
     same = sum(a["greedy_response"] == r["greedy_response"] for a, r in zip(live, chosen))
     tokens = sum(a["num_generated_tokens"] for a in sampled.records)
@@ -162,16 +164,16 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
     from .auto import AutoModelForConfidence
     from .recipe import train_stage
     from .signals.records import load_records
+    from .training_args import ConfidenceTrainingArguments
 
     set_seed(settings.seed)
+    # batches of 16 as 2 x 8 accumulated: the same steps, an eighth of the activation memory (the demo's peak,
+    # docs/benchmarks.md section 5)
+    training_args = ConfidenceTrainingArguments(
+        output_dir=output_dir, num_train_epochs=1, learning_rate=settings.learning_rate, per_device_train_batch_size=2,
+        gradient_accumulation_steps=8, logging_steps=1, report_to="none", disable_tqdm=False, seed=settings.seed)
     trainer = train_stage(AutoModelForConfidence.from_pretrained(settings.model_name_or_path), load_records(records),
-                          output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed,
-                          training_args={"num_train_epochs": 1, "learning_rate": settings.learning_rate,
-                                         # batches of 16 as 2 x 8 accumulated: the same steps, an eighth of the
-                                         # activation memory (the demo's peak, docs/benchmarks.md section 5)
-                                         "per_device_train_batch_size": 2, "gradient_accumulation_steps": 8,
-                                         "logging_steps": 1, "report_to": "none",
-                                         "disable_tqdm": False, "early_stopping_patience": None})
+                          output_dir, "elicitation", dev_fraction=0.0, seed=settings.seed, training_args=training_args)
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     return {"questions": len(records), "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None, "model": output_dir}
@@ -269,7 +271,7 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     `results.json`, `run.json` (settings, sizes, timings, precision), `live_records.parquet` (the live judged answers)
     and `models/` (the live stage-1 model, EliCal and Cal-Only of the first draw). Returns the run summary."""
     from .signals.records import save_records
-    from .steps import diagnose, evaluate, write_evaluation
+    from .steps import DiagnoseArguments, EvaluateArguments, diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
     if cpu_bf16():  # bf16's half-size tensors fragment glibc's heap: limit it (elical_hf.memory; float32 only slows)
@@ -302,13 +304,15 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
             confidences[f"{method}@{n_labels} #{draw}"] = values
     budgets = sorted(calibrated["budgets"])
     draws = {f"{method}@{n}": calibrated["budgets"][n][method] for n in budgets for method in ("EliCal", "Cal-Only")}
-    evaluation = evaluate(test, confidences=confidences, draws=draws, baselines=RECORD_BASELINES,
-                          draw_pairs=[(f"EliCal@{n}", f"Cal-Only@{n}") for n in budgets],
-                          bootstrap=settings.bootstrap, seed=settings.seed)
+    evaluation = evaluate(EvaluateArguments(records=test, baselines=",".join(RECORD_BASELINES),
+                                            bootstrap=settings.bootstrap, seed=settings.seed),
+                          confidences=confidences, draws=draws,
+                          draw_pairs=[(f"EliCal@{n}", f"Cal-Only@{n}") for n in budgets])
     table, curves = evaluation.table, evaluation.curves("in-domain avg")
     differences = {n: evaluation.draw_differences[f"EliCal@{n} − Cal-Only@{n}"] for n in budgets}
     diff, by_budget = differences[n_labels], {n: d["in-domain avg"] for n, d in differences.items()}
-    teacher = diagnose(parts["pool"], bootstrap=settings.bootstrap, seed=settings.seed)  # from the labels alone
+    teacher = diagnose(DiagnoseArguments(records=parts["pool"], bootstrap=settings.bootstrap,
+                                         seed=settings.seed))  # from the labels alone
     lap("evaluation")
 
     sentence = _sentence(diff["in-domain avg"], settings.num_labels, settings.num_draws)

@@ -122,7 +122,6 @@ def run_arguments(
     if isinstance(training_args, ConfidenceTrainingArguments):
         base = dataclasses.replace(training_args, output_dir=output_dir, stage=stage, label_column=None,
                                    calibration_trainable=calibration_trainable)
-        base.model_init_kwargs = training_args.model_init_kwargs
     else:
         settings = {"seed": seed, "num_train_epochs": None, **(training_args or {})}
         base = ConfidenceTrainingArguments(output_dir=output_dir, stage=stage,
@@ -133,11 +132,7 @@ def run_arguments(
     if not has_dev and base.early_stopping_patience is not None:
         logger.warning("%s: too few rows (%d) for a dev split; training without early stopping.", stage, num_rows)
         run.update(early_stopping_patience=None, eval_strategy="no", load_best_model_at_end=False)
-    if not run:
-        return base
-    args = dataclasses.replace(base, **run)
-    args.model_init_kwargs = base.model_init_kwargs
-    return args
+    return dataclasses.replace(base, **run) if run else base
 
 
 def train_stage(
@@ -289,15 +284,15 @@ def changed_training_args(args: ConfidenceTrainingArguments) -> dict[str, Any]:
     """The settings of `args` that differ from [`ConfidenceTrainingArguments`]' defaults (a `None` the recipe reads as
     its rule counts as the default), as the run manifest records them: what a resumed run must share, less what the
     recipe sets per run or records on its own (`output_dir`, `stage`, `label_column`, `calibration_trainable`,
-    `seed`), [`FREE_TRAINING_ARGS`] and the process set-up ([`SETUP_TRAINING_ARGS`])."""
+    `seed`, `model_init_kwargs`), [`FREE_TRAINING_ARGS`] and the process set-up ([`SETUP_TRAINING_ARGS`])."""
     fields = [f for f in dataclasses.fields(ConfidenceTrainingArguments)
               if f.init and f.name not in SETUP_TRAINING_ARGS]
     defaults = {f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                 for f in fields}
     # built from `args`, so that it sets up the processes as `args` did (every instance re-initialises accelerate)
     baseline = dataclasses.replace(args, **{**defaults, "output_dir": args.output_dir, "num_train_epochs": None})
-    skip = {"output_dir", "stage", "label_column", "calibration_trainable", "seed", *FREE_TRAINING_ARGS,
-            *SETUP_TRAINING_ARGS}
+    skip = {"output_dir", "stage", "label_column", "calibration_trainable", "seed", "model_init_kwargs",
+            *FREE_TRAINING_ARGS, *SETUP_TRAINING_ARGS}
     defaults = baseline.to_dict()
     return {name: value for name, value in args.to_dict().items() if name not in skip and value != defaults.get(name)}
 
@@ -368,7 +363,6 @@ def train_elical(
     stage2_args = args
     if calibration_training_args:
         stage2_args = dataclasses.replace(args, **calibration_training_args)
-        stage2_args.model_init_kwargs = args.model_init_kwargs
     labelled = take_labels(calibration_data, num_labels, seed)
     elicitation_data = take_elicitation(elicitation_data, num_elicitation, seed)
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}

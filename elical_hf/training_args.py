@@ -52,9 +52,9 @@ class ConfidenceTrainingArguments(ConfidenceTrainingOptions, TrainingArguments):
         model_init_kwargs (`dict`, *optional*):
             Keyword arguments of [`AutoModelForConfidence.from_pretrained`] when the model is given by name (to
             [`ConfidenceTrainer`], or by [`~elical_hf.train_elical`], which loads each run's model): `dtype`,
-            `load_in_4bit`, `head_type`, `feature_layer`, ... Not an `__init__` argument nor a command-line flag: set
-            it on the arguments after parsing (`elical-hf train` sets it from
-            [`~elical_hf.arguments.ModelArguments.model_init_kwargs`]), as TRL's scripts do.
+            `load_in_4bit`, `head_type`, `feature_layer`, ... A field like any other, as TRL's configs have it (kept
+            by `dataclasses.replace`; on the command line a JSON object); `elical-hf train` adds
+            [`~elical_hf.arguments.ModelArguments.model_init_kwargs`] to it.
 
     > Defaults that differ from [`~transformers.TrainingArguments`]
 
@@ -76,6 +76,8 @@ class ConfidenceTrainingArguments(ConfidenceTrainingOptions, TrainingArguments):
     (optimizer, schedule, warm-up, clipping, batch, epochs, early stopping, seed) with its own defaults for the
     learning rate, epochs and patience (`head_calibration.HEAD_TRAINING_DEFAULTS`).
     """
+
+    _VALID_DICT_FIELDS = [*TrainingArguments._VALID_DICT_FIELDS, "model_init_kwargs"]  # JSON from the command line
 
     @property
     def trains_lora(self) -> bool:

@@ -71,8 +71,9 @@ class ConfidenceTrainingOptions:
         metadata={"help": "Kept False: every trainable parameter (LoRA, head) gets a gradient at every step, so DDP "
                   "need not search the graph for unused ones."},
     )
-    model_init_kwargs: dict[str, Any] | None = field(
+    model_init_kwargs: dict[str, Any] | str | None = field(
         default=None,
-        init=False,  # set after parsing (as TRL's scripts do), from the options of ModelArguments: not a flag itself
-        metadata={"help": "Keyword arguments of AutoModelForConfidence.from_pretrained for a model given by name."},
+        metadata={"help": "Keyword arguments of AutoModelForConfidence.from_pretrained for a model given by name, as "
+                  "JSON (e.g. '{\"attn_implementation\": \"sdpa\"}'); `elical-hf train` adds those of its model "
+                  "options (--dtype, --head_type, ...), which may not be given here too."},
     )

@@ -501,7 +501,7 @@ def step_probes(args: argparse.Namespace, records: list[dict[str, Any]]) -> None
     from elical_hf.layer_cache import cache_layer_features, resolve_layers
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
-    from elical_hf.steps.probing import feature_model, probe_name
+    from elical_hf.steps.probe_layers import feature_model, probe_name
 
     train_records, train, test = partition(records, "train"), rows_of(records, "train"), partition(records, "test")
     runs = Runs(args, test)
@@ -643,10 +643,10 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     seed_runs = {name: run for name, run in runs.items() if "~" in name}  # extra seeds: the seed-variance table
     confidences.update({name: run["confidences"] for name, run in runs.items() if name not in seed_runs})
     draws, comparisons = seed_draws(args, confidences, seed_runs)
-    evaluation = steps.evaluate(test, confidences=confidences, baselines=(), draws=draws,
-                                draw_pairs=[c["pair"] for c in comparisons],
-                                pairs=comparison_pairs(confidences) if args.bootstrap else (),
-                                bootstrap=args.bootstrap, seed=args.seed, say=logger.info)
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=test, baselines="", bootstrap=args.bootstrap,
+                                                        seed=args.seed),
+                                confidences=confidences, draws=draws, draw_pairs=[c["pair"] for c in comparisons],
+                                pairs=comparison_pairs(confidences) if args.bootstrap else (), say=logger.info)
     table, correct = evaluation.table, evaluation.correct
     folder = os.path.join(args.output_dir, "report")
     os.makedirs(folder, exist_ok=True)

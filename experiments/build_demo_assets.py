@@ -48,7 +48,7 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
     from safetensors.torch import load_file, save_file
     from transformers import set_seed
 
-    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
+    from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, ConfidenceTrainingArguments
     from elical_hf.atomic import atomic_folder
     from elical_hf.recipe import train_stage
     from elical_hf.signals import training_columns
@@ -56,8 +56,9 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
     chosen = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
     chosen = random.Random(seed).sample(chosen, min(train_questions, len(chosen)))
     rows = [{"question": r["question"], "id": r["id"], **training_columns(r)} for r in chosen]
-    settings = {"per_device_train_batch_size": 16, "learning_rate": 1e-3, "num_train_epochs": 1,
-                "logging_steps": 20, "report_to": "none", "disable_tqdm": False}
+    settings = ConfidenceTrainingArguments(output_dir=output_dir, per_device_train_batch_size=16, learning_rate=1e-3,
+                                           num_train_epochs=1, logging_steps=20, report_to="none", disable_tqdm=False,
+                                           seed=seed)
     set_seed(seed)
     with atomic_folder(output_dir) as folder:  # named like `output_dir`: the card is named after the folder
         staging = str(folder)

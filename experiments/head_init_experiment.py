@@ -147,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         draws[f"EliCal-head@{args.labels}"] = [committed["confidences"][seeded(f"EliCal-head@{args.labels}", s)]
                                                for s in args.seeds]
         pairs += [(f"EliCal-head@{args.labels}", f"Cal-Only-head@{args.labels}/{init}") for init in INITS]
-    evaluation = steps.evaluate(test, confidences=confidences, baselines=(), draws=draws, draw_pairs=pairs,
-                                bootstrap=args.bootstrap, seed=replication.seed)
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=test, baselines="", bootstrap=args.bootstrap,
+                                                        seed=replication.seed),
+                                confidences=confidences, draws=draws, draw_pairs=pairs)
     result = {"records": os.path.relpath(args.records, REPO), "labels": args.labels, "seeds": args.seeds,
               "runs": {key: {column: {m: evaluation.table[key][column][m] for m in ("auroc", "ece")}
                              for column in ("in-domain avg", "OOD avg")} | {"seconds": runs.get(key, {}).get("seconds")}

@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
     from elical_hf.signals.records import check_records_match
-    from elical_hf.steps.probing import feature_model
+    from elical_hf.steps.probe_layers import feature_model
 
     seconds: dict[str, Any] = {}
     os.makedirs(args.output_dir, exist_ok=True)

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.layer_cache import cache_layer_features
     from elical_hf.probes import PROBES, train_probe
     from elical_hf.recipe import take_labels
-    from elical_hf.steps.probing import feature_model
+    from elical_hf.steps.probe_layers import feature_model
 
     args = parse_args(argv)
     parts = layer_experiment.load_partitions(args.records, args.correctness)

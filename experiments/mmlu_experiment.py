@@ -124,7 +124,7 @@ def model_confidences(args: argparse.Namespace, name: str, records: list[dict[st
     """A rebuilt model's confidences on the MMLU records (multiple-choice prompt), cached in --output_dir."""
     from elical_hf import AutoModelForConfidence
     from elical_hf.atomic import atomic_write_text
-    from elical_hf.steps.evaluating import model_confidences as score
+    from elical_hf.steps.evaluate import model_confidences as score
 
     path = os.path.join(args.output_dir, "models", f"{name}.json")
     ids = [r["id"] for r in records]

@@ -200,19 +200,21 @@ def test_train_passes_the_parsed_arguments(tmp_path, monkeypatch):
     assert cli_main([*base, "--config", str(config), "--output_dir", str(tmp_path / "out"), "--learning_rate", "1e-4",
                      "--lr_scheduler_type", "cosine", "--seed", "7", "--calibration_trainable", "head",
                      "--per_device_train_batch_size", "4", "--bf16", "false", "--no_cal_only", "--dtype", "float32",
-                     "--head_type", "mlp"]) == 0
+                     "--head_type", "mlp", "--model_init_kwargs", '{"attn_implementation": "eager"}']) == 0
     (args, kwargs), = calls
     assert args[0] == elical_hf.DEFAULT_MODEL and args[3] == str(tmp_path / "out")
     assert (kwargs["num_labels"], kwargs["cal_only"]) == (10, False)
     training = kwargs["training_args"]
     assert (training.seed, training.calibration_trainable, training.output_dir) == (7, "head", str(tmp_path / "out"))
     assert training.num_train_epochs is None and training.early_stopping_patience is None  # the recipe's rules
-    assert training.model_init_kwargs == {"dtype": torch.float32, "load_in_4bit": False, "head_type": "mlp"}
+    assert training.model_init_kwargs == {"dtype": torch.float32, "load_in_4bit": False, "head_type": "mlp",
+                                          "attn_implementation": "eager"}
     # the run manifest records the settings that differ from the defaults (seed and calibration_trainable apart)
     assert changed_training_args(training) == {"learning_rate": 1e-4, "lr_scheduler_type": "cosine",
                                                "max_grad_norm": 0.5, "per_device_train_batch_size": 4}
     for per_run, value in (("--stage", "calibration"), ("--label_column", "x")):  # the recipe sets them per run
         assert cli_main([*base, "--output_dir", str(tmp_path / "out"), per_run, value]) == 2
+    assert cli_main([*base, "--output_dir", str(tmp_path / "out"), "--model_init_kwargs", '{"dtype": "float16"}']) == 2
     with pytest.raises(SystemExit) as exit_info:  # --output_dir stays required
         cli_main(base)
     assert exit_info.value.code == 2
@@ -225,8 +227,8 @@ def test_the_recipe_rules_fill_what_is_left_none(tmp_path, caplog):
     from elical_hf import ConfidenceTrainingArguments
     from elical_hf.recipe import paper_epochs, run_arguments
 
-    given = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=None, learning_rate=1e-4, seed=3)
-    given.model_init_kwargs = {"head_type": "mlp"}
+    given = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=None, learning_rate=1e-4, seed=3,
+                                        model_init_kwargs={"head_type": "mlp"})  # a field: every copy keeps it
     run = run_arguments(given, str(tmp_path / "cal"), "calibration", "head", num_rows=200, has_dev=True)
     assert (run.num_train_epochs, run.early_stopping_patience, run.eval_strategy, run.save_total_limit) == (
         paper_epochs(200), 4, "epoch", 1)

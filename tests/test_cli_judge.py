@@ -42,8 +42,10 @@ def test_judge_choices_are_the_judges_of_apply_judges():
     from elical_hf.signals.lexical_judge import CORRECTNESS_JUDGES
     from elical_hf.signals.judging import CONSISTENCY_METHODS, CORRECTNESS_METHODS
 
-    assert judge_cli.CORRECTNESS_CHOICES == CORRECTNESS_METHODS == (*CORRECTNESS_JUDGES, "llm", "option")
-    assert judge_cli.CONSISTENCY_CHOICES == CONSISTENCY_METHODS
+    from elical_hf.steps.judge import CONSISTENCY_CHOICES, CORRECTNESS_CHOICES
+
+    assert CORRECTNESS_CHOICES == CORRECTNESS_METHODS == (*CORRECTNESS_JUDGES, "llm", "option")
+    assert CONSISTENCY_CHOICES == CONSISTENCY_METHODS
 
 
 @pytest.mark.parametrize("method, expected", [("has_answer", True), ("has_answer_squad", False)])

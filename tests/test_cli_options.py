@@ -116,11 +116,10 @@ def test_no_option_is_declared_in_two_dataclasses():
 
 
 def test_the_two_api_key_options_share_one_help():
-    from elical_hf.cli.judge import JudgeArguments
-    from elical_hf.cli.parser import api_key_env_help
-    from elical_hf.cli.sample import SampleCommandArguments
+    from elical_hf.arguments import api_key_env_help
+    from elical_hf.steps import JudgeArguments, SampleArguments
 
-    helps = {f.name: f.metadata["help"] for dtype in (JudgeArguments, SampleCommandArguments)
+    helps = {f.name: f.metadata["help"] for dtype in (JudgeArguments, SampleArguments)
              for f in dataclasses.fields(dtype)}
     assert helps["judge_api_key_env"] == api_key_env_help("--judge_endpoint")
     assert helps["api_key_env"] == "'openai' backend: " + api_key_env_help("--endpoint")

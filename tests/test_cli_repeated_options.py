@@ -161,8 +161,8 @@ def test_the_issue_example_scores_all_four_models(monkeypatch, tmp_path):
     class Scored(Exception):
         """Raised by the stand-in for the evaluate step, with the models it was given."""
 
-    def scored(records, models, **kwargs):
-        raise Scored(models)
+    def scored(args, **kwargs):
+        raise Scored(args.models)
 
     monkeypatch.setattr(elical_hf.steps, "evaluate", scored)
     with pytest.raises(Scored) as called:

@@ -13,7 +13,6 @@ import pytest
 from elical_hf.atomic import one_writer
 from elical_hf.cli import judge as judge_cli
 from elical_hf.cli import main as cli_main
-from elical_hf.default_model import DEFAULT_MODEL
 from elical_hf.signals.records import load_records, read_records, save_records
 from elical_hf.signals.judge_runner import record_key
 from elical_hf.signals.shards import shard_path, worker_of
@@ -145,6 +144,7 @@ def test_sigkill_then_the_same_command_gives_the_uninterrupted_file(source, refe
 
 
 def test_file_output_resumes_from_its_staging_folder_and_equals_judging_in_memory(source, tmp_path):
+    from elical_hf.steps import JudgeArguments
     from elical_hf.steps import judge as judge_step
 
     out = tmp_path / "judged.parquet"
@@ -155,11 +155,13 @@ def test_file_output_resumes_from_its_staging_folder_and_equals_judging_in_memor
     counting = CountingJudge()
     judge(source, out, complete=counting)
     assert counting.calls == 3 and not parts.exists()
-    in_memory = judge_step(source, "has_answer", "llm", complete=CountingJudge(), judge_model=DEFAULT_MODEL).records
+    in_memory = judge_step(JudgeArguments(records=source, correctness="has_answer", consistency="llm"),
+                           complete=CountingJudge()).records
     assert as_table(read_records(out)) == as_table(in_memory)
     lexical = tmp_path / "lexical.jsonl"
     judge(source, lexical, "--shard_size", "1")  # shards of one record: some without any gold answer
-    assert as_table(read_records(lexical)) == as_table(judge_step(source, "has_answer", "lexical").records)
+    lexical_args = JudgeArguments(records=source, correctness="has_answer", consistency="lexical")
+    assert as_table(read_records(lexical)) == as_table(judge_step(lexical_args).records)
 
 
 def test_an_error_before_the_first_shard_leaves_nothing_behind(source, tmp_path):
@@ -291,13 +293,17 @@ def test_bad_shards_are_judged_again_and_bad_outputs_refused(source, reference, 
     ({"SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_ID": "2"}, ["--shard_index", "3"], (4, 3)),
     ({}, [], (1, 0)),
 ])
-def test_shard_options_default_to_the_slurm_array_task(monkeypatch, tmp_path, env, given, expected):
+def test_worker_options_default_to_the_slurm_array_task(monkeypatch, tmp_path, env, given, expected):
+    """`main` reads the Slurm array (the environment), not the dataclass: parsed, the options are what was given."""
     for name in ("COUNT", "ID", "MIN", "STEP"):
         monkeypatch.delenv(f"SLURM_ARRAY_TASK_{name}", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     (options,) = judge_cli.make_parser().parse_with_config(
         ["--records", "r.jsonl", "--output", str(tmp_path / "out"), *LEXICAL, *given])
+    assert (options.num_workers is None, options.worker_index is None) == ("--num_shards" not in given,
+                                                                           "--shard_index" not in given)
+    options, _ = judge_cli.slurm_workers(options)
     assert (options.num_workers, options.worker_index) == expected
 
 
@@ -305,12 +311,13 @@ def test_a_slurm_array_task_judges_its_share(source, reference, monkeypatch, tmp
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
     judge(source, tmp_path / "task", complete=CountingJudge())
-    assert "judging shard 1 of 2 (--num_shards and --shard_index from SLURM_ARRAY_TASK_*" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "judging as worker 1 of 2 (--num_workers and --worker_index from SLURM_ARRAY_TASK_*" in said
     assert manifest(tmp_path / "task")["worker"] == {"index": 1, "num_workers": 2, "total_records": 10}
     ids = [r["id"] for r in reference[0] if worker_of(record_key(r, 0), 2) == 1]
     assert [r["id"] for r in load_records(tmp_path / "task", derive=False).to_list()] == ids
     with pytest.raises(ValueError, match="every worker writes its own folder"):
         judge(source, tmp_path / "task.jsonl")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
-    with pytest.raises(ValueError, match=r"got shard 2 of 2 \(--num_shards and --shard_index from SLURM_ARRAY_TASK_"):
+    with pytest.raises(ValueError, match=r"got worker 2 of 2\. \(--num_workers and --worker_index from SLURM_ARRAY_"):
         judge(source, tmp_path / "task")

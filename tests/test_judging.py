@@ -48,7 +48,7 @@ def test_llm_consistency_with_lexical_scores_and_a_scripted_judge():
 
 def test_auto_falls_back_to_the_lexical_judge_without_the_embedding_model(monkeypatch, caplog):
     from elical_hf.signals import embedding_judge
-    from elical_hf.steps import judge
+    from elical_hf.steps import JudgeArguments, judge
 
     def missing():
         raise OSError("The bundled all-MiniLM-L6-v2 model is missing.")
@@ -56,7 +56,7 @@ def test_auto_falls_back_to_the_lexical_judge_without_the_embedding_model(monkey
     monkeypatch.setattr(embedding_judge, "default_model_path", missing)
     assert resolve_consistency_judge("auto") == "lexical" and "Falling back" in caplog.text
     assert resolve_consistency_judge("embedding") == "embedding"
-    records = judge(copy.deepcopy(RECORDS), consistency="auto", lexical_scores=True).records  # the judge step
+    records = judge(JudgeArguments(records=copy.deepcopy(RECORDS), consistency="auto", lexical_scores=True)).records
     assert records[1]["consistency_judge"] == "lexical:rougeL@0.5"
     assert records[1]["consistency_judgement"] == [0.0, 1.0] and len(records[1]["consistency_lexical"]) == 2
 

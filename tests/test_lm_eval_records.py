@@ -336,7 +336,7 @@ def confidence_model(base: str, folder: Path) -> str:
 
 def test_evaluate_scores_a_confidence_model_against_lm_eval_correctness(tiny_llama, tmp_path, capsys):
     from elical_hf.cli import main as cli_main
-    from elical_hf.steps import evaluate
+    from elical_hf.steps import EvaluateArguments, evaluate
 
     model = confidence_model(tiny_llama, tmp_path / "model")
     command = ["evaluate", "--records", str(GENERATION), "--model", f"Tiny={model}", "--baselines", "prob"]
@@ -348,17 +348,19 @@ def test_evaluate_scores_a_confidence_model_against_lm_eval_correctness(tiny_lla
     assert {column: table["Tiny"][column]["n"] for column in ("nq", "pararel")} == {"nq": 24, "pararel": 24}
     assert math.isfinite(table["Tiny"]["pararel"]["auroc"]) and math.isfinite(table["Tiny"]["in-domain avg"]["ece"])
 
-    evaluation = evaluate(GENERATION, models={"Tiny": model}, baselines=(), allow_other_model=True)
+    evaluation = evaluate(EvaluateArguments(records=GENERATION, model=[f"Tiny={model}"], baselines="",
+                                            allow_other_model=True))
     logged = [int(s["exact_match"]) for task in ("nq", "pararel") for s in lines(samples_file("generation", task))
               if s["filter"] == "remove_whitespace"]
     assert evaluation.correct == logged  # the labels are lm-eval's own exact-match scores
 
 
 def test_evaluate_scores_a_multiple_choice_log_against_lm_eval_acc(tiny_llama, tmp_path):
-    from elical_hf.steps import evaluate
+    from elical_hf.steps import EvaluateArguments, evaluate
 
     model = confidence_model(tiny_llama, tmp_path / "model")
-    evaluation = evaluate(MULTIPLE_CHOICE, models={"Tiny": model}, baselines=(), allow_other_model=True)
+    evaluation = evaluate(EvaluateArguments(records=MULTIPLE_CHOICE, model=[f"Tiny={model}"], baselines="",
+                                            allow_other_model=True))
     assert evaluation.correct == [int(s["acc"]) for s in lines(samples_file("multiple_choice", "mmlu_mini"))]
     assert len(evaluation.confidences["Tiny"]) == 16
 
@@ -381,7 +383,7 @@ def test_the_usage_page_snippet_runs_on_the_fixture(tiny_llama, tmp_path):
                             re.S)
     model = confidence_model(tiny_llama, tmp_path / "model")
     for written, here in (('"runs/lm_eval"', repr(str(GENERATION))),  # SmolLM2's answers, scored by a tiny model:
-                          ('"out/elical"}', f"{model!r}}}, allow_other_model=True")):
+                          ('"EliCal=out/elical"]', f"{'EliCal=' + str(model)!r}], allow_other_model=True")):
         assert written in snippet
         snippet = snippet.replace(written, here)
     scope: dict = {}
@@ -402,7 +404,7 @@ def test_a_fresh_lm_eval_run_on_a_tiny_model_is_scored_end_to_end(tiny_llama, tm
     of the generation and the multiple-choice tasks, then `evaluate` with a confidence model on that base: the records
     name the model lm-eval ran."""
     pytest.importorskip("lm_eval", reason="lm-evaluation-harness (`pip install lm-eval`) is not installed")
-    from elical_hf.steps import evaluate
+    from elical_hf.steps import EvaluateArguments, evaluate
 
     name = Path(tiny_llama).name
     written = load_make_fixture().produce(Path(tiny_llama), name, tmp_path / "lm_eval",
@@ -417,6 +419,7 @@ def test_a_fresh_lm_eval_run_on_a_tiny_model_is_scored_end_to_end(tiny_llama, tm
     # lm-eval ran the model as `pretrained=<name>` from a scratch folder now gone: a bare folder name that identifies
     # no model here (any folder of that name would match it), so it takes the override (issue 48, item 2)
     with pytest.raises(ValueError, match=f"holds the answers of {name}, but this confidence model is built on"):
-        evaluate(written["generation"], models={"Tiny": model}, baselines=())
-    evaluation = evaluate(written["generation"], models={"Tiny": model}, baselines=(), allow_other_model=True)
+        evaluate(EvaluateArguments(records=written["generation"], model=[f"Tiny={model}"], baselines=""))
+    evaluation = evaluate(EvaluateArguments(records=written["generation"], model=[f"Tiny={model}"], baselines="",
+                                            allow_other_model=True))
     assert len(evaluation.confidences["Tiny"]) == 12

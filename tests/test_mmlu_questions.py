@@ -17,7 +17,7 @@ from elical_hf.bundled import (
 )
 from elical_hf.data import load_table, split_hub_source
 from elical_hf.multiple_choice import multiple_choice_row, split_question
-from elical_hf.steps.sampling import load_questions, sample
+from elical_hf.steps.sample import SampleArguments, load_questions, sample
 
 
 SUBJECTS, PER_SUBJECT = 57, 40
@@ -177,7 +177,7 @@ def test_bad_input_is_one_line_naming_file_and_row(bundled, tmp_path, bad, words
     message = str(error.value)
     assert message.startswith(f"{path}: ") and "row 1" in message and words in message and "\n" not in message
     with pytest.raises(ValueError, match="row 1"):  # before anything is written
-        sample(path, str(tmp_path / "out"), backend=object())
+        sample(SampleArguments(questions=path, output_dir=str(tmp_path / "out")), backend=object())
     assert not (tmp_path / "out").exists()
 
 

@@ -126,7 +126,7 @@ def test_the_llm_correctness_judge_is_told_the_gold_option_by_its_text():
 
 def test_training_refuses_multiple_choice_records(tmp_path):
     from elical_hf.signals.records import save_records
-    from elical_hf.steps.training import training_table
+    from elical_hf.steps.train import training_table
 
     record = mc_record("A", "A", ["A", "B"])
     apply_judges([record], "option", "option")
@@ -138,7 +138,7 @@ def test_training_refuses_multiple_choice_records(tmp_path):
 def test_a_model_reads_multiple_choice_records_with_the_multiple_choice_prompt(tiny_llama):
     from elical_hf import AutoModelForConfidence
     from elical_hf.prompts import MULTIPLE_CHOICE_PROMPT
-    from elical_hf.steps.evaluating import model_confidences
+    from elical_hf.steps.evaluate import model_confidences
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     rows = [free_form(), mc_record("A", "A", ["A"]), {**free_form(), "question": "Capital of Peru?"}]

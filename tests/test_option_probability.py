@@ -84,7 +84,8 @@ def test_records_with_option_probabilities_need_no_model(tmp_path, monkeypatch, 
     rows = [dict(r) for r in records]
     assert compute_baselines(rows, which=["option_prob"]) == {"option_prob": pytest.approx([0.7, 0.5])}
     assert [r["confidence_option_prob"] for r in rows] == pytest.approx([0.7, 0.5])
-    scored = steps.score_baselines([dict(r) for r in records], ["option_prob"])  # would load `--model` otherwise
+    scored = steps.score_baselines(steps.BaselinesArguments(records=[dict(r) for r in records], which="option_prob"))
+    # (it would load `--model` otherwise)
     assert scored.scores["option_prob"] == pytest.approx([0.7, 0.5]) and scored.report["auroc"]["option_prob"] == 100
     save_records(records, tmp_path / "mc.jsonl")
     assert cli_main(["baselines", "--records", str(tmp_path / "mc.jsonl"), "--output", str(tmp_path / "out.jsonl"),
@@ -98,14 +99,14 @@ def test_evaluate_reads_option_prob_from_the_records_and_skips_it_without_them(t
     rows = [mc(f"What is the capital of France ({i})?", CAPITAL["choices"], greedy_correctness=i % 2 == 0,
                option_probabilities=[0.9, 0.1, 0.0, 0.0] if i % 2 == 0 else [0.4, 0.3, 0.2, 0.1]) for i in range(30)]
     save_records(rows, folder / "nq_test.jsonl")
-    evaluation = steps.evaluate(str(tmp_path / "records"), baselines=["option_prob"])
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=str(tmp_path / "records"), baselines="option_prob"))
     assert list(evaluation.table) == ["Option-Prob"] and evaluation.table["Option-Prob"]["nq"]["auroc"] == 100
     assert evaluation.confidences["Option-Prob"] == pytest.approx([0.9, 0.4] * 15)
     said = []
     bare = [{k: v for k, v in r.items() if k != "option_probabilities"}
             for r in load_records(str(tmp_path / "records"), splits=True).to_list()]
-    steps.evaluate(bare, baselines=["option_prob"], confidences={"given": evaluation.confidences["Option-Prob"]},
-                   say=said.append)
+    steps.evaluate(steps.EvaluateArguments(records=bare, baselines="option_prob"),
+                   confidences={"given": evaluation.confidences["Option-Prob"]}, say=said.append)
     assert any(line.startswith("skipping baseline option_prob: option_prob needs the answering model") for line in said)
 
 
@@ -178,7 +179,7 @@ def test_refusals(monkeypatch):
         compute_baselines([dict(free_form)], which=["option_prob"])
     monkeypatch.setattr("elical_hf.signals.backends.HFBackend", NoModel)  # refused before any model is loaded
     with pytest.raises(ValueError, match="free-form"):
-        steps.score_baselines([dict(free_form)], ["option_prob"])
+        steps.score_baselines(steps.BaselinesArguments(records=[dict(free_form)], which="option_prob"))
     with pytest.raises(ValueError, match="mix 1 multiple-choice and 1 free-form"):
         compute_baselines([dict(CAPITAL), dict(free_form)], which=["option_prob"])
     with pytest.raises(ValueError, match="needs the answering model for the 1 records without `option_probabilities`"):

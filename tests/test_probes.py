@@ -323,8 +323,8 @@ def test_evaluate_trains_and_reports_the_probes(tiny_llama, tmp_path):
     # P(IK) is the logistic probe on the drawn labels' features, as the model's own layer-1 features give them
     from elical_hf import steps
 
-    evaluation = steps.evaluate(records, baselines=(), probes=steps.ProbeSettings(tiny_llama, ["pik"], layer=1,
-                                                                                  num_labels=10))
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=records, baselines="", probes=["pik"],
+                                                        probe_model=tiny_llama, probe_layer=1, num_labels=10))
     model = AutoModelForConfidence.from_pretrained(tiny_llama, use_lora=False)
     judged = [{"row": i, "greedy_correctness": r["greedy_correctness"]} for i, r in enumerate(train)]
     labels = [train[i] for i in take_labels(judged, 10, 42)["row"]]

@@ -62,7 +62,7 @@ def test_train_warns_about_test_split_records(tiny_llama, tmp_path, no_training,
     train = save_records(records_of(tiny_llama, split="train"), tmp_path / "train.jsonl")
     argv = ["train", "--model_name_or_path", tiny_llama, "--elicitation_data", train, "--output_dir",
             str(tmp_path / "out")]
-    with caplog.at_level(logging.WARNING, logger="elical_hf.steps.training"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.steps.train"):
         assert cli_main([*argv, "--calibration_data", train]) == 0
         assert "test split" not in caplog.text
         assert cli_main([*argv, "--calibration_data", test, "--overwrite_output_dir", "true"]) == 0

@@ -30,7 +30,7 @@ def test_the_command_is_the_step(records, tmp_path, capsys):
     assert "records: in_domain_test 30, ood_test 20" in printed
     in_memory = load_records(records, splits=True).to_list()  # the same records in memory, with the split their
     # paths gave them
-    evaluation = steps.evaluate(in_memory, bootstrap=20)
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=in_memory, bootstrap=20))
     assert json.loads((tmp_path / "cli" / "results.json").read_text()) == json.loads(json.dumps(evaluation.table))
     assert list(evaluation.table) == ["Prob", "N-Prob", "Consis-Lex"]  # Consis-Sem skipped: no semantic judgements
     assert evaluation.splits == ["in_domain_test"] * 30 + ["ood_test"] * 20
@@ -41,9 +41,9 @@ def test_draws_give_curves_and_differences_over_draws(records, tmp_path):
     draws = {f"{method}@{n}": [rng.uniform(0, 1, 50).tolist() for _ in range(3)]
              for n in (10, 100) for method in ("EliCal", "Cal-Only")}
     confidences = {"EliCal@10 #1": draws["EliCal@10"][0], "Cal-Only@10 #1": draws["Cal-Only@10"][0]}
-    evaluation = steps.evaluate(records, confidences=confidences, draws=draws, baselines=["prob"],
-                                pairs=[("EliCal@10 #1", "Cal-Only@10 #1")],
-                                draw_pairs=[("EliCal@10", "Cal-Only@10")], bootstrap=30, seed=3)
+    evaluation = steps.evaluate(steps.EvaluateArguments(records=records, baselines="prob", bootstrap=30, seed=3),
+                                confidences=confidences, draws=draws, pairs=[("EliCal@10 #1", "Cal-Only@10 #1")],
+                                draw_pairs=[("EliCal@10", "Cal-Only@10")])
     correct, datasets, splits = evaluation.correct, evaluation.datasets, evaluation.splits
     per_draw = [evaluate_table(correct, datasets, splits, {"m": c})["m"]["in-domain avg"]["auroc"] / 100
                 for c in draws["Cal-Only@100"]]
@@ -61,7 +61,7 @@ def test_draws_give_curves_and_differences_over_draws(records, tmp_path):
 def test_a_missing_judgement_names_the_judge_option(records, tmp_path):
     unjudged = [{**r, "greedy_correctness": None} for r in load_records(records).to_list()]
     with pytest.raises(ValueError, match=r"run `elical-hf judge --correctness has_answer"):
-        steps.evaluate(unjudged)
+        steps.evaluate(steps.EvaluateArguments(records=unjudged))
     train = [{**r, "split": "train", "dataset": "nq"} for r in unjudged]
     with pytest.raises(ValueError, match=r"found 0 \(judge them: `elical-hf judge --correctness has_answer"):
         steps.threshold(steps.ThresholdArguments(model=str(tmp_path / "no-model"), records=train, split="train"))
@@ -72,12 +72,14 @@ def test_a_missing_judgement_names_the_judge_option(records, tmp_path):
 
 
 def test_judge_and_baselines_give_records_back(records, tmp_path):
-    judged = steps.judge(records, correctness="has_answer", consistency="lexical", output=str(tmp_path / "j.jsonl"))
+    judged = steps.judge(steps.JudgeArguments(records=records, correctness="has_answer", consistency="lexical",
+                                              output=str(tmp_path / "j.jsonl")))
     assert read_records(tmp_path / "j.jsonl") == judged.records  # what it gives back is what it wrote
     assert len(judged.records) == 50 and all(len(r["consistency_judgement"]) == 2 for r in judged.records)
     assert "consistency" not in judged.records[0]  # as stored: no training columns written back
-    scored = steps.score_baselines(judged.records, ["prob", "consis_lex"])
+    scored = steps.score_baselines(steps.BaselinesArguments(records=judged.records, which="prob,consis_lex"))
     assert scored.scores["consis_lex"] == [r["confidence_consis_lex"] for r in scored.records]
     assert set(scored.report["auroc"]) == {"prob", "consis_lex"}
     with pytest.raises(ValueError, match="inside the --records folder"):
-        steps.judge(records, consistency="lexical", output=f"{records}/tiny-model/out.jsonl")
+        steps.judge(steps.JudgeArguments(records=records, consistency="lexical",
+                                         output=f"{records}/tiny-model/out.jsonl"))

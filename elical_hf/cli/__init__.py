@@ -34,7 +34,7 @@ COMMANDS = {
     "probe-layers": ("elical_hf.cli.probe_layers", "Which layer knows? Probe AUROC by layer, and the layer to read."),
     "select-labels": ("elical_hf.cli.select_labels", "Choose which questions to send for correctness labels (stage 2)."),
     "sample": ("elical_hf.cli.sample", "Sample a greedy answer and k answers per question (resumable record shards)."),
-    "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_shards N` run."),
+    "merge": ("elical_hf.cli.merge", "Combine the folders of the N workers of one `sample --num_workers N` run."),
     "export": ("elical_hf.cli.export", "Write a confidence model as a one-label sequence classifier engines serve."),
     "serve": ("elical_hf.cli.serve", "Serve the gate (or plain completions) as an OpenAI-compatible HTTP server."),
 }

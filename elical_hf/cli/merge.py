@@ -1,5 +1,5 @@
-"""`elical-hf merge`: combine the folders of the N workers of one `elical-hf sample --num_shards N` run (or of one
-`elical-hf judge --num_shards N` run: the kind is read from the first folder's manifest).
+"""`elical-hf merge`: combine the folders of the N workers of one `elical-hf sample --num_workers N` run (or of one
+`elical-hf judge --num_workers N` run: the kind is read from the first folder's manifest).
 
 Checks that the workers' manifests agree (same model and backend, same settings but `batch_size`, same question
 list, N workers each given once, every one finished) and that their shards hold exactly the questions assigned to

@@ -14,7 +14,7 @@ when files differ), 0 otherwise.
 from __future__ import annotations
 
 from elical_hf.drift import POWER_DRAWS
-from elical_hf.steps.monitoring import MonitorArguments
+from elical_hf.steps.monitor import MonitorArguments
 
 from .parser import ElicalArgumentParser
 
@@ -24,7 +24,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.steps.monitoring import monitor
+    from elical_hf.steps import monitor
 
     (options,) = make_parser().parse_with_config(argv)
     result = monitor(options, say=print)

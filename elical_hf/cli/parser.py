@@ -36,15 +36,6 @@ class HubArguments:
     )
 
 
-def api_key_env_help(endpoint_option: str) -> str:
-    """The help of the option that names the environment variable holding `endpoint_option`'s bearer token
-    (`judge --judge_api_key_env`, `sample --api_key_env`: two flags, one text)."""
-    return (f"The NAME of the environment variable holding the {endpoint_option}'s bearer token (e.g. OPENAI_API_KEY; "
-            "the token itself never goes on the command line, where `ps` shows it). Default: no token. A --config "
-            "file may name only OPENAI_API_KEY or an ELICAL_HF_* variable (put the key in, e.g., "
-            "ELICAL_HF_JUDGE_API_KEY); any other only the command line can name.")
-
-
 def warn_token_on_command_line(argv: list[str] | None) -> None:
     """Print a warning when `--token` was given on the command line (not in a `--config` file)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -57,7 +48,7 @@ def slurm_array_task() -> tuple[int | None, int | None]:
     """This Slurm job-array task's `(number of tasks, index from 0)`: `SLURM_ARRAY_TASK_COUNT`, and
     `SLURM_ARRAY_TASK_ID` less `SLURM_ARRAY_TASK_MIN`, over `SLURM_ARRAY_TASK_STEP` (`--array=1-8` and
     `--array=0-28:4` give 0, 1, ...); `None` for what the environment does not set. The defaults of
-    `--num_shards` / `--shard_index`."""
+    `--num_workers` / `--worker_index`."""
     import os
 
     values = {}

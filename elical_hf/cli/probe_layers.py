@@ -9,7 +9,7 @@ features are cached (`--cache_dir`, default `DIR/features`), one float16 file pe
 
 from __future__ import annotations
 
-from elical_hf.steps.probing import ProbeLayersArguments
+from elical_hf.steps.probe_layers import ProbeLayersArguments
 
 from .parser import ElicalArgumentParser
 

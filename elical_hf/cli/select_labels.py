@@ -9,7 +9,7 @@ seeded uniform sample; `quantile` stratifies across confidence quantiles and `un
 
 from __future__ import annotations
 
-from elical_hf.steps.training import SelectLabelsArguments
+from elical_hf.steps.select_labels import SelectLabelsArguments
 
 from .parser import ElicalArgumentParser
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from elical_hf.steps.training import ThresholdArguments
+from elical_hf.steps.threshold import ThresholdArguments
 
 from .parser import ElicalArgumentParser
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from elical_hf.arguments import ModelArguments
-from elical_hf.steps.training import TrainArguments
+from elical_hf.steps.train import TrainArguments
 from elical_hf.training_options import ConfidenceTrainingOptions
 
 from .parser import ElicalArgumentParser

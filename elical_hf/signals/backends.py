@@ -223,7 +223,7 @@ class VLLMBackend:
             for models that do not fit one GPU).
         data_parallel_size (`int`, *optional*): `vllm.LLM`'s data-parallel replicas. Across GPUs or machines,
             running one worker per GPU with `sample_records(num_workers=N, worker_index=i)` (`elical-hf sample
-            --num_shards N --shard_index i`) does the same without vLLM's multi-process launch.
+            --num_workers N --worker_index i`) does the same without vLLM's multi-process launch.
         llm_kwargs: Other arguments of `vllm.LLM` (`gpu_memory_utilization`, `max_model_len`, ...).
 
     Raises:
@@ -370,7 +370,7 @@ def make_backend(kind: str, model: str, **kwargs: Any) -> Any:
     given = [name for name in foreign if kwargs.get(name) is not None]
     if given:
         owner = "vLLM" if given[0] in VLLM_PARALLEL_OPTIONS else "'openai' (OpenAI-compatible server)"
-        advice = {"hf": "the 'hf' backend runs on one device (split the questions over workers with --num_shards "
+        advice = {"hf": "the 'hf' backend runs on one device (split the questions over workers with --num_workers "
                         "instead)",
                   "vllm": "the vLLM backend loads the model in this process",
                   "openai": "the server decides how the model is spread (vllm serve --tensor-parallel-size ...)"}[kind]

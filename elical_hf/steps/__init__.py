@@ -1,5 +1,6 @@
 """The method's steps as library functions, records in, records or results out: what the `elical-hf` commands, the
-demo and the replication script compose.
+demo and the replication script compose. One module per command, named for it (`steps/judge.py` is `elical-hf
+judge`), holding the command's `*Arguments` dataclass and its step.
 
 | step | in | out |
 |---|---|---|
@@ -17,27 +18,32 @@ demo and the replication script compose.
 Every records input goes through [`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset or
 records in memory.
 
-The steps that only commands run take the command's parsed options, as TRL's scripts take theirs: [`train`] takes
-([`TrainArguments`], [`~elical_hf.ConfidenceTrainingArguments`], [`~elical_hf.arguments.ModelArguments`]);
-[`threshold`], [`monitor`], [`select_labels`] and [`probe_layers`] their `*Arguments` dataclass (which holds the shared
-[`~elical_hf.arguments.RecordArguments`]). The steps the demo and the replication script also call with records,
-confidences or a backend in memory ([`sample`], [`judge`], [`score_baselines`], [`diagnose`], [`evaluate`]) take
-keyword arguments, which their commands fill from their parsed options.
+Every step takes its command's parsed options, as TRL's scripts take theirs: `step(args, *, <objects in memory>)`,
+`args` the command's `*Arguments` dataclass ([`train`]: [`TrainArguments`], [`~elical_hf.ConfidenceTrainingArguments`]
+and [`~elical_hf.arguments.ModelArguments`]; [`sample`]: [`SampleArguments`] and
+[`~elical_hf.signals.SamplingSettings`]), which Python callers build too (records in memory go in `args.records`).
+What they hold in memory goes beside it, as the Trainer takes a dataset beside its arguments: a backend, a completion
+function, confidences and label draws computed elsewhere. The commands read the environment (API keys, a Slurm
+array) in their `main`, never the dataclasses.
 """
 
-from .diagnosing import diagnose
-from .evaluating import TEST_SPLITS, Evaluation, check_trained_model, evaluate, test_records, write_evaluation
-from .judging import Filled, judge, score_baselines
-from .monitoring import MonitorArguments, monitor
-from .probing import ProbeLayersArguments, ProbeSettings, probe_confidences, probe_layers, probe_layers_to_markdown
-from .sampling import Sampled, load_questions, sample
-from .training import (
-    SelectLabelsArguments, ThresholdArguments, TrainArguments, select_labels, threshold, train, training_table,
+from .baselines import BaselinesArguments, score_baselines
+from .diagnose import DiagnoseArguments, diagnose
+from .evaluate import (
+    TEST_SPLITS, EvaluateArguments, Evaluation, check_trained_model, evaluate, test_records, write_evaluation,
 )
+from .judge import Filled, JudgeArguments, judge
+from .monitor import MonitorArguments, monitor
+from .probe_layers import ProbeLayersArguments, ProbeSettings, probe_confidences, probe_layers, probe_layers_to_markdown
+from .sample import SampleArguments, Sampled, load_questions, sample
+from .select_labels import SelectLabelsArguments, select_labels
+from .threshold import ThresholdArguments, threshold
+from .train import TrainArguments, train, training_table
 
 
 __all__ = [
-    "TEST_SPLITS", "Evaluation", "Filled", "MonitorArguments", "ProbeLayersArguments", "ProbeSettings", "Sampled",
+    "TEST_SPLITS", "BaselinesArguments", "DiagnoseArguments", "EvaluateArguments", "Evaluation", "Filled",
+    "JudgeArguments", "MonitorArguments", "ProbeLayersArguments", "ProbeSettings", "SampleArguments", "Sampled",
     "SelectLabelsArguments", "ThresholdArguments", "TrainArguments", "check_trained_model", "diagnose", "evaluate",
     "judge", "load_questions", "monitor", "probe_confidences", "probe_layers", "probe_layers_to_markdown", "sample",
     "score_baselines", "select_labels", "test_records", "threshold", "train", "training_table", "write_evaluation",

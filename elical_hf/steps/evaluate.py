@@ -1,4 +1,4 @@
-"""The evaluation step: test records and confidence sources in, the paper's tables out.
+"""`elical-hf evaluate` as a step: test records and confidence sources in, the paper's tables out.
 
 [`evaluate`] scores the test records (the `in_domain_test`, `ood_test` and `mmlu` records of any records input) with every
 source asked for (saved models, training-free baselines, record columns, confidences computed elsewhere), and
@@ -17,14 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..arguments import RecordArguments, name_value_pairs
 from ..atomic import one_writer
 from ..files import check_output_extension, refuse_output_over_inputs
-from .probing import ProbeSettings
+from .probe_layers import ProbeSettings
 from .reporting import log_evaluation, reporting_integrations
 
 
-__all__ = ["TEST_SPLITS", "Evaluation", "check_trained_model", "evaluate", "model_confidences", "test_records",
-           "write_evaluation"]
+__all__ = ["TEST_SPLITS", "EvaluateArguments", "Evaluation", "check_trained_model", "evaluate", "model_confidences",
+           "test_records", "write_evaluation"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,84 @@ class Evaluation:
             out[method] = {n: (p["auroc"], *p.get("auroc_ci", (math.nan, math.nan))) if intervals else p["auroc"]
                            for n, p in points.items()}
         return out
+
+
+@dataclass(kw_only=True)
+class EvaluateArguments(RecordArguments):
+    """Options of [`evaluate`] (`elical-hf evaluate`, also settable from `--config file.yaml`); `records` are the test
+    records (in Python, also records in memory), and `output_dir` may be `None` in Python (nothing is written). Read
+    once checked: `models` (`model` as a dict, name -> path), `field_columns` (`field_sources` as a dict, name ->
+    column), `baseline_names` (`baselines` as a list) and `probe_settings` (the [`ProbeSettings`] of `probes`, or
+    `None`)."""
+
+    output_dir: str | None = field(default=None,
+                                   metadata={"help": "Where results.json, report.md and the plots go."})
+    model: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Trained confidence models as NAME=PATH, several separated by spaces. Name runs of one method with different "
+            "label budgets METHOD@N (e.g. EliCal@100, EliCal@1000) to also plot AUROC against the number of labels."
+        },
+    )
+    baselines: str = field(
+        default="prob,n_prob,consis_lex,consis_sem",
+        metadata={"help": "Comma-separated training-free baselines (those whose inputs are missing are skipped; "
+                  "option_prob reads the records' option_probabilities).", "comma_separated": True},
+    )
+    field_sources: list[str] = field(
+        default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}
+    )
+    probes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Pre-generation probes to train on the records' train split and score, several separated by "
+                  "spaces: sep (semantic-entropy probe, label-free), dim (difference-of-means accuracy probe), pik "
+                  "(logistic P(IK) probe); see docs/probes.md. They need --probe_model."},
+    )
+    probe_model: str | None = field(default=None, metadata={"help": "The model whose features the probes read (the "
+                                                            "records' model, or a saved confidence model)."})
+    probe_layer: int = field(default=-1, metadata={"help": "The layer the probes read (1 to the number of layers; "
+                                                   "negative counts from the end, -1 the final one)."})
+    num_labels: int = field(default=0, metadata={"help": "Correctness labels of the dim and pik probes: a seeded draw "
+                                                 "of the train records, as `elical-hf train` draws them (0: all)."})
+    probe_seed: int = field(default=42, metadata={"help": "Seed of the probes' label draw."})
+    probe_cache: str | None = field(default=None, metadata={"help": "A folder caching the probes' features across "
+                                                            "runs (default: a temporary folder)."})
+    bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resamples."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Write into an --output_dir that already holds results (they are replaced). Without it such "
+                  "a folder is refused."},
+    )
+    update_model_cards: bool = field(
+        default=False,
+        metadata={"help": "Also record each --model folder's results (per dataset and averages) and its reliability "
+                  "diagram in that folder's model card (README.md model-index), ready for `elical-hf push`."},
+    )
+    report_to: list[str] = field(
+        default_factory=lambda: ["none"],
+        metadata={"help": "Experiment trackers to log the results table (AUROC, ECE, alignment and their intervals, "
+                  "per method and dataset) and the report's plots to, as the Trainer's --report_to: trackio, wandb, "
+                  "mlflow, ... (several separated by spaces), all (every installed one) or none."},
+    )
+    run_name: str | None = field(default=None, metadata={"help": "The trackers' run name (default: theirs)."})
+    project: str | None = field(default=None, metadata={"help": "The trackers' project (trackio; default: the "
+                                                        "Trainer's, huggingface)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.bootstrap < 0:
+            raise ValueError(f"--bootstrap must be >= 0 (0: no intervals), got {self.bootstrap}.")
+        if bool(self.probes) != (self.probe_model is not None):
+            raise ValueError("--probes and --probe_model go together: the probes read --probe_model's features.")
+        if self.num_labels < 0:
+            raise ValueError(f"--num_labels must be >= 0 (0: all), got {self.num_labels}.")
+        self.models = name_value_pairs(self.model, "--model")
+        self.field_columns = name_value_pairs(self.field_sources, "--field_sources")
+        self.baseline_names = [name.strip() for name in self.baselines.split(",") if name.strip()]
+        self.probe_settings = ProbeSettings(
+            self.probe_model, self.probes, layer=self.probe_layer, num_labels=self.num_labels or None,
+            seed=self.probe_seed, cache_dir=self.probe_cache) if self.probes else None
 
 
 def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | None = None) -> list[dict[str, Any]]:
@@ -206,124 +285,98 @@ def _label_curves(evaluation: Evaluation, draws: Mapping[str, Sequence[Sequence[
 
 
 def evaluate(
-    records: Any,
+    args: EvaluateArguments,
     *,
-    models: Mapping[str, str] | None = None,
     confidences: Mapping[str, Sequence[float]] | None = None,
     draws: Mapping[str, Sequence[Sequence[float]]] | None = None,
-    baselines: Sequence[str] = ("prob", "n_prob", "consis_lex", "consis_sem"),
-    field_sources: Mapping[str, str] | None = None,
-    probes: ProbeSettings | None = None,
     pairs: Sequence[tuple[str, str]] = (),
     draw_pairs: Sequence[tuple[str, str]] = (),
-    bootstrap: int = 0,
-    seed: int = 0,
-    batch_size: int = 16,
-    allow_other_model: bool = False,
-    allow_incomplete: bool = False,
-    output_dir: str | None = None,
-    overwrite_output_dir: bool = False,
-    update_model_cards: bool = False,
-    report_to: str | Sequence[str] | None = None,
-    run_name: str | None = None,
-    project: str | None = None,
     say: Say | None = None,
 ) -> Evaluation:
     """
     Score the test records with every source and compute the paper's table and what a report shows from it.
 
+    The test records are the `in_domain_test`, `ood_test` and `mmlu` records of `args.records` ([`test_records`]).
+    `args` names trained models (`NAME=PATH`; runs of one method with label budgets named `METHOD@N` give AUROC
+    against the number of labels), training-free baselines (those whose inputs the records lack are skipped, and
+    said), record columns and pre-generation probes ([`~elical_hf.steps.probe_confidences`], named like `SEP-L18`,
+    `P(IK)-L18@100`); confidences computed elsewhere come beside them. Every source needs a name of its own.
+
+    With `args.output_dir` the report is also written there ([`write_evaluation`]), holding the folder's one-writer
+    lock; it is refused when it already holds files, unless `args.overwrite_output_dir`, and when it is, holds or lies
+    inside an input. `args.report_to` trackers get the results table and the plots (checked before anything is
+    scored, [`~elical_hf.steps.reporting.log_evaluation`]).
+
     Args:
-        records: Any records input ([`~elical_hf.signals.records.load_records`]: a file, a folder, a Hub dataset,
-            or records in memory); its `in_domain_test` and `ood_test` records are scored ([`test_records`]).
-        models (`dict[str, str]`, *optional*): Name -> trained confidence model (folder or Hub id). Name runs of one
-            method with different label budgets `METHOD@N` to get AUROC against the number of labels.
+        args ([`EvaluateArguments`]): The test records, the sources they name, the intervals (`bootstrap`
+            resamples, at least 1 for `pairs` and `draw_pairs`, seeded by `seed`) and the report.
         confidences (`dict[str, list[float]]`, *optional*): Sources computed elsewhere, one confidence per test
             record in [`test_records`]' order (e.g. a head calibrated on cached features).
         draws (`dict[str, list[list[float]]]`, *optional*): `METHOD@N` -> one confidence list per label draw (or
             training seed): its curve point is the mean over the draws, and `draw_pairs` compares them.
-        baselines (`list[str]`, *optional*): Training-free baselines computed from the records
-            ([`~elical_hf.signals.BASELINES`]); those whose inputs the records lack are skipped (and said).
-        field_sources (`dict[str, str]`, *optional*): Name -> a record column holding confidences.
-        probes ([`~elical_hf.steps.ProbeSettings`], *optional*): Pre-generation probes to train on the records'
-            train split (at one layer of `probes.model`, with `probes.num_labels` labels) and score the test records
-            with ([`~elical_hf.steps.probe_confidences`]); named like `SEP-L18`, `P(IK)-L18@100`.
         pairs (`list[tuple[str, str]]`, *optional*): Table rows `(a, b)` to compare by paired bootstrap.
         draw_pairs (`list[tuple[str, str]]`, *optional*): Keys `(a, b)` of `draws` to compare, draw `d` of `a` with
             draw `d` of `b` (they used the same labels).
-        bootstrap (`int`, *optional*, defaults to 0), seed (`int`, *optional*, defaults to 0): Resamples of the 95%
-            intervals (0: none; `pairs` and `draw_pairs` need at least 1) and their seed.
-        batch_size (`int`, *optional*, defaults to 16): Questions per forward pass when scoring models.
-        allow_other_model (`bool`, *optional*): Score records of another model than each model's base.
-        allow_incomplete (`bool`, *optional*): Read an unfinished `elical-hf sample` folder anyway.
-        output_dir (`str`, *optional*): Also write the report there ([`write_evaluation`]), holding the folder's
-            one-writer lock; refused when it already holds files, unless `overwrite_output_dir`, and when it is, holds
-            or lies inside an input (the records, a model folder). Every source needs a name of its own.
-        update_model_cards (`bool`, *optional*): Also record each model folder's results and reliability diagram in
-            its model card.
-        report_to (`str` or `list[str]`, *optional*): Experiment trackers to log the results table and the report's
-            plots to, as `TrainingArguments.report_to` names them (`"trackio"`, `"wandb"`, `"all"`, `"none"`);
-            checked before anything is scored ([`~elical_hf.steps.reporting.log_evaluation`]).
-        run_name (`str`, *optional*), project (`str`, *optional*): The trackers' run and project names.
         say (`Callable[[str], None]`, *optional*): Where progress lines and warnings go (default: the log).
 
     Returns:
         [`Evaluation`].
     """
-    options = dict(models=dict(models or {}), confidences=confidences, draws=draws or {}, baselines=baselines,
-                   field_sources=field_sources or {}, probes=probes, pairs=pairs, draw_pairs=draw_pairs,
-                   bootstrap=bootstrap, seed=seed, batch_size=batch_size, allow_other_model=allow_other_model,
-                   allow_incomplete=allow_incomplete, say=say or logger.info)
-    _check_source_names(options["models"], confidences, options["field_sources"], baselines)
+    say = say or logger.info
+    records, output_dir, probes, models = args.records, args.output_dir, args.probe_settings, args.models
+    _check_source_names(models, confidences, args.field_columns, args.baseline_names)
     if probes is not None and probes.cache_dir is not None:  # a folder the probes write their features into
-        refuse_output_over_inputs(probes.cache_dir, {"--records": records, "--model": list(options["models"].values()),
+        refuse_output_over_inputs(probes.cache_dir, {"--records": records, "--model": list(models.values()),
                                                      "--probe_model": probes.model}, "--probe_cache")
         check_output_extension(probes.cache_dir, None, "--probe_cache")
-    trackers = reporting_integrations(report_to)
+    trackers = reporting_integrations(args.report_to)
+    sources = dict(confidences=confidences or {}, draws=draws or {}, pairs=pairs, draw_pairs=draw_pairs, say=say)
     if output_dir is None:
-        evaluation = _evaluate(records, **options)
-        log_evaluation(evaluation.table, trackers, run_name=run_name, project=project, say=options["say"])
+        evaluation = _evaluate(args, **sources)
+        log_evaluation(evaluation.table, trackers, run_name=args.run_name, project=args.project, say=say)
         return evaluation
-    refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(options["models"].values()),
+    refuse_output_over_inputs(output_dir, {"--records": records, "--model": list(models.values()),
                                            "--probe_model": probes.model if probes else None,
                                            "--probe_cache": probes.cache_dir if probes else None}, "--output_dir")
     check_output_extension(output_dir, None, "--output_dir")
     with one_writer(output_dir):  # a second evaluate into this folder would mix two reports
-        _check_output_dir(output_dir, overwrite_output_dir)
-        evaluation = _evaluate(records, **options)
+        _check_output_dir(output_dir, args.overwrite_output_dir)
+        evaluation = _evaluate(args, **sources)
         paths = write_evaluation(evaluation, output_dir)
-        if update_model_cards:
-            _update_model_cards(options["models"], evaluation, records, options["say"])
-        log_evaluation(evaluation.table, trackers, output_dir=output_dir, plots=paths, run_name=run_name,
-                       project=project, say=options["say"])  # the plots, before another run could replace them
+        if args.update_model_cards:
+            _update_model_cards(models, evaluation, records, say)
+        log_evaluation(evaluation.table, trackers, output_dir=output_dir, plots=paths, run_name=args.run_name,
+                       project=args.project, say=say)  # the plots, before another run could replace them
     return evaluation
 
 
 def _evaluate(
-    records: Any, *, models: dict[str, str], confidences: Mapping[str, Sequence[float]] | None,
-    draws: Mapping[str, Sequence[Sequence[float]]], baselines: Sequence[str], field_sources: Mapping[str, str],
-    probes: ProbeSettings | None, pairs: Sequence[tuple[str, str]], draw_pairs: Sequence[tuple[str, str]],
-    bootstrap: int, seed: int, batch_size: int, allow_other_model: bool, allow_incomplete: bool, say: Say,
+    args: EvaluateArguments, *, confidences: Mapping[str, Sequence[float]],
+    draws: Mapping[str, Sequence[Sequence[float]]], pairs: Sequence[tuple[str, str]],
+    draw_pairs: Sequence[tuple[str, str]], say: Say,
 ) -> Evaluation:
     """[`evaluate`] without writing anything."""
     from ..evaluation import decision_table, evaluate_table, paired_difference_over_draws, paired_differences
     from ..signals.baselines import BASELINES, compute_baselines
     from ..signals.records import check_records_match
 
+    records, models, probes, allow_other_model = args.records, args.models, args.probe_settings, args.allow_other_model
+    bootstrap, seed, batch_size = args.bootstrap, args.seed, args.batch_size
     where = records if isinstance(records, (str, os.PathLike)) else "the records"
     for name, path in models.items():
         check_trained_model(path, f"--model {name}={path}")
-    rows = test_records(records, allow_incomplete=allow_incomplete, say=say)
+    rows = test_records(records, allow_incomplete=args.allow_incomplete, say=say)
     if not models:
         check_records_match(rows, None, where, allow_other_model)
     sources: dict[str, list[float]] = {}
-    for name in baselines:
+    for name in args.baseline_names:
         try:
             for key, values in compute_baselines(rows, which=[name], progress=False).items():
                 sources[BASELINES[key].paper_name] = values
         except ValueError as error:  # e.g. consis_sem without semantic judgements
             say(f"skipping baseline {name}: {error}")
-    sources.update({name: list(values) for name, values in (confidences or {}).items()})
-    for name, column in field_sources.items():
+    sources.update({name: list(values) for name, values in confidences.items()})
+    for name, column in args.field_columns.items():
         sources[name] = _column_confidences(rows, name, column, where)
     questions = [r.get("question") for r in rows]
     unusable = [i for i, q in enumerate(questions) if not isinstance(q, str) or not q.strip()]
@@ -331,11 +384,11 @@ def _evaluate(
         raise ValueError(f"{len(unusable)} test records in {where} have no `question` text (first: record "
                          f"{rows[unusable[0]].get('id', unusable[0])!r}); a model scores the question.")
     if probes is not None:
-        from .probing import probe_confidences
+        from .probe_layers import probe_confidences
 
         for name, values in probe_confidences(probes, records, questions, batch_size=batch_size,
-                                              allow_other_model=allow_other_model, allow_incomplete=allow_incomplete,
-                                              say=say).items():
+                                              allow_other_model=allow_other_model,
+                                              allow_incomplete=args.allow_incomplete, say=say).items():
             if name in sources or name in models:
                 raise ValueError(f"Two confidence sources are named {name!r}: rename the other one.")
             sources[name] = values

@@ -1,9 +1,9 @@
-"""The probe steps: which layer knows whether the answer will be right, and the pre-generation probes as methods.
+"""`elical-hf probe-layers` as a step, and the pre-generation probes as methods of `elical-hf evaluate --probes`.
 
 [`probe_layers`] cross-validates a linear probe on every layer's last-prompt-token state of a labelled pool, for the
 correctness target and the label-free consistency target, and recommends a layer (`elical-hf probe-layers`).
 [`probe_confidences`] trains the probes of [`~elical_hf.probes.PROBES`] on the train records at one layer and scores
-questions with them (`elical-hf evaluate --probes`). Both read features through
+questions with them ([`~elical_hf.steps.evaluate`] with `probes`). Both read features through
 [`~elical_hf.layer_cache.cache_layer_features`].
 """
 

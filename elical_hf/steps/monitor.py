@@ -1,5 +1,5 @@
-"""The step that watches a model in use: [`monitor`] (do new questions' confidences still look like the calibration
-set's? [`~elical_hf.drift.confidence_drift`])."""
+"""`elical-hf monitor` as a step, which watches a model in use: do new questions' confidences still look like the
+calibration set's? ([`~elical_hf.drift.confidence_drift`])"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from ..arguments import QuestionArguments, RecordArguments, only
 from ..drift import DRIFT_SHIFT, DRIFT_SIGNIFICANCE
 from ..files import check_output_extension, refuse_output_over_inputs
-from .training import HELD_OUT_SPLIT
+from .threshold import HELD_OUT_SPLIT
 
 
 __all__ = ["MonitorArguments", "monitor"]
@@ -61,7 +61,7 @@ def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None)
     Score new, unlabelled questions with a saved model and test whether their confidences look like those of the
     rows its threshold was chosen on ([`~elical_hf.drift.confidence_drift`]), whose guarantee assumes they do. Each
     distinct question counts once on each side (a served log asks many again), and is scored once, with the prompt
-    `threshold` used ([`~elical_hf.steps.evaluating.model_confidences`]: multiple-choice rows with their own).
+    `threshold` used ([`~elical_hf.steps.evaluate.model_confidences`]: multiple-choice rows with their own).
 
     The reference is the confidences `elical-hf threshold` saved in the model folder
     ([`~elical_hf.drift.load_reference`], with `question_ids` naming its repeated rows; a reference saved without
@@ -79,8 +79,8 @@ def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None)
     from ..plots import confidence_drift_plot
     from ..saved_model import find_saved_model
     from ..signals.records import load_records
-    from .evaluating import check_trained_model, model_confidences
-    from .sampling import load_questions
+    from .evaluate import check_trained_model, model_confidences
+    from .sample import load_questions
 
     say = say or logger.info
     inputs = {"MODEL": args.model, "--questions": args.questions, "--reference": args.reference}
