@@ -60,7 +60,7 @@ test: $(STAMP) $(VLLM_STAMP)
 # float32, float32 where it picks bf16): CI runs both on whichever CPU it gets. Only the tests `make test` found to
 # depend on the policy run again; all of them when there is no record or a file under elical_hf/ or tests/ is newer.
 test-other-precision: $(STAMP)
-	@other=$$($(BIN)/python -c "from elical_hf.precision import cpu_capability as c; print(0 if c().bf16_fast else 1)"); \
+	@other=$$($(BIN)/python -c "from elical_hf.settings.precision import cpu_capability as c; print(0 if c().bf16_fast else 1)"); \
 	only=""; \
 	if [ -f $(PRECISION_RECORD) ] && [ -z "$$(find elical_hf tests -newer $(PRECISION_RECORD) -name '*.py' | head -1)" ]; then \
 	  only=$(PRECISION_RECORD); \

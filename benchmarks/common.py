@@ -35,7 +35,7 @@ def machine_report() -> dict[str, Any]:
     """CPU model and flags, the precision policy's decision, threads, and measured fp32 / bf16 matmul GFLOP/s."""
     import torch
 
-    from elical_hf.precision import cpu_capability, matmul_gflops, resolve_dtype
+    from elical_hf.settings.precision import cpu_capability, matmul_gflops, resolve_dtype
 
     capability = cpu_capability()
     report = {

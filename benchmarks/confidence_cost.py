@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.prompts import QA_PROMPT
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.settings.prompts import QA_PROMPT
     from elical_hf.signals import (
         EmbeddingJudge, HFBackend, SamplingSettings, complete_prompts, generate_answers, lexical_consistency,
     )

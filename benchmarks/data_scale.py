@@ -70,9 +70,9 @@ def write_records(root: str, num_records: int, samples: int) -> int:
 
 def build_table(root: str, cache_dir: str, tokenize: bool) -> dict:
     """Step 2, in this (fresh) process: what `elical-hf train` builds; returns sizes, seconds and peak RSS."""
-    from elical_hf.configuration import ConfidenceConfig
-    from elical_hf.data import tokenize_dataset, validate_columns
-    from elical_hf.recipe import split_dev
+    from elical_hf.settings.configuration import ConfidenceConfig
+    from elical_hf.data.training_table import tokenize_dataset, validate_columns
+    from elical_hf.training.recipe import split_dev
     from elical_hf.signals import load_honestybench
 
     start = time.perf_counter()
@@ -84,8 +84,8 @@ def build_table(root: str, cache_dir: str, tokenize: bool) -> dict:
     result = {"rows": len(table), "train_rows": len(train), "dev_rows": len(dev) if dev is not None else 0,
               "load_seconds": loaded - start}
     if tokenize:
-        from elical_hf.encoding import load_tokenizer
-        from elical_hf.default_model import DEFAULT_MODEL, resolve_model_path
+        from elical_hf.data.encoding import load_tokenizer
+        from elical_hf.models.default_model import DEFAULT_MODEL, resolve_model_path
 
         tokenizer = load_tokenizer(resolve_model_path(DEFAULT_MODEL)[0])
         tokenized = tokenize_dataset(train, tokenizer, ConfidenceConfig(), "consistency")

@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, REPO)
     from elical_hf import DEFAULT_MODEL
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.default_model import resolve_model_path
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.models.default_model import resolve_model_path
     from elical_hf.signals import HFBackend
     from elical_hf.signals.endpoint import ChatEndpoint
     from elical_hf.signals.llm_judge import consistency_prompt

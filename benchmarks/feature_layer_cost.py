@@ -2,7 +2,7 @@
 
 Two fresh confidence models on the same base: one whose head reads the final layer (the paper's), one whose head reads
 `--layer` (default: the middle of the backbone), which runs only the decoder blocks up to it and has a LoRA on those
-blocks only (`elical_hf.feature_layer.stop_after_layer`). For each:
+blocks only (`elical_hf.models.feature_layer.stop_after_layer`). For each:
 
 - score: `model.confidence(questions)` in batches of `--batch_size` (inference mode);
 - train step: forward + backward of one batch of `--batch_size` questions with labels (LoRA + head trainable).
@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.encoding import encode_prompts, pad_batch
-    from elical_hf.memory import release_memory
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.data.encoding import encode_prompts, pad_batch
+    from elical_hf.utils.memory import release_memory
 
     print_machine()
     with tempfile.TemporaryDirectory() as folder:

@@ -23,7 +23,7 @@ because confidence models load from a folder and the gate reads the LM head from
 
 No network, no GGUF, no installed elical-hf: the repository root goes on `sys.path` (`common.py`), the tokenizer is
 `tests/tiny.py`'s word-level tokenizer (built in code; ids past its ~360 words decode to nothing, which changes no
-timing), and only torch, transformers, peft, accelerate, safetensors and `datasets` (which `elical_hf.data` imports)
+timing), and only torch, transformers, peft, accelerate, safetensors and `datasets` (which `elical_hf.data.training_table` imports)
 are needed.
 
     python benchmarks/gpu_check.py                                      # CUDA, 7b, 5-8 minutes on one H200
@@ -138,8 +138,8 @@ def sampler_speed(lm: Any, tokenizer: Any, device: str, size: dict, budget_s: fl
 
 def gate_speed(lm: Any, lora: Any, zero: Any, tokenizer: Any, device: str, size: dict,
                budget_s: float) -> list[dict[str, Any]]:
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.prompts import QA_PROMPT
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.settings.prompts import QA_PROMPT
     from elical_hf.signals import SamplingSettings, build_prompt_ids, complete_prompts
     from sampling_speed import hf_batch
 
@@ -232,7 +232,7 @@ def speed(shape: str, device: str, tokenizer: Any, workdir: str, budget_s: float
           rows: list[dict[str, Any]], setup: dict[str, Any]) -> None:
     """The speed rows, appended to `rows` as they are measured (a failure later keeps them); `setup` gets the model's
     size and its build, save and load times."""
-    from elical_hf.precision import resolve_dtype
+    from elical_hf.settings.precision import resolve_dtype
 
     size = SIZES[shape]
     dtype = resolve_dtype("auto", device)

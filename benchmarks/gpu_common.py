@@ -88,7 +88,7 @@ def versions() -> dict[str, str]:
 def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    from elical_hf.precision import cpu_model_name
+    from elical_hf.settings.precision import cpu_model_name
 
     return f"{cpu_model_name()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
 

@@ -134,7 +134,7 @@ def gate_from_prefill(base: str, device: str) -> str:
 
 def precision_policy(base: str, device: str) -> str:
     from elical_hf import AutoModelForConfidence
-    from elical_hf.precision import precision_report, resolve_dtype
+    from elical_hf.settings.precision import precision_report, resolve_dtype
 
     chosen = resolve_dtype("auto", device)
     loaded = AutoModelForConfidence.from_pretrained(base, **load_kwargs(device)).get_input_embeddings().weight.dtype

@@ -55,7 +55,7 @@ def confidences_both(stage1: str, test: list[dict], labels: list[dict], epochs: 
     from transformers import set_seed
 
     from elical_hf import AutoModelForConfidence, calibrate_head
-    from elical_hf.head_calibration import head_confidences
+    from elical_hf.training.head_calibration import head_confidences
 
     test_q = [r["question"] for r in test]
     questions = list(dict.fromkeys(test_q + [r["question"] for r in labels]))
@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="The alignment threshold")  # small datasets at --test_questions < 100
 
-    from elical_hf.default_model import DEFAULT_MODEL
+    from elical_hf.models.default_model import DEFAULT_MODEL
     from elical_hf.demo import DEMO_RECORDS, DEMO_STAGE1
-    from elical_hf.evaluation import evaluate_table, paired_differences
+    from elical_hf.evaluation.tables import evaluate_table, paired_differences
     from elical_hf.signals import read_records, training_columns
     from elical_hf.signals.lexical_judge import has_answer
 

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_new_tokens", type=int, default=24)
     args = parser.parse_args(argv)
 
-    from elical_hf.default_model import DEFAULT_MODEL
+    from elical_hf.models.default_model import DEFAULT_MODEL
     from elical_hf.signals import SamplingSettings
     from elical_hf.signals.decoding import auto_batch_size
 

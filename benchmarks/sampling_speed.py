@@ -36,7 +36,7 @@ def load(model_name: str):
 
 
 def questions_for(n: int) -> list[str]:
-    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.data.questions import load_bundled_questions
 
     half = (n + 1) // 2
     rows = load_bundled_questions("nq", half) + load_bundled_questions("hotpotqa", n - half)
@@ -66,9 +66,9 @@ def concatenating_cache():
 
 @contextlib.contextmanager
 def repeated_prefix():
-    """Our sampler as it was before the shared prompt prefix had its own attention (`elical_hf.prefix_attention`):
+    """Our sampler as it was before the shared prompt prefix had its own attention (`elical_hf.models.prefix_attention`):
     the prefix's KV cache repeated for every row of the batch."""
-    from elical_hf import kv_prefix
+    from elical_hf.models import kv_prefix
 
     supports = kv_prefix.supports_prefix_attention
     kv_prefix.supports_prefix_attention = lambda model: False
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
                              "question); 0: skip")
     args = parser.parse_args(argv)
 
-    from elical_hf.default_model import DEFAULT_MODEL
+    from elical_hf.models.default_model import DEFAULT_MODEL
     from elical_hf.signals import SamplingSettings
     from elical_hf.signals.decoding import auto_batch_size
 

@@ -285,9 +285,9 @@ def run_confidence_scenario(args: argparse.Namespace, questions: list[str]) -> N
 def maximal_questions(model: str, count: int, tokens: int, filler: list[str]) -> list[str]:
     """`count` distinct questions whose confidence prompts (`model`'s saved prompt and tokenizer) hold at most `tokens`
     in all, each as long as its share allows (words of `filler` after a number)."""
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from elical_hf.default_model import resolve_model_path
-    from elical_hf.encoding import load_tokenizer
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from elical_hf.models.default_model import resolve_model_path
+    from elical_hf.data.encoding import load_tokenizer
 
     config = ConfidenceConfig.from_json_file(os.path.join(model, CONFIDENCE_CONFIG_NAME))
     tokenizer = load_tokenizer(model, fallback=resolve_model_path(config.base_model_name_or_path)[0])
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="Seconds the long client runs before the short ones start (long).")
     args = parser.parse_args(argv)
 
-    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.data.questions import load_bundled_questions
     from tests.serving import ServerProcess
 
     print_machine()

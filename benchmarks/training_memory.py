@@ -2,7 +2,7 @@
 
 On the demo's model (SmolLM2-135M, the precision policy's dtype) and its live stage-1 questions, this prints the
 process's resident memory after loading, after a first no-grad forward (the weights touched), and for one
-forward + backward of 1, 2, 4 and 8 rows, each started from a trimmed heap (`elical_hf.memory.release_memory`): the
+forward + backward of 1, 2, 4 and 8 rows, each started from a trimmed heap (`elical_hf.utils.memory.release_memory`): the
 highest RSS during it (a thread reads `/proc/self/status` every 10 ms) and that rise over the trimmed start. Then it
 trains 4 optimizer steps of 4 x 4 accumulated rows (the demo's live stage 1) four times, alternately without and with
 a trim after each micro-batch (tried for `ConfidenceTrainer`, not kept), and prints each run's highest RSS and
@@ -45,9 +45,9 @@ class Peak:
 
 
 def main() -> None:
-    from elical_hf.auto import AutoModelForConfidence
+    from elical_hf.models.auto import AutoModelForConfidence
     from elical_hf.demo import DemoSettings, demo_partitions
-    from elical_hf.memory import release_memory
+    from elical_hf.utils.memory import release_memory
 
     print_machine()
     peak = Peak()

@@ -26,7 +26,7 @@ from common import peak_rss_mib, print_machine, print_table
 
 
 def rows_for(n: int) -> dict[str, list]:
-    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.data.questions import load_bundled_questions
 
     questions = [r["question"] for name in ("nq", "hotpotqa") for r in load_bundled_questions(name, n // 2 + 1)][:n]
     targets = [((i * 37) % 11) / 10 for i in range(n)]
@@ -38,7 +38,7 @@ def worker(kind: str, args: argparse.Namespace) -> dict:
     from transformers import Trainer, TrainingArguments
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-    from elical_hf.precision import resolve_dtype
+    from elical_hf.settings.precision import resolve_dtype
 
     torch.manual_seed(0)
     data, out = rows_for(args.rows), tempfile.mkdtemp(prefix=f"bench-{kind}-")
@@ -50,7 +50,7 @@ def worker(kind: str, args: argparse.Namespace) -> dict:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from elical_hf.default_model import resolve_model_path
+        from elical_hf.models.default_model import resolve_model_path
 
         path, _ = resolve_model_path(DEFAULT_MODEL)
         tokenizer = AutoTokenizer.from_pretrained(path)

@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     from common import print_machine, print_table
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.default_model import resolve_model_path
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.models.default_model import resolve_model_path
     from elical_hf.demo import DEMO_CALIBRATED
-    from elical_hf.prompts import QA_PROMPT
+    from elical_hf.settings.prompts import QA_PROMPT
     from elical_hf.serve.app import create_app
     from elical_hf.serve.engine import GateEngine
     from elical_hf.serve.upstream import UpstreamGateEngine

@@ -43,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     from common import print_machine
 
     from elical_hf import AutoModelForConfidence
-    from elical_hf.atomic import atomic_write_json
-    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.utils.atomic import atomic_write_json
+    from elical_hf.data.questions import load_bundled_questions
     from elical_hf.demo import DEMO_CALIBRATED
-    from elical_hf.export import export_confidence_model, export_prompt_ids
+    from elical_hf.publishing.export import export_confidence_model, export_prompt_ids
     from tests.vllm_server import classify, exported_demo_model, random_lora_model, vllm_server
 
     machine = print_machine()

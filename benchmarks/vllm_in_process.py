@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault("ELICAL_HF_CPU_BF16", "0")  # the HF side in float32, as vLLM here
     from elical_hf import DEFAULT_MODEL
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.default_model import resolve_model_path
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.models.default_model import resolve_model_path
     from elical_hf.signals.backends import HFBackend, VLLMBackend
     from elical_hf.signals.settings import SamplingSettings
 

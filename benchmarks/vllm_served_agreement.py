@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from common import print_machine, print_table
 
     from elical_hf import DEFAULT_MODEL
-    from elical_hf.bundled import load_bundled_questions
-    from elical_hf.default_model import resolve_model_path
+    from elical_hf.data.questions import load_bundled_questions
+    from elical_hf.models.default_model import resolve_model_path
     from elical_hf.signals import HFBackend
     from elical_hf.signals.openai_backend import OpenAIBackend
     from elical_hf.signals.settings import SamplingSettings

@@ -25,9 +25,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .atomic import atomic_write_json
-from .default_model import DEFAULT_MODEL
-from .memory import limit_heap_growth, release_memory
+from .utils.atomic import atomic_write_json
+from .models.default_model import DEFAULT_MODEL
+from .utils.memory import limit_heap_growth, release_memory
 
 
 logger = logging.getLogger(__name__)
@@ -161,10 +161,10 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
     questions)."""
     from transformers import set_seed
 
-    from .auto import AutoModelForConfidence
-    from .recipe import train_stage
+    from .models.auto import AutoModelForConfidence
+    from .training.recipe import train_stage
     from .signals.records import load_records
-    from .training_args import ConfidenceTrainingArguments
+    from .training.training_args import ConfidenceTrainingArguments
 
     set_seed(settings.seed)
     # batches of 16 as 2 x 8 accumulated: the same steps, an eighth of the activation memory (the demo's peak,
@@ -181,13 +181,13 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
 
 def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models_dir: str) -> dict[str, Any]:
     """Eli-Only, and EliCal / Cal-Only (head only, on cached features) for every budget and label draw
-    ([`~elical_hf.head_calibration.label_budget_sweep`]); the first draw of the headline budget is saved as models
+    ([`~elical_hf.training.head_calibration.label_budget_sweep`]); the first draw of the headline budget is saved as models
     `elical` and `cal-only`."""
     import torch
     from transformers import set_seed
 
-    from .auto import AutoModelForConfidence
-    from .head_calibration import head_confidences, label_budget_sweep
+    from .models.auto import AutoModelForConfidence
+    from .training.head_calibration import head_confidences, label_budget_sweep
     from .signals.records import load_records
 
     test_q = [r["question"] for r in parts["test"]]
@@ -228,12 +228,12 @@ def _sample_labels(pool: list[dict], num_labels: int, seed: int) -> list[dict]:
 
 def cpu_bf16() -> bool:
     """Whether the demo runs in bfloat16 on the CPU (the precision policy's choice here). There, limiting the heap
-    ([`~elical_hf.memory.limit_heap_growth`]) brought the peak under 1.5 GB (1509-1529 MiB over five runs, against
+    ([`~elical_hf.utils.memory.limit_heap_growth`]) brought the peak under 1.5 GB (1509-1529 MiB over five runs, against
     1557-1694 without) for 1.25x the wall time; in float32 it changed the peak by 10 MiB and took 1.47x the time
     (`docs/benchmarks.md` section 5)."""
     import torch
 
-    from .precision import default_device, resolve_dtype
+    from .settings.precision import default_device, resolve_dtype
 
     return default_device() == "cpu" and resolve_dtype() == torch.bfloat16
 
@@ -274,13 +274,13 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     from .steps import DiagnoseArguments, EvaluateArguments, diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
-    if cpu_bf16():  # bf16's half-size tensors fragment glibc's heap: limit it (elical_hf.memory; float32 only slows)
+    if cpu_bf16():  # bf16's half-size tensors fragment glibc's heap: limit it (elical_hf.utils.memory; float32 only slows)
         limit_heap_growth()
     warn_if_busy()
     start, timings = time.perf_counter(), {}
 
     def lap(name: str) -> None:
-        release_memory()  # what the step freed goes back to the OS before the next step's peak (elical_hf.memory)
+        release_memory()  # what the step freed goes back to the OS before the next step's peak (elical_hf.utils.memory)
         timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
 
     if not os.path.exists(settings.records):

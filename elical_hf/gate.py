@@ -6,7 +6,7 @@ of the **unadapted** base model for the questions it answers: the LoRA is switch
 `disable_adapter()` does), so the answers are exactly the base model's, gated. The answer prompt is the library's
 sampler's ([`~elical_hf.signals.SamplingSettings`]' default: the paper's QA prompt in the chat template), decoded by
 the sampler's own loop ([`~elical_hf.signals.decoding.Decoder`]). A `retrieve` callback lets a RAG system fetch
-context for the questions in the retrieve band; they are then answered with [`~elical_hf.prompts.CONTEXT_QA_PROMPT`].
+context for the questions in the retrieve band; they are then answered with [`~elical_hf.settings.prompts.CONTEXT_QA_PROMPT`].
 
 Two modes, chosen by the model:
 
@@ -36,11 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .encoding import encode_prompts
-from .feature_layer import last_position_states
-from .kv_prefix import cache_kwarg
-from .loading import unwrap_peft
-from .prompts import CONTEXT_QA_PROMPT
+from .data.encoding import encode_prompts
+from .models.feature_layer import last_position_states
+from .models.kv_prefix import cache_kwarg
+from .utils.loading import unwrap_peft
+from .settings.prompts import CONTEXT_QA_PROMPT
 from .signals.decoding import Decoder, check_prompt_lengths, context_length, decode_all
 from .signals.generation import SamplingSettings, build_prompt_ids
 
@@ -194,7 +194,7 @@ def _output_embeddings(model: Any) -> torch.Tensor:
     if getattr(model.config.get_text_config(), "tie_word_embeddings", False):
         weight = embeddings
     else:
-        from .lm_head import read_lm_head
+        from .models.lm_head import read_lm_head
 
         weight = read_lm_head(model.config).to(embeddings.device, embeddings.dtype)
     _LM_HEADS[model] = weight
@@ -206,7 +206,7 @@ class BaseLanguageModel(nn.Module):
     A confidence model's backbone with its LM head: the causal LM the gate's answers are decoded from. It calls the
     backbone as it is (switch the LoRA off with [`base_model_only`]) and keeps the last position's hidden state at
     the model's feature layer from its latest call (`last_feature_state`, read by a hook while every block runs:
-    [`~elical_hf.feature_layer.last_position_states`]), which is the confidence head's input right after a left-padded
+    [`~elical_hf.models.feature_layer.last_position_states`]), which is the confidence head's input right after a left-padded
     prefill.
 
     Args:
@@ -254,7 +254,7 @@ def _generation_config(model: Any) -> Any:
     """The base checkpoint's `generation_config.json` (its EOS tokens), else one derived from the model config."""
     from transformers import GenerationConfig
 
-    from .default_model import resolve_model_path
+    from .models.default_model import resolve_model_path
 
     try:
         return GenerationConfig.from_pretrained(resolve_model_path(model.config._name_or_path)[0])

@@ -15,7 +15,7 @@
 
 Given a name, `pipeline()` first reads the `config.json` of the base model that the adapter names, with
 `transformers.AutoConfig`, before any code of this task runs. When the base model is the embedded default and neither
-the Hub nor its cache has it (see [`~elical_hf.default_model.resolve_model_path`]), that read fails: build the pipeline
+the Hub nor its cache has it (see [`~elical_hf.models.default_model.resolve_model_path`]), that read fails: build the pipeline
 with [`ConfidenceEstimationPipeline.from_pretrained`] instead (or pass `pipeline()` a model loaded with
 [`AutoModelForConfidence`]), which loads the model first, from the same offline copy.
 """
@@ -30,12 +30,12 @@ import torch
 from transformers import Pipeline
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from .auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence
-from .encoding import encode_prompts, ensure_pad_token
-from .files import looks_local
+from .models.auto import HUB_KWARGS, AutoModelForConfidence, PeftModelForConfidence
+from .data.encoding import encode_prompts, ensure_pad_token
+from .utils.files import looks_local
 from .gate import answer_questions, check_threshold, decide, thresholds_for
-from .modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
-from .saved_model import find_saved_model
+from .models.modeling import UNKNOWN_CONFIDENCE_CONFIG, ForConfidenceMixin
+from .models.saved_model import find_saved_model
 
 
 TASK = "confidence-estimation"

@@ -41,9 +41,9 @@ import random
 import time
 from typing import Any
 
-from elical_hf.atomic import atomic_folder, atomic_write_text
-from elical_hf.bundled import IN_DOMAIN, IN_DOMAIN_DATASETS, OUT_OF_DOMAIN, load_bundled_questions, split_questions
-from elical_hf.default_model import DEFAULT_MODEL
+from elical_hf.utils.atomic import atomic_folder, atomic_write_text
+from elical_hf.data.questions import IN_DOMAIN, IN_DOMAIN_DATASETS, OUT_OF_DOMAIN, load_bundled_questions, split_questions
+from elical_hf.models.default_model import DEFAULT_MODEL
 
 
 logger = logging.getLogger("reproduce_paper")
@@ -91,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Stage-2 variants to run: head-only on cached features and/or LoRA + head.",
     )
     parser.add_argument("--probes", nargs="+", default=["sep", "dim", "pik"], choices=["sep", "dim", "pik"],
-                        help="Pre-generation probes of the probes step (elical_hf.probes.PROBES).")
+                        help="Pre-generation probes of the probes step (elical_hf.evaluation.probes.PROBES).")
     parser.add_argument("--probe_layers", type=int, nargs="+", default=[-1],
                         help="Layers the probes read (1 to the number of layers; negative from the end, -1 the final).")
     parser.add_argument("--lora_methods", nargs="+", default=["EliCal", "Cal-Only"], choices=["EliCal", "Cal-Only"],
@@ -392,7 +392,7 @@ def seed_runs_from(args: argparse.Namespace, records: list[dict[str, Any]]) -> N
 def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     """Eli-Only, then Cal-Only(n) / EliCal(n) with head-only and LoRA + head calibration for every label budget."""
     from elical_hf import AutoModelForConfidence
-    from elical_hf.recipe import take_labels, train_stage
+    from elical_hf.training.recipe import take_labels, train_stage
 
     train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
     runs = Runs(args, test)
@@ -407,8 +407,8 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         (as `experiments/head_init_experiment.py` draws it, so its runs are these)."""
         import torch
 
-        from elical_hf.head_calibration import confidence_head_module
-        from elical_hf.modeling import initialize_confidence_head
+        from elical_hf.training.head_calibration import confidence_head_module
+        from elical_hf.models.modeling import initialize_confidence_head
 
         model = fresh()
         torch.manual_seed(args.seed)
@@ -497,10 +497,10 @@ def step_probes(args: argparse.Namespace, records: list[dict[str, Any]]) -> None
     """The probes of --probes at each of --probe_layers, each a run of runs/: SEP on every train question (no labels),
     DiM and P(IK) on the label draws of the head-only runs (`take_labels(train, n, seed)` for every job of
     [`label_jobs`]). Their features are the frozen base model's (what Cal-Only-head reads), cached per layer in
-    `features/` ([`elical_hf.layer_cache.cache_layer_features`])."""
-    from elical_hf.layer_cache import cache_layer_features, resolve_layers
-    from elical_hf.probes import PROBES, train_probe
-    from elical_hf.recipe import take_labels
+    `features/` ([`elical_hf.training.layer_cache.cache_layer_features`])."""
+    from elical_hf.training.layer_cache import cache_layer_features, resolve_layers
+    from elical_hf.evaluation.probes import PROBES, train_probe
+    from elical_hf.training.recipe import take_labels
     from elical_hf.steps.probe_layers import feature_model, probe_name
 
     train_records, train, test = partition(records, "train"), rows_of(records, "train"), partition(records, "test")
@@ -562,7 +562,7 @@ def lora_calibration(
     """One LoRA + head calibration run on `labels` (stage 2; early stopping on a dev split of them), saved to
     `folder`: the reloaded model and its trainer."""
     from elical_hf import AutoModelForConfidence
-    from elical_hf.recipe import train_stage
+    from elical_hf.training.recipe import train_stage
 
     settings = {**common_training_args(args), "num_train_epochs": lora_epochs(args, len(labels)),
                 "early_stopping_patience": 2}
@@ -577,8 +577,8 @@ def head_only_runs(
 ) -> Any:
     """The head-only calibration runs of `draws` (`(labels, seed)`, the replication's head settings), each from the
     model's head as it is now, on `take_labels(pool, labels, seed)` from cached `features`, scored on `test_features`:
-    [`elical_hf.head_calibration.label_budget_sweep`]'s runs."""
-    from elical_hf.head_calibration import label_budget_sweep
+    [`elical_hf.training.head_calibration.label_budget_sweep`]'s runs."""
+    from elical_hf.training.head_calibration import label_budget_sweep
 
     return label_budget_sweep(model, pool, draws, features, test_features, learning_rate=args.learning_rate,
                               batch_size=args.train_batch_size, num_train_epochs=args.head_epochs)
@@ -626,7 +626,7 @@ def step_evaluate(args: argparse.Namespace, records: list[dict[str, Any]]) -> No
     """Tables with bootstrap intervals, reliability diagrams and the AUROC-vs-labels plots: `report/`. The numbers
     come from [`elical_hf.steps.evaluate`], the evaluation `elical-hf evaluate` and the demo use too."""
     from elical_hf import steps
-    from elical_hf.plots import auroc_vs_labels_plot
+    from elical_hf.evaluation.plots import auroc_vs_labels_plot
 
     test = partition(records, "test")
     if [r["id"] for r in steps.test_records(test, say=logger.debug)] != [r["id"] for r in test]:
@@ -737,7 +737,7 @@ def step_ablations(args: argparse.Namespace) -> None:
 
 def seed_markdown(over_seeds: dict[str, Any]) -> str:
     """The seed-variance table of `report.md`."""
-    from elical_hf.evaluation import SEED_INTERVAL
+    from elical_hf.evaluation.tables import SEED_INTERVAL
 
     lines = ["## Differences over seeds (x100)\n", f"The mean over seeds with its {SEED_INTERVAL}.\n",
              "| comparison | seeds | in-domain AUROC diff | per seed | OOD AUROC diff | per seed |",

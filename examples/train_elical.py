@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.cli.parser import ElicalArgumentParser
-from elical_hf.data import load_table
-from elical_hf.default_model import DEFAULT_MODEL
-from elical_hf.distributed import end_process_group
-from elical_hf.recipe import split_dev
+from elical_hf.data.training_table import load_table
+from elical_hf.models.default_model import DEFAULT_MODEL
+from elical_hf.utils.distributed import end_process_group
+from elical_hf.training.recipe import split_dev
 
 
 @dataclass

@@ -49,8 +49,8 @@ def build_stage1(records: list[dict], output_dir: str, seed: int, train_question
     from transformers import set_seed
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, ConfidenceTrainingArguments
-    from elical_hf.atomic import atomic_folder
-    from elical_hf.recipe import train_stage
+    from elical_hf.utils.atomic import atomic_folder
+    from elical_hf.training.recipe import train_stage
     from elical_hf.signals import training_columns
 
     chosen = sorted((r for r in records if r["partition"] == "train"), key=lambda r: (r["dataset"], str(r["id"])))
@@ -80,10 +80,10 @@ def build_calibrated(records: list[dict], output_dir: str, seed: int, train_ques
     import torch
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
-    from elical_hf.atomic import atomic_folder
-    from elical_hf.head_calibration import head_confidences
+    from elical_hf.utils.atomic import atomic_folder
+    from elical_hf.training.head_calibration import head_confidences
     from elical_hf.metrics.functional import auroc
-    from elical_hf.saved_model import set_decision_threshold
+    from elical_hf.models.saved_model import set_decision_threshold
     from elical_hf.signals import training_columns
 
     def rows(chosen: list[dict]) -> list[dict]:

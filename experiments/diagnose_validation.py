@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from elical_hf import diagnose
-    from elical_hf.diagnosis import diagnosis_to_markdown
+    from elical_hf.evaluation.diagnosis import diagnosis_to_markdown
     from elical_hf.signals import load_honestybench
 
     train = load_honestybench(RECORDS, split="train", progress=False)["train"]

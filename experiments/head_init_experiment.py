@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf import steps
-    from elical_hf.head_calibration import confidence_head_module
-    from elical_hf.modeling import initialize_confidence_head
-    from elical_hf.recipe import take_labels
+    from elical_hf.training.head_calibration import confidence_head_module
+    from elical_hf.models.modeling import initialize_confidence_head
+    from elical_hf.training.recipe import take_labels
 
     replication, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records,
                                                                              args.confidences)

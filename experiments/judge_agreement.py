@@ -19,9 +19,9 @@ import os
 import time
 from collections import Counter
 
-from elical_hf.atomic import atomic_write_text
-from elical_hf.bundled import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions
-from elical_hf.default_model import DEFAULT_MODEL
+from elical_hf.utils.atomic import atomic_write_text
+from elical_hf.data.questions import IN_DOMAIN, OUT_OF_DOMAIN, load_bundled_questions
+from elical_hf.models.default_model import DEFAULT_MODEL
 from elical_hf.signals.lexical_judge import normalize_answer
 
 
@@ -85,8 +85,8 @@ def save_cache(path: str, key: dict, value) -> None:
 def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from elical_hf.default_model import resolve_model_path
-    from elical_hf.loading import load_pretrained
+    from elical_hf.models.default_model import resolve_model_path
+    from elical_hf.utils.loading import load_pretrained
     from elical_hf.signals import HFBackend, SamplingSettings, generate_answers, lexical_consistency
     from elical_hf.signals.embedding_judge import EmbeddingJudge
     from elical_hf.signals.llm_judge import consistency_prompt, llm_consistency, parse_verdict

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=os.path.join(RESULTS, "llm_judge_decoding.json"))
     args = parser.parse_args(argv)
 
-    from elical_hf.atomic import atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_text
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 

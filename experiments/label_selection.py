@@ -5,7 +5,7 @@
 On the committed replication records (`docs/results/honestybench-smollm2-135m`, correctness re-judged with
 `has_answer` as the main replication does), the shipped stage-1 adapter (`elical_hf/resources/demo/stage1-...`,
 trained on 1,600 of the 4,800 train questions; the test questions are a disjoint partition) scores the train pool.
-For each label budget and seed, each strategy of `elical_hf.label_selection` picks that many train questions, the
+For each label budget and seed, each strategy of `elical_hf.evaluation.label_selection` picks that many train questions, the
 stage-1 head is calibrated on their labels alone (head-only, on cached features: `calibrate_head`, the replication's
 head settings), and the calibrated model is scored on the 2,050 test questions (in-domain and OOD averages of AUROC,
 ECE and alignment, `evaluation.evaluate_table`). A strategy "beats random" at a budget when its AUROC minus
@@ -86,7 +86,7 @@ def cached_features(model: Any, questions: list[str], path: str) -> dict[str, An
     """`model.prompt_features` of `questions` keyed by question, computed once and kept in `path` (a `.pt` file)."""
     import torch
 
-    from elical_hf.atomic import atomic_file
+    from elical_hf.utils.atomic import atomic_file
 
     cache = torch.load(path) if os.path.exists(path) else {}
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
@@ -99,7 +99,7 @@ def cached_features(model: Any, questions: list[str], path: str) -> dict[str, An
 
 def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[str, float]]:
     """AUROC, ECE and alignment (x100) of the in-domain and OOD averages."""
-    from elical_hf.evaluation import evaluate_table
+    from elical_hf.evaluation.tables import evaluate_table
 
     table = evaluate_table([r["greedy_correctness"] for r in test], [r["dataset"] for r in test],
                            [r["split"] for r in test], {"m": confidences})["m"]
@@ -112,7 +112,7 @@ def calibrated_confidences(model: Any, initial_head: dict, features: dict, rows:
     """Reset the head to `initial_head`, train it on `rows` (head-only, cached features; `stage="elicitation"`, stage
     1 on consistency targets, for a model without LoRA) and return what it says about `questions`: one run of
     `label_budget_sweep` on labels already drawn."""
-    from elical_hf.head_calibration import label_budget_sweep
+    from elical_hf.training.head_calibration import label_budget_sweep
 
     runs = label_budget_sweep(model, rows, [(len(rows), seed)], features, questions,
                               draw_labels=lambda pool, n, s: pool, start_head=initial_head, stage=stage, **head_settings)
@@ -158,7 +158,7 @@ def markdown(summary: dict[str, Any], baseline: str, title: str, notes: str) -> 
 
 def write_outputs(output_dir: str, stem: str, result: dict[str, Any], text: str) -> None:
     """`<stem>.json` and `<stem>.md` into `output_dir` (atomically), and the Markdown to stdout."""
-    from elical_hf.atomic import atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_text
 
     atomic_write_text(os.path.join(output_dir, f"{stem}.json"), json.dumps(result, indent=2) + "\n")
     atomic_write_text(os.path.join(output_dir, f"{stem}.md"), text)
@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from elical_hf import AutoModelForConfidence
-    from elical_hf.head_calibration import confidence_head_module, head_confidences, label_budget_sweep
-    from elical_hf.label_selection import SELECTION_STRATEGIES, select_for_labelling
+    from elical_hf.training.head_calibration import confidence_head_module, head_confidences, label_budget_sweep
+    from elical_hf.evaluation.label_selection import SELECTION_STRATEGIES, select_for_labelling
 
     os.makedirs(args.output_dir, exist_ok=True)
     train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)

@@ -61,7 +61,7 @@ HALVES = ("select", "report")
 # gemma-3-270m is the pretrained model and its GGUF holds no chat template; with Gemma 3's chat template it asks more
 # questions instead of answering. So the folder gets a completion template: <bos>, the replication's prompt, then
 # "Answer:" (sampling and the probe features both render prompts through it). (Without any template elical-hf writes
-# the tokenizer's <bos> itself, `elical_hf.prompts.special_prefix`; the records were made with this template.)
+# the tokenizer's <bos> itself, `elical_hf.settings.prompts.special_prefix`; the records were made with this template.)
 GEMMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{{ message['content'] | trim }}\n{% endfor %}"
     "{% if add_generation_prompt %}Answer:{% endif %}"
@@ -124,8 +124,8 @@ def dequantize(gguf: str, target: str) -> str:
         return target  # converted before (a folder without the template is converted again)
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    from elical_hf.atomic import atomic_folder
-    from elical_hf.loading import load_pretrained
+    from elical_hf.utils.atomic import atomic_folder
+    from elical_hf.utils.loading import load_pretrained
 
     folder, name = os.path.split(os.path.abspath(gguf))
     print(f"dequantizing {gguf} into {target}", flush=True)

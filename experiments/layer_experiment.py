@@ -13,7 +13,7 @@ train-pool rule's cross-validation.
 On the committed replication records (`docs/results/honestybench-smollm2-135m`, correctness re-judged with
 `has_answer` as `examples/reproduce_paper.py` does by default) and the frozen base model (the embedded SmolLM2-135M,
 `use_lora=False`: no LoRA anywhere), the last prompt token's hidden state of every layer is cached once for the train,
-dev and test questions (`elical_hf.layer_cache.cache_layer_features`, in `--output_dir/features`). Then, for every
+dev and test questions (`elical_hf.training.layer_cache.cache_layer_features`, in `--output_dir/features`). Then, for every
 layer (`--layers`), seed (`--seeds`) and label budget (`--label_budgets`):
 
 - **Eli-Only-head**: a fresh head fit on the label-free consistency target of every train question (stage 1 on cached
@@ -25,7 +25,7 @@ layer (`--layers`), seed (`--seeds`) and label budget (`--label_budgets`):
   (`docs/results/head_init.json`), which would flatter every method compared with it;
 - **EliCal-head@n**: that seed's Eli-Only-head, then calibrated on the same `n` labels (stage 2, head only);
 - **SEP** (label-free, one per layer: it has no seed), and the **DiM@n** and **P(IK)@n** probes on the same label
-  draws (`elical_hf.probes.train_probe`, as `reproduce_paper.py --steps probes`).
+  draws (`elical_hf.evaluation.probes.train_probe`, as `reproduce_paper.py --steps probes`).
 
 Every head fit is the replication's head-only recipe (`calibrate_head`, learning rate 1e-3, batch 16, at most 50
 epochs, early stopping on a seeded 10% of the rows); stage 1 starts from the package's default head draw (`normal`).
@@ -33,7 +33,7 @@ Because the backbone is the frozen base model everywhere, EliCal-head here start
 the replication's LoRA + head stage 1; and stage 1 is fit once per seed (the replication fits it once), so
 Eli-Only-head has seed variance too.
 
-Reported: the mean per-dataset AUROC (size-weighted over datasets, `elical_hf.evaluation`) on the test questions, in
+Reported: the mean per-dataset AUROC (size-weighted over datasets, `elical_hf.evaluation.tables`) on the test questions, in
 domain and out of domain, per (method, budget, layer), averaged over seeds; the layer each row would use, chosen
 **never on test**: `--layer_rule dev` (default) takes, per (method, budget), the layer of highest dev AUROC (the
 replication's 200 in-domain dev questions, mean over seeds; the earliest of equal ones), `--layer_rule train_cv` one
@@ -87,7 +87,7 @@ LAYER_RULES = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from elical_hf.probes import PROBES
+    from elical_hf.evaluation.probes import PROBES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", default=RECORDS, help="Judged records with train / dev / test partitions.")
@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Seeds: label draw, stage-1 / stage-2 row order and early-stopping split.")
     parser.add_argument("--label_budgets", type=int, nargs="+", default=[100, 1000], help="Correctness labels.")
     parser.add_argument("--probes", nargs="+", default=["sep", "dim", "pik"], choices=sorted(PROBES),
-                        help="Pre-generation probes (elical_hf.probes.PROBES).")
+                        help="Pre-generation probes (elical_hf.evaluation.probes.PROBES).")
     parser.add_argument("--layer_rule", default="dev", choices=sorted(LAYER_RULES), help="How the layer is chosen.")
     parser.add_argument("--folds", type=int, default=5, help="Folds of --layer_rule train_cv.")
     parser.add_argument("--correctness", default="has_answer", choices=["has_answer", "has_answer_squad", "f1", "keep"],
@@ -166,8 +166,8 @@ def resolve_model(model: str | None, output_dir: str) -> str:
         return model
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    from elical_hf.atomic import atomic_folder
-    from elical_hf.loading import load_pretrained
+    from elical_hf.utils.atomic import atomic_folder
+    from elical_hf.utils.loading import load_pretrained
 
     target = os.path.join(output_dir, "models", os.path.splitext(os.path.basename(model))[0])
     if not os.path.isfile(os.path.join(target, "config.json")):
@@ -205,7 +205,7 @@ def load_partitions(path: str, correctness: str) -> dict[str, list[dict[str, Any
 def run_key(parts: dict[str, list[dict[str, Any]]], settings: dict[str, Any], fingerprint: str) -> str:
     """What a cached run depends on: the features (their fingerprint: model and questions), the head settings, the
     baseline's head init, the probes' definitions and every target and label of the train, dev and test records."""
-    from elical_hf.probes import DEFAULT_L2, PROBES
+    from elical_hf.evaluation.probes import DEFAULT_L2, PROBES
     from elical_hf.signals import training_columns
 
     digest = hashlib.sha256(json.dumps([fingerprint, settings, DEFAULT_L2, BASELINE_HEAD_INIT,
@@ -228,7 +228,7 @@ def load_run(path: str) -> dict[str, np.ndarray]:
 
 def save_run(path: str, runs: dict[str, Any]) -> None:
     """Keep `runs` (run name -> confidences) in `path`, exactly (float64), written atomically."""
-    from elical_hf.atomic import atomic_file
+    from elical_hf.utils.atomic import atomic_file
 
     with atomic_file(path) as staging, open(staging, "wb") as handle:
         np.savez(handle, **{name: np.asarray(values, dtype=np.float64) for name, values in runs.items()})
@@ -242,11 +242,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from elical_hf.head_calibration import confidence_head_module
-    from elical_hf.layer_cache import cache_layer_features, resolve_layers
-    from elical_hf.modeling import initialize_confidence_head
-    from elical_hf.probes import PROBES, train_probe
-    from elical_hf.recipe import take_labels
+    from elical_hf.training.head_calibration import confidence_head_module
+    from elical_hf.training.layer_cache import cache_layer_features, resolve_layers
+    from elical_hf.models.modeling import initialize_confidence_head
+    from elical_hf.evaluation.probes import PROBES, train_probe
+    from elical_hf.training.recipe import take_labels
     from elical_hf.signals.records import check_records_match
     from elical_hf.steps.probe_layers import feature_model
 
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _Rows:
-    """Some rows of every cached layer, indexed as [`~elical_hf.layer_cache.LayerFeatures`] is (for
+    """Some rows of every cached layer, indexed as [`~elical_hf.training.layer_cache.LayerFeatures`] is (for
     `probes.layer_curve` on the train pool only)."""
 
     def __init__(self, features: Any, rows: list[int]):
@@ -387,7 +387,7 @@ class _Rows:
 def train_cv_curve(features: Any, train_records: list[dict[str, Any]], index: dict[str, int],
                    args: argparse.Namespace) -> dict[str, Any]:
     """`elical-hf probe-layers`' curve (`probes.layer_curve`, correctness target) on the judged train records."""
-    from elical_hf.probes import layer_curve
+    from elical_hf.evaluation.probes import layer_curve
 
     judged = [r for r in train_records if r.get("greedy_correctness") is not None]
     correct = [int(bool(r["greedy_correctness"])) for r in judged]
@@ -401,7 +401,7 @@ def summarize(args: argparse.Namespace, runs: dict[int, dict[str, list[list[floa
               selection: dict[str, Any]) -> dict[str, Any]:
     """Per (run, layer): test AUROC of every dataset and of the in-domain / OOD averages and dev AUROC, mean over
     seeds (and per seed); the chosen layer of every run and its paired difference with the final layer on test."""
-    from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
+    from elical_hf.evaluation.tables import evaluate_table, paired_difference_over_draws
 
     test_correct = [int(bool(r["greedy_correctness"])) for r in test_records]
     test_datasets, test_splits = [r["dataset"] for r in test_records], [r["split"] for r in test_records]
@@ -481,7 +481,7 @@ def write_run_confidences(path: str, result: dict[str, Any], runs: dict[int, dic
     """`layer_runs.json`: the test confidences (6 decimals) of every run at its chosen and at the final layer, one list
     per seed, and the test questions' ids, datasets and correctness: what `chosen_vs_final` and `final_layer_pairs`
     recompute from."""
-    from elical_hf.atomic import atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_text
 
     kept: dict[str, dict[str, list[list[float]]]] = {}
     for row in result["chosen_vs_final"]:
@@ -514,7 +514,7 @@ def _fmt(value: float | None, sign: bool = False) -> str:
 
 def markdown(result: dict[str, Any]) -> str:
     """`layers.md`: the chosen layer against the final layer, then the curves (test, in domain and OOD; dev)."""
-    from elical_hf.evaluation import SEED_INTERVAL
+    from elical_hf.evaluation.tables import SEED_INTERVAL
 
     sizes, secs = result["sizes"], result["seconds"]
     lines = [
@@ -575,8 +575,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 def write_results(output_dir: str, result: dict[str, Any]) -> None:
     """`layers.json`, `layers.md` and `auroc_vs_layer.png` (a panel per label budget and average)."""
-    from elical_hf.atomic import atomic_write_json, atomic_write_text
-    from elical_hf.plots import auroc_vs_layer_grid
+    from elical_hf.utils.atomic import atomic_write_json, atomic_write_text
+    from elical_hf.evaluation.plots import auroc_vs_layer_grid
 
     panels = {}
     for n in result["label_budgets"]:

@@ -76,8 +76,8 @@ def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: 
     """`rows`: each method's AUROC at both layers (mean over seeds) and the paired difference (this layer − final);
     `contrasts`: EliCal@n − Cal-Only@n at this layer and at the final one; every difference at 95% and at the
     Bonferroni `level` of all of them."""
-    from elical_hf.bundled import IN_DOMAIN_DATASETS
-    from elical_hf.evaluation import evaluate_table, paired_difference_over_draws
+    from elical_hf.data.questions import IN_DOMAIN_DATASETS
+    from elical_hf.evaluation.tables import evaluate_table, paired_difference_over_draws
 
     correct, datasets = committed["correct"], committed["datasets"]
     splits = ["in_domain_test" if d in IN_DOMAIN_DATASETS else "ood_test" for d in datasets]
@@ -168,7 +168,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import atomic_write_json, atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_json, atomic_write_text
 
     args = parse_args(argv)
     with open(args.confidences, encoding="utf-8") as handle:

@@ -6,7 +6,7 @@ Runs after `experiments/layer_experiment.py` with the same `--output_dir` (or `-
 last-prompt-token states of every layer (the frozen base model), so it only fits probes (about 3 minutes on 2 cores).
 
 For every contiguous window of layers (widths `--widths`, starting every 5 layers, plus all layers) the feature is
-the mean of the window's states; each probe of `elical_hf.probes` (P(IK)@n and DiM@n on the replication's label
+the mean of the window's states; each probe of `elical_hf.evaluation.probes` (P(IK)@n and DiM@n on the replication's label
 draws `take_labels(train, n, seed)` for seeds 42-44; the label-free SEP) is fit on it and on every single layer. Per
 probe, the window and the single layer are each chosen **on dev** (highest dev AUROC, mean over seeds), then compared
 on test: the chosen window against the final layer and against the chosen single layer, mean per-dataset AUROC x100
@@ -53,10 +53,10 @@ def windows(total: int, widths: list[int]) -> list[tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.evaluation import paired_difference_over_draws
-    from elical_hf.layer_cache import cache_layer_features
-    from elical_hf.probes import PROBES, train_probe
-    from elical_hf.recipe import take_labels
+    from elical_hf.evaluation.tables import paired_difference_over_draws
+    from elical_hf.training.layer_cache import cache_layer_features
+    from elical_hf.evaluation.probes import PROBES, train_probe
+    from elical_hf.training.recipe import take_labels
     from elical_hf.steps.probe_layers import feature_model
 
     args = parse_args(argv)
@@ -151,7 +151,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def write(output_dir: str, result: dict[str, Any]) -> None:
-    from elical_hf.atomic import atomic_write_json, atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_json, atomic_write_text
 
     atomic_write_json(os.path.join(output_dir, "layer_means.json"), result)
     atomic_write_text(os.path.join(output_dir, "layer_means.md"),

@@ -123,7 +123,7 @@ def check_reproduced(folders: list[str], committed: dict[str, Any], name: str) -
 def model_confidences(args: argparse.Namespace, name: str, records: list[dict[str, Any]]) -> list[float]:
     """A rebuilt model's confidences on the MMLU records (multiple-choice prompt), cached in --output_dir."""
     from elical_hf import AutoModelForConfidence
-    from elical_hf.atomic import atomic_write_text
+    from elical_hf.utils.atomic import atomic_write_text
     from elical_hf.steps.evaluate import model_confidences as score
 
     path = os.path.join(args.output_dir, "models", f"{name}.json")
@@ -158,7 +158,7 @@ def above_chance_subjects(records: list[dict[str, Any]]) -> list[str]:
 def table(records: list[dict[str, Any]], sources: dict[str, list[list[float]]], bootstrap: int,
           seed: int) -> dict[str, Any]:
     """Each method's metrics (mean over its seeds, hierarchical interval) and the paired differences of [`PAIRS`]."""
-    from elical_hf.evaluation import paired_difference_over_draws
+    from elical_hf.evaluation.tables import paired_difference_over_draws
 
     correct = [int(bool(r["greedy_correctness"])) for r in records]
     datasets, splits = ["mmlu"] * len(records), ["mmlu"] * len(records)
@@ -241,7 +241,7 @@ def summary(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from elical_hf.atomic import atomic_write_text, json_text
+    from elical_hf.utils.atomic import atomic_write_text, json_text
     from elical_hf.signals import BASELINES as REGISTERED, compute_baselines
     from elical_hf.signals.records import load_records
 

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence, calibrate_head
-    from elical_hf.head_calibration import head_confidences, label_budget_sweep
+    from elical_hf.training.head_calibration import head_confidences, label_budget_sweep
 
     os.makedirs(args.output_dir, exist_ok=True)
     train, test = load_replication(args.records, args.pool_size, args.test_per_split, args.subset_seed)

@@ -82,8 +82,8 @@ def hand_label_check(records: list[dict[str, Any]], path: str) -> dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from elical_hf.atomic import atomic_write_text, json_text
-    from elical_hf.multiple_choice import gold_letter
+    from elical_hf.utils.atomic import atomic_write_text, json_text
+    from elical_hf.settings.multiple_choice import gold_letter
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 

@@ -26,9 +26,9 @@ import torch
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.demo import DEMO_RECORDS, DEMO_STAGE1
-from elical_hf.head_calibration import confidence_head_module
+from elical_hf.training.head_calibration import confidence_head_module
 from elical_hf.metrics.functional import auroc
-from elical_hf.precision import precision_report
+from elical_hf.settings.precision import precision_report
 from elical_hf.signals.judging import apply_judges
 from elical_hf.signals.records import read_records
 

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=os.path.join(RESULTS, "routing.json"))
     args = parser.parse_args(argv)
 
-    from elical_hf.evaluation import SEED_INTERVAL, evaluate_table, paired_difference_over_draws
-    from elical_hf.recipe import take_labels
+    from elical_hf.evaluation.tables import SEED_INTERVAL, evaluate_table, paired_difference_over_draws
+    from elical_hf.training.recipe import take_labels
 
     _, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records, args.confidences)
     train = [{**row, "dataset": r["dataset"]} for row, r in

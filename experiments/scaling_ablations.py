@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-    from elical_hf.head_calibration import confidence_head_module
-    from elical_hf.modeling import initialize_confidence_head
-    from elical_hf.recipe import take_elicitation, take_labels
+    from elical_hf.training.head_calibration import confidence_head_module
+    from elical_hf.models.modeling import initialize_confidence_head
+    from elical_hf.training.recipe import take_elicitation, take_labels
     from elical_hf.signals.baselines import consis_sem
     from elical_hf.signals.records import first_samples
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     def paired_auroc(a: list[dict], b: list[dict]) -> dict:
         """Runs `a` − runs `b` (paired by seed): the mean AUROC difference over seeds with its two-level bootstrap
         interval (seeds, then test questions), and per seed, in each average."""
-        from elical_hf.evaluation import paired_difference_over_draws
+        from elical_hf.evaluation.tables import paired_difference_over_draws
 
         diff = paired_difference_over_draws(
             [r["greedy_correctness"] for r in test], [r["dataset"] for r in test], [r["split"] for r in test],
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
               "runs": {"samples": k_runs, "elicitation_size": n_runs}}
     write_outputs(args.output_dir, "ablations", result, markdown(result))
     if args.result:
-        from elical_hf.atomic import atomic_write_text
+        from elical_hf.utils.atomic import atomic_write_text
         import json
 
         atomic_write_text(args.result, json.dumps(result, indent=2) + "\n")

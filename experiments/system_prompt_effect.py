@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=os.path.join(REPO, "docs", "results", "system_prompt.json"))
     args = parser.parse_args(argv)
     from elical_hf import AutoModelForConfidence
-    from elical_hf.atomic import atomic_write_json
+    from elical_hf.utils.atomic import atomic_write_json
     from elical_hf.demo import DEMO_CALIBRATED, DEMO_RECORDS
-    from elical_hf.evaluation import evaluate_table, paired_differences
+    from elical_hf.evaluation.tables import evaluate_table, paired_differences
     from elical_hf.signals.records import load_records
 
     rows = [r for r in load_records(DEMO_RECORDS).to_list() if r["partition"] == "test"]

@@ -54,7 +54,7 @@ def tiny_base(request, tiny_llama, tiny_qwen2) -> str:
 
 
 def _force_cpu_policy(monkeypatch, native: bool) -> None:
-    from elical_hf import precision
+    from elical_hf.settings import precision
 
     monkeypatch.setenv(precision.CPU_BF16_ENV, "1" if native else "0")
     precision.cpu_capability.cache_clear()
@@ -75,7 +75,7 @@ def _pinned_precision(request, monkeypatch):
     if not marks:
         yield
         return
-    from elical_hf import precision
+    from elical_hf.settings import precision
 
     _force_cpu_policy(monkeypatch, native=marks == {"bfloat16"})
     yield
@@ -87,7 +87,7 @@ def _pinned_precision(request, monkeypatch):
 @pytest.fixture
 def cpu_bf16(monkeypatch):
     """Set the precision policy's view of the CPU: `cpu_bf16(True)` (native, fast bf16) or `cpu_bf16(False)`."""
-    from elical_hf import precision
+    from elical_hf.settings import precision
 
     def force(native: bool) -> None:
         _force_cpu_policy(monkeypatch, native)

@@ -18,7 +18,7 @@ request and drop the connection without answering and without committing: a netw
 The `hub` fixture starts one on 127.0.0.1 (free port, daemon thread) and points the client at it: `HF_ENDPOINT`,
 `huggingface_hub.constants.ENDPOINT` (read at import time, so it is patched too), the module-level `HfApi` behind
 `huggingface_hub.create_repo` & co. and transformers' shared one, `HF_HUB_OFFLINE=0`, `HF_HUB_DISABLE_XET=1`, a
-token, a fresh Hub cache; and it clears the cache of `elical_hf.default_model.hub_offline()` before and after, so the
+token, a fresh Hub cache; and it clears the cache of `elical_hf.models.default_model.hub_offline()` before and after, so the
 library sees an online Hub. Everything is restored by `monkeypatch` afterwards.
 """
 
@@ -415,12 +415,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
-    """A running [`HubStandIn`] with the Hub client (and `elical_hf.default_model.hub_offline`) pointed at it."""
+    """A running [`HubStandIn`] with the Hub client (and `elical_hf.models.default_model.hub_offline`) pointed at it."""
     server = HubStandIn().start()
     point_client_at(monkeypatch, server.url, tmp_path / "hub-cache")
     yield server
     server.stop()
-    from elical_hf.default_model import hub_offline
+    from elical_hf.models.default_model import hub_offline
 
     hub_offline.cache_clear()  # recomputed on next use, after monkeypatch has restored the client's settings
 
@@ -430,7 +430,7 @@ def point_client_at(monkeypatch, endpoint: str, cache_dir) -> None:
     import huggingface_hub.hf_api as hf_api_module
     from huggingface_hub import constants
 
-    from elical_hf.default_model import hub_offline
+    from elical_hf.models.default_model import hub_offline
 
     env = {
         "HF_ENDPOINT": endpoint,
@@ -464,7 +464,7 @@ def go_offline(monkeypatch) -> None:
     """Switch the client to `HF_HUB_OFFLINE=1` mid-test (and make `hub_offline()` notice)."""
     from huggingface_hub import constants
 
-    from elical_hf.default_model import hub_offline
+    from elical_hf.models.default_model import hub_offline
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)

@@ -1,6 +1,6 @@
 """Which tests depend on the precision policy, so that the second precision branch reruns only those.
 
-`ELICAL_HF_CPU_BF16` acts through one function, [`elical_hf.precision.cpu_capability`]. With
+`ELICAL_HF_CPU_BF16` acts through one function, [`elical_hf.settings.precision.cpu_capability`]. With
 `ELICAL_HF_PRECISION_RECORD=<file>`, the suite notes every test that calls it (in its own body, in the set-up of a
 fixture it uses, such as a model loaded once per session, or in a process it starts, which says so in the trace file
 of `ELICAL_HF_PRECISION_TRACE`), and writes their node ids to `<file>` at the end. With
@@ -33,11 +33,11 @@ WORKER_OUTPUT_KEY = "elical_precision_dependent_tests"
 
 def _install_probes() -> None:
     """Wrap the policy's one entry point, so that a call in this process sets the flag, and have every process this
-    one starts note its own decision in a trace file ([`elical_hf.precision.TRACE_ENV`], inherited through the
+    one starts note its own decision in a trace file ([`elical_hf.settings.precision.TRACE_ENV`], inherited through the
     environment; a process started with an environment of its own inherits neither it nor the branch variable)."""
     import tempfile
 
-    from elical_hf import precision
+    from elical_hf.settings import precision
 
     original = precision.cpu_capability
     if getattr(original, "_recorded", False):
@@ -57,7 +57,7 @@ def _install_probes() -> None:
 
 
 def _trace_size() -> int:
-    from elical_hf.precision import TRACE_ENV
+    from elical_hf.settings.precision import TRACE_ENV
 
     path = os.environ.get(TRACE_ENV)
     return os.path.getsize(path) if path and os.path.exists(path) else 0

@@ -9,7 +9,7 @@ import json
 import pytest
 from datasets import Dataset
 
-from elical_hf.recipe import take_elicitation, train_elical
+from elical_hf.training.recipe import take_elicitation, train_elical
 from elical_hf.signals import load_honestybench
 from elical_hf.signals.records import first_samples, load_records, save_records, training_columns
 
@@ -73,7 +73,7 @@ def test_take_elicitation_is_a_seeded_subset_independent_of_the_labels():
 
 
 def test_train_elical_stage1_budget(tiny_llama, tmp_path, monkeypatch):
-    import elical_hf.recipe as recipe
+    import elical_hf.training.recipe as recipe
 
     seen = {}
 
@@ -93,11 +93,11 @@ def test_train_elical_stage1_budget(tiny_llama, tmp_path, monkeypatch):
 
 
 def test_train_command_passes_both_options(tmp_path, monkeypatch):
-    import elical_hf.recipe
+    import elical_hf.training.recipe
     from elical_hf.cli import main as cli_main
 
     calls = []
-    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
+    monkeypatch.setattr(elical_hf.training.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
     path = tmp_path / "judged.jsonl"
     save_records([_record(i) for i in range(3)], path)
     assert cli_main(["train", "--elicitation_data", str(path), "--calibration_data", str(path), "--output_dir",

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.modeling import CONFIDENCE_BACKBONES
+from elical_hf.models.modeling import CONFIDENCE_BACKBONES
 from tests.tiny import make_tiny_tokenizer
 
 

@@ -1,10 +1,10 @@
-"""`elical_hf.atomic`: a failed write leaves the old file or folder as it was and no temporary behind."""
+"""`elical_hf.utils.atomic`: a failed write leaves the old file or folder as it was and no temporary behind."""
 
 from __future__ import annotations
 
 import pytest
 
-from elical_hf.atomic import atomic_file, atomic_folder, atomic_write_text
+from elical_hf.utils.atomic import atomic_file, atomic_folder, atomic_write_text
 
 
 def test_atomic_write_text_replaces_the_file(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from elical_hf.prompts import render_prompt
+from elical_hf.settings.prompts import render_prompt
 from elical_hf.signals import HFBackend, SamplingSettings, VLLMBackend, complete_prompts, generate_answers
 from elical_hf.signals.backends import GenerationBackend, make_backend, vllm_available
 from elical_hf.signals.decoding import sample_seed

@@ -22,9 +22,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig
-from elical_hf.encoding import encode_prompts, pad_batch
+from elical_hf.data.encoding import encode_prompts, pad_batch
 from elical_hf.gate import base_model_only
-from elical_hf.modeling import last_token_indices
+from elical_hf.models.modeling import last_token_indices
 from elical_hf.signals.generation import build_prompt_ids
 from elical_hf.signals import SamplingSettings
 from tests.test_convert import QUESTIONS as RELEASE_QUESTIONS, build_release

@@ -1,4 +1,4 @@
-"""Tests for the bundled QA subsets (``elical_hf.bundled``); runs in about a second, no network."""
+"""Tests for the bundled QA subsets (``elical_hf.data.questions``); runs in about a second, no network."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from importlib.resources import files
 
 import pytest
 
-from elical_hf.bundled import (
+from elical_hf.data.questions import (
     BUNDLED_DATASETS,
     IN_DOMAIN,
     MULTIPLE_CHOICE,

@@ -9,8 +9,8 @@ from datasets import Dataset
 from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.callbacks import ConfidenceCardCallback
-from elical_hf.model_card import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
+from elical_hf.training.callbacks import ConfidenceCardCallback
+from elical_hf.models.model_card import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
 from tests.test_trainer import make_rows
 
 

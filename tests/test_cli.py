@@ -187,11 +187,11 @@ def test_train_passes_the_parsed_arguments(tmp_path, monkeypatch):
     a rule (epochs, patience), and `ModelArguments`' loading options as their `model_init_kwargs`."""
     import torch
 
-    import elical_hf.recipe
-    from elical_hf.recipe import changed_training_args
+    import elical_hf.training.recipe
+    from elical_hf.training.recipe import changed_training_args
 
     calls = []
-    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
+    monkeypatch.setattr(elical_hf.training.recipe, "train_elical", lambda *args, **kwargs: calls.append((args, kwargs)) or {})
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"question": "q", "consistency": 0.5, "correctness": 0.5}) + "\n")
     config = tmp_path / "train.yaml"
@@ -225,7 +225,7 @@ def test_the_recipe_rules_fill_what_is_left_none(tmp_path, caplog):
     """Each run's arguments: the given settings as they are, the paper's epochs and patience 4 (with a dev split)
     where they are `None`; without a dev split no early stopping, with a warning when one was asked for."""
     from elical_hf import ConfidenceTrainingArguments
-    from elical_hf.recipe import paper_epochs, run_arguments
+    from elical_hf.training.recipe import paper_epochs, run_arguments
 
     given = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=None, learning_rate=1e-4, seed=3,
                                         model_init_kwargs={"head_type": "mlp"})  # a field: every copy keeps it
@@ -239,7 +239,7 @@ def test_the_recipe_rules_fill_what_is_left_none(tmp_path, caplog):
     patient = ConfidenceTrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, early_stopping_patience=2)
     run = run_arguments(patient, str(tmp_path / "e"), "elicitation", num_rows=200, has_dev=True)
     assert (run.num_train_epochs, run.early_stopping_patience) == (2, 2)
-    with caplog.at_level("WARNING", logger="elical_hf.recipe"):
+    with caplog.at_level("WARNING", logger="elical_hf.training.recipe"):
         run = run_arguments(patient, str(tmp_path / "e"), "elicitation", num_rows=3, has_dev=False)
     assert (run.early_stopping_patience, run.eval_strategy, run.load_best_model_at_end) == (None, "no", False)
     assert "training without early stopping" in caplog.text

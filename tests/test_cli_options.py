@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from elical_hf.arguments import ModelArguments, RecordArguments, only
+from elical_hf.steps.arguments import ModelArguments, RecordArguments, only
 from elical_hf.cli import COMMANDS
 from elical_hf.cli.parser import ElicalArgumentParser
 
@@ -63,7 +63,7 @@ HOMONYMS = {
     "worker_index": "judge: from a Slurm array by default; sample: 0 by default",
 }
 """One word, different options: the same flag name in two commands' dataclasses for options that differ in default or
-meaning. Anything else declared twice is one option written twice: fold it into a group of `elical_hf.arguments`."""
+meaning. Anything else declared twice is one option written twice: fold it into a group of `elical_hf.steps.arguments`."""
 
 
 def declaring_class(dtype: type, name: str) -> type:
@@ -94,13 +94,13 @@ def command_parsers() -> dict[str, list[ElicalArgumentParser]]:
 
 
 FOLDED = {
-    "dtype": {"elical_hf.arguments.ModelArguments"},  # was train's, sample's and serve's
-    "batch_size": {"elical_hf.arguments.RecordArguments", "elical_hf.signals.settings.SamplingSettings"},  # 6 + sample
-    "records": {"elical_hf.arguments.RecordArguments", "elical_hf.demo.DemoSettings"},
-    "allow_incomplete": {"elical_hf.arguments.RecordArguments"},
-    "allow_other_model": {"elical_hf.arguments.RecordArguments"},
-    "shard_size": {"elical_hf.arguments.ShardArguments"},
-    "lexical_scoring": {"elical_hf.arguments.LexicalScoringArguments"},
+    "dtype": {"elical_hf.steps.arguments.ModelArguments"},  # was train's, sample's and serve's
+    "batch_size": {"elical_hf.steps.arguments.RecordArguments", "elical_hf.signals.settings.SamplingSettings"},  # 6 + sample
+    "records": {"elical_hf.steps.arguments.RecordArguments", "elical_hf.demo.DemoSettings"},
+    "allow_incomplete": {"elical_hf.steps.arguments.RecordArguments"},
+    "allow_other_model": {"elical_hf.steps.arguments.RecordArguments"},
+    "shard_size": {"elical_hf.steps.arguments.ShardArguments"},
+    "lexical_scoring": {"elical_hf.steps.arguments.LexicalScoringArguments"},
     "token": {"elical_hf.cli.parser.HubArguments"},
 }
 """Where the options that several commands share are declared now."""
@@ -116,7 +116,7 @@ def test_no_option_is_declared_in_two_dataclasses():
 
 
 def test_the_two_api_key_options_share_one_help():
-    from elical_hf.arguments import api_key_env_help
+    from elical_hf.steps.arguments import api_key_env_help
     from elical_hf.steps import JudgeArguments, SampleArguments
 
     helps = {f.name: f.metadata["help"] for dtype in (JudgeArguments, SampleArguments)
@@ -137,7 +137,7 @@ def test_the_check_sees_an_option_declared_again():
     parsers = {"a": [ElicalArgumentParser(only(RecordArguments, "records", "batch_size"))],
                "b": [ElicalArgumentParser(_Again)]}
     found = declarations(parsers)
-    assert found["batch_size"] == {"elical_hf.arguments.RecordArguments", f"{__name__}._Again"}
+    assert found["batch_size"] == {"elical_hf.steps.arguments.RecordArguments", f"{__name__}._Again"}
     assert len(found["records"]) == 2 and "allow_incomplete" not in found  # left out by `only`
 
 

@@ -14,7 +14,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, convert_official
 from elical_hf.cli import main as cli_main
-from elical_hf.prompts import QA_PROMPT
+from elical_hf.settings.prompts import QA_PROMPT
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.tiny import CHAT_TEMPLATE, make_tiny_causal_lm, make_tiny_tokenizer
 
@@ -117,7 +117,7 @@ def test_converted_model_matches_the_reference(release, tmp_path):
 
 
 def test_the_prompt_tail_is_a_saved_choice_that_changes_the_scores(tiny_llama, tmp_path):
-    from elical_hf.prompts import REFERENCE_PROMPT_TAIL
+    from elical_hf.settings.prompts import REFERENCE_PROMPT_TAIL
 
     release = tmp_path / "release"
     release.mkdir()

@@ -105,7 +105,8 @@ def test_demo_settings_are_checked(overrides, message):
 def test_the_heap_is_limited_in_bf16_only(bf16, monkeypatch, tmp_path):
     import torch
 
-    from elical_hf import demo, precision
+    from elical_hf import demo
+    from elical_hf.settings import precision
 
     monkeypatch.setattr(precision, "resolve_dtype", lambda: torch.bfloat16 if bf16 else torch.float32)
     monkeypatch.setattr(precision, "default_device", lambda: "cpu")
@@ -172,8 +173,8 @@ def test_the_shipped_calibrated_model_is_small_calibrated_and_carries_its_thresh
     """The README's quickstart model (`DEMO_CALIBRATED`): EliCal without LoRA on the embedded default, both stages
     trained, its decision threshold saved; no weights over a few hundred KB and no tokenizer copy (the base's is
     used)."""
-    from elical_hf.configuration import ConfidenceConfig
-    from elical_hf.default_model import DEFAULT_MODEL
+    from elical_hf.settings.configuration import ConfidenceConfig
+    from elical_hf.models.default_model import DEFAULT_MODEL
     from elical_hf.demo import DEMO_CALIBRATED
 
     config = ConfidenceConfig.from_json_file(os.path.join(DEMO_CALIBRATED, "confidence_config.json"))

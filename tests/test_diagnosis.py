@@ -9,7 +9,7 @@ import pytest
 
 from elical_hf import diagnose
 from elical_hf.cli import main as cli_main
-from elical_hf.diagnosis import teacher_verdict
+from elical_hf.evaluation.diagnosis import teacher_verdict
 from elical_hf.metrics.functional import auroc
 
 

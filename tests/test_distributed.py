@@ -226,7 +226,7 @@ def test_ending_the_process_group_frees_what_still_uses_it_first(tmp_path, monke
 
     import torch.distributed as dist
 
-    from elical_hf.distributed import end_process_group
+    from elical_hf.utils.distributed import end_process_group
 
     class Holder:  # stands for the Trainer: its callbacks and accelerator make reference cycles
         pass

@@ -172,8 +172,8 @@ def test_prob_recomputes_from_the_committed_log_probabilities():
 def test_every_seed_is_committed_and_recomputes_the_seed_table():
     """`confidences.json` holds every run of every seed (`EliCal@100~43`): each per-seed difference of the seed table
     recomputes from it."""
-    from elical_hf.bundled import IN_DOMAIN
-    from elical_hf.evaluation import evaluate_table
+    from elical_hf.data.questions import IN_DOMAIN
+    from elical_hf.evaluation.tables import evaluate_table
 
     scores, seeds = load("confidences.json"), load("seed_differences.json")
     splits = ["in_domain_test" if name in IN_DOMAIN else "ood_test" for name in scores["datasets"]]

@@ -1,4 +1,4 @@
-"""What `elical-hf monitor`'s test can claim (`elical_hf.drift`): each distinct question counts once, so repeated
+"""What `elical-hf monitor`'s test can claim (`elical_hf.evaluation.drift`): each distinct question counts once, so repeated
 questions raise no false alarms beyond its level (a simulation); its power at the sizes given; what checks on a
 schedule risk together. The numbers the monitor section of docs/gate.md quotes are recomputed here."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elical_hf.drift import (
+from elical_hf.evaluation.drift import (
     confidence_drift, detection_power, distinct_confidences, first_rows, scheduled_checks,
 )
 

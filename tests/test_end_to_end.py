@@ -8,7 +8,7 @@ import os
 import pytest
 
 from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-from elical_hf.bundled import load_bundled_questions
+from elical_hf.data.questions import load_bundled_questions
 from elical_hf.cli import main as cli_main
 
 

@@ -413,7 +413,7 @@ def test_bootstrap_intervals(metrics):
 def test_alignment_interval_agrees_with_evaluate_table(metrics, seed):
     """One bootstrap rule (threshold rows and scored rows resampled apart): the module and `elical-hf evaluate` give
     the same alignment interval on the same data and seed, also after the module's shuffle."""
-    from elical_hf.evaluation import evaluate_table
+    from elical_hf.evaluation.tables import evaluate_table
 
     conf, correct = map(np.asarray, _data(seed, n=150))
     order = np.random.default_rng(11).permutation(conf.size)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.evaluation import (
+from elical_hf.evaluation.tables import (
     evaluate_table, paired_difference_over_draws, paired_differences, table_to_markdown, write_report,
 )
-from elical_hf.saved_model import set_decision_threshold
+from elical_hf.models.saved_model import set_decision_threshold
 from elical_hf.metrics import auroc, ece
 
 
@@ -81,12 +81,12 @@ def test_report_files_and_plots(tmp_path):
 
 
 def test_one_metric_vocabulary_names_the_report_and_the_card():
-    import elical_hf.callbacks
-    import elical_hf.model_card
-    from elical_hf.evaluation import TABLE_METRICS, averages_to_markdown
+    import elical_hf.training.callbacks
+    import elical_hf.models.model_card
+    from elical_hf.evaluation.tables import TABLE_METRICS, averages_to_markdown
     from elical_hf.metrics import METRIC_NAMES
 
-    assert elical_hf.model_card.METRIC_NAMES is METRIC_NAMES and elical_hf.callbacks.METRIC_NAMES is METRIC_NAMES
+    assert elical_hf.models.model_card.METRIC_NAMES is METRIC_NAMES and elical_hf.training.callbacks.METRIC_NAMES is METRIC_NAMES
     assert list(TABLE_METRICS) == ["auroc", "ece", "alignment"] and set(TABLE_METRICS) <= set(METRIC_NAMES)
     header = averages_to_markdown(evaluate_table(*synthetic())).splitlines()[0]
     assert header == (
@@ -130,7 +130,7 @@ def records_and_model(tmp_path, tiny_llama):
     records.mkdir(parents=True)
     write_records(records, "nq", 30, 0)
     write_records(records, "squad", 20, 1)
-    from elical_hf.recipe import train_stage
+    from elical_hf.training.recipe import train_stage
     from tests.test_trainer import make_rows
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama)  # `evaluate` refuses a model that was never trained

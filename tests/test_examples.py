@@ -276,8 +276,8 @@ def test_head_init_experiment_compares_paired_seeds(tiny_llama, tmp_path):
 def test_the_head_init_table_in_the_docs_is_the_committed_result():
     """docs/results.md's head-init table is `docs/results/head_init.json`'s, and every head-only run in it recomputes
     from the committed per-question confidences (`head_init_runs.json`, on `confidences.json`'s test questions)."""
-    from elical_hf.bundled import IN_DOMAIN
-    from elical_hf.evaluation import evaluate_table
+    from elical_hf.data.questions import IN_DOMAIN
+    from elical_hf.evaluation.tables import evaluate_table
 
     experiment = load_experiment("head_init_experiment")
     results = os.path.join(EXAMPLES, "..", "docs", "results")

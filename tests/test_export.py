@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.export import EXPORT_CONFIG_NAME, export_confidence_model, export_prompt_ids
+from elical_hf.publishing.export import EXPORT_CONFIG_NAME, export_confidence_model, export_prompt_ids
 from tests.tiny import perturbed_confidence_model
 
 

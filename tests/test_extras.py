@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.extras import EXTRAS, MissingExtraError, require_extra
+from elical_hf.utils.extras import EXTRAS, MissingExtraError, require_extra
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def missing(monkeypatch):
 
 
 def test_a_missing_extra_is_one_line_naming_the_install(missing, tmp_path, capsys):
-    from elical_hf.plots import risk_coverage_plot
+    from elical_hf.evaluation.plots import risk_coverage_plot
     from elical_hf.signals.embedding_judge import EmbeddingJudge
     from elical_hf.signals.openai_client import check_url
 

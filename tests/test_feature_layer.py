@@ -16,8 +16,8 @@ from peft import LoraConfig
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, convert_official
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, resolve_feature_layer
-from elical_hf.encoding import encode_prompts, pad_batch
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, resolve_feature_layer
+from elical_hf.data.encoding import encode_prompts, pad_batch
 from tests.conftest import save_tiny_base
 
 
@@ -251,7 +251,7 @@ def test_a_saved_config_with_a_bad_layer_is_refused_with_its_problem(tmp_path):
 
 def test_train_command_passes_the_layer_and_refuses_one_out_of_range_before_writing(deep_llama, tmp_path, capsys,
                                                                                       monkeypatch):
-    import elical_hf.recipe
+    import elical_hf.training.recipe
 
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"question": f"q {i}?", "consistency": 0.5, "correctness": 1.0 * (i % 2)})
@@ -265,7 +265,7 @@ def test_train_command_passes_the_layer_and_refuses_one_out_of_range_before_writ
     assert sorted(path.name for path in tmp_path.iterdir()) == ["rows.jsonl"]  # refused before anything was written
 
     calls = []
-    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
+    monkeypatch.setattr(elical_hf.training.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
     (tmp_path / "run.yaml").write_text("feature_layer: -2\n")
     assert cli_main([*argv, "--feature_layer", "-3"]) == 0
     assert cli_main([*argv, "--config", str(tmp_path / "run.yaml")]) == 0

@@ -9,7 +9,7 @@ import json
 import torch
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.recipe import train_stage
+from elical_hf.training.recipe import train_stage
 
 
 def test_float32_weights_train_under_bf16_autocast(tiny_llama, tmp_path):
@@ -37,11 +37,11 @@ def test_float32_weights_train_under_bf16_autocast(tiny_llama, tmp_path):
 
 
 def test_train_command_passes_float32_weights_and_bf16_autocast(tmp_path, monkeypatch):
-    import elical_hf.recipe
+    import elical_hf.training.recipe
     from elical_hf.cli import main as cli_main
 
     calls = []
-    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
+    monkeypatch.setattr(elical_hf.training.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"question": "q", "consistency": 0.5, "correctness": 0.5}) + "\n")
     assert cli_main(["train", "--elicitation_data", str(data), "--calibration_data", str(data), "--output_dir",

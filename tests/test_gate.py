@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from elical_hf import AutoModelForConfidence, ConfidenceEstimationPipeline, calibrate_head
 from elical_hf.gate import base_model_only, decide
-from elical_hf.prompts import CONTEXT_QA_PROMPT
+from elical_hf.settings.prompts import CONTEXT_QA_PROMPT
 from elical_hf.signals import SamplingSettings, generate_answers
 from tests.conftest import save_tiny_base
 
@@ -161,7 +161,7 @@ def test_tied_embeddings_serve_as_the_lm_head(tmp_path):
 
 
 def test_model_without_lora_trains_only_its_head_in_both_stages(tiny_llama, tmp_path):
-    from elical_hf.recipe import train_stage
+    from elical_hf.training.recipe import train_stage
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama, use_lora=False)
     lora = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
@@ -215,7 +215,7 @@ def with_domains(model, pooled: float, **domains: float | None):
 
 
 def test_thresholds_for_a_domain_its_own_or_the_fallback():
-    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.settings.configuration import ConfidenceConfig
     from elical_hf.gate import thresholds_for
 
     config = ConfidenceConfig(decision_threshold=0.6, retrieve_threshold=0.4, domain_thresholds={

@@ -14,7 +14,7 @@ import torch
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from elical_hf.metrics.risk_control import (
     DEFAULT_GRID, binomial_cdf, certify, grid_counts, min_answered, risk_controlling_threshold,
 )
@@ -134,7 +134,7 @@ def judged(tmp_path, tiny_llama):
 
 
 def _record_training(model, questions) -> None:
-    from elical_hf.saved_model import QUESTIONS_KEY, question_digests
+    from elical_hf.models.saved_model import QUESTIONS_KEY, question_digests
 
     path = model / CONFIDENCE_CONFIG_NAME
     config = ConfidenceConfig.from_json_file(path)
@@ -150,7 +150,7 @@ def test_the_default_split_is_held_out_and_training_rows_are_refused(judged, cap
     assert saved(model).risk_control is None and "(on 40 in_domain_test records" in out
     assert "records no training questions for its calibration run(s)" in out  # an older save: said, not checked
     # stage 1 fitted on the train questions (in another case and spacing): --split train is refused in one line
-    _record_training(model, [f"Who  wrote play number {i} of TRAIN" for i in range(60)])
+    _record_training(model, [f"Who  wrote play number {i} of NQ  TRAIN" for i in range(60)])
     before = (model / CONFIDENCE_CONFIG_NAME).read_text()
     assert cli_main(["threshold", str(model), "--records", records, "--split", "train",
                      "--allow_other_model", "true"]) == 2
@@ -171,7 +171,7 @@ def saved(model) -> ConfidenceConfig:
 
 def test_the_trainer_records_its_questions(tiny_llama, tmp_path):
     from elical_hf import ConfidenceTrainer, ConfidenceTrainingArguments
-    from elical_hf.saved_model import QUESTIONS_KEY, question_digests, trained_question_overlap
+    from elical_hf.models.saved_model import QUESTIONS_KEY, question_digests, trained_question_overlap
 
     questions = ["who wrote hamlet", "capital of france", "largest river", "first king"]
     args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2,

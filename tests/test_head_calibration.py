@@ -1,4 +1,4 @@
-"""Head-only calibration on cached prompt features (`elical_hf.head_calibration`)."""
+"""Head-only calibration on cached prompt features (`elical_hf.training.head_calibration`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.head_calibration import (
+from elical_hf.training.head_calibration import (
     HEAD_TRAINING_DEFAULTS,
     calibrate_head,
     confidence_head_module,
@@ -18,8 +18,8 @@ from elical_hf.head_calibration import (
     head_training_args,
     label_budget_sweep,
 )
-from elical_hf.loading import unwrap_peft
-from elical_hf.recipe import take_labels
+from elical_hf.utils.loading import unwrap_peft
+from elical_hf.training.recipe import take_labels
 
 
 QUESTIONS = [f"who wrote book number {i} of the series" for i in range(24)]

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, calibrate_head
-from elical_hf.head_calibration import confidence_head_module
-from elical_hf.modeling import build_confidence_head, initialize_confidence_head
+from elical_hf.training.head_calibration import confidence_head_module
+from elical_hf.models.modeling import build_confidence_head, initialize_confidence_head
 from tests.conftest import save_tiny_base
 
 
@@ -110,11 +110,11 @@ def test_mlp_head_in_the_zero_overhead_gate(tiny_llama):
 
 
 def test_train_command_passes_the_head_options_only_when_set(tmp_path, monkeypatch):
-    import elical_hf.recipe
+    import elical_hf.training.recipe
     from elical_hf.cli import main as cli_main
 
     calls = []
-    monkeypatch.setattr(elical_hf.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
+    monkeypatch.setattr(elical_hf.training.recipe, "train_elical", lambda *args, **kwargs: calls.append(kwargs) or {})
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps({"question": "q", "consistency": 0.5, "correctness": 0.5}) + "\n")
     base = ["train", "--elicitation_data", str(data), "--calibration_data", str(data),

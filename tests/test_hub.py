@@ -24,7 +24,7 @@ QUESTIONS = ["Who wrote Hamlet?", "What is the capital of France?", "When was th
 def embedded_tiny(tmp_path, monkeypatch, tiny_llama):
     """`tiny/embedded`, made an embedded default model: on neither the Hub nor its cache, only as the dequantized
     offline copy (a folder with elical-hf's completion marker) that `convert_embedded` returns."""
-    from elical_hf import default_model as embedded
+    from elical_hf.models import default_model as embedded
 
     entry = embedded.EmbeddedModel(package="tiny_gguf", gguf_file="tiny.Q4_1.gguf", install_hint="pip install x")
     copy = tmp_path / "elical-cache" / "models" / "tiny--embedded--tiny.Q4_1"

@@ -13,8 +13,8 @@ from huggingface_hub import ModelCard, parse_eval_result_entries
 
 from elical_hf import EvalResultsSource, push_folder
 from elical_hf.cli import main as cli_main
-from elical_hf.evaluation import evaluate_table, write_report
-from elical_hf.model_card import record_folder_evaluations
+from elical_hf.evaluation.tables import evaluate_table, write_report
+from elical_hf.models.model_card import record_folder_evaluations
 from elical_hf.publishing.eval_results import EVAL_RESULTS_FILE
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.test_evaluation import synthetic
@@ -140,7 +140,7 @@ def test_cli_push_eval_results(hub, model_folder, tmp_path, capsys):
 
 
 def test_a_set_on_two_splits_gets_a_task_per_split():
-    from elical_hf.model_card import ConfidenceModelCardData
+    from elical_hf.models.model_card import ConfidenceModelCardData
     from elical_hf.publishing.eval_results import eval_result_entries
 
     data = ConfidenceModelCardData()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from elical_hf.atomic import one_writer
+from elical_hf.utils.atomic import one_writer
 from elical_hf.cli import judge as judge_cli
 from elical_hf.cli import main as cli_main
 from elical_hf.signals.records import load_records, read_records, save_records

@@ -1,4 +1,4 @@
-"""The one shared-prefix KV helper (`elical_hf.kv_prefix`): the prefix run once gives what a full forward pass over
+"""The one shared-prefix KV helper (`elical_hf.models.kv_prefix`): the prefix run once gives what a full forward pass over
 each whole sequence gives, on either padding side; and the one cache-argument rule."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from elical_hf.kv_prefix import cache_kwarg, forward_parameters, position_ids_from_attention_mask, prefill_shared_prefix
+from elical_hf.models.kv_prefix import cache_kwarg, forward_parameters, position_ids_from_attention_mask, prefill_shared_prefix
 
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer
 
@@ -123,7 +123,7 @@ def _filled_cache(rows: int = 3, length: int = 4):
 
 
 def test_reserved_room_holds_what_concatenation_holds():
-    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+    from elical_hf.models.kv_prefix import ReservedLayer, reserve_positions
 
     plain, reserved = _filled_cache(), _filled_cache()
     reserve_positions(reserved, extra=2)
@@ -155,7 +155,7 @@ def test_reserved_room_holds_what_concatenation_holds():
 def test_only_plain_dynamic_layers_get_room():
     from transformers.cache_utils import DynamicSlidingWindowLayer
 
-    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+    from elical_hf.models.kv_prefix import ReservedLayer, reserve_positions
 
     cache = _filled_cache()
     window = DynamicSlidingWindowLayer(sliding_window=8)
@@ -170,7 +170,7 @@ def test_room_and_repeat_in_one_copy_equal_repeat_then_room():
     kind: plain layers in one copy, the others repeated only."""
     from transformers.cache_utils import DynamicSlidingWindowLayer
 
-    from elical_hf.kv_prefix import ReservedLayer, reserve_positions
+    from elical_hf.models.kv_prefix import ReservedLayer, reserve_positions
 
     def with_window(cache):
         window = DynamicSlidingWindowLayer(sliding_window=8)
@@ -195,7 +195,7 @@ def test_room_and_repeat_in_one_copy_equal_repeat_then_room():
 @pytest.mark.float32
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_separate_prefix_attention_equals_each_sequence_run_whole(backbone, side):
-    from elical_hf.prefix_attention import ATTENTION_NAME
+    from elical_hf.models.prefix_attention import ATTENTION_NAME
 
     calls = []
     implementation = backbone.config._attn_implementation
@@ -234,7 +234,7 @@ def test_a_prefix_from_an_earlier_batch_is_not_run_again(backbone):
 def test_which_models_attend_to_a_separate_prefix():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from elical_hf.prefix_attention import shared_prefix_attention, supports_prefix_attention
+    from elical_hf.models.prefix_attention import shared_prefix_attention, supports_prefix_attention
 
     tokenizer = make_tiny_tokenizer()
     assert supports_prefix_attention(make_tiny_causal_lm(tokenizer, arch="llama"))

@@ -8,7 +8,7 @@ import pytest
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.label_selection import SELECTION_STRATEGIES, UNIFORM_BINS, select_for_labelling
+from elical_hf.evaluation.label_selection import SELECTION_STRATEGIES, UNIFORM_BINS, select_for_labelling
 from tests.tiny import mark_trained
 
 

@@ -84,7 +84,7 @@ def test_layer_experiment_measures_every_layer_and_chooses_on_dev(tiny_records, 
     for row in result["chosen_vs_final"]:
         assert set(kept["confidences"][row["run"]]) == {str(row["chosen_layer"]), "4"}
     # the method against its baseline at the final layer, recomputed from the kept confidences
-    from elical_hf.evaluation import paired_difference_over_draws
+    from elical_hf.evaluation.tables import paired_difference_over_draws
 
     assert set(result["final_layer_pairs"]) == {f"EliCal-head@{n} − Cal-Only-head@{n}" for n in (10, 20)}
     pair = result["final_layer_pairs"]["EliCal-head@10 − Cal-Only-head@10"]
@@ -176,7 +176,7 @@ def _committed_and_docs(name: str) -> tuple[dict, str]:
 def test_the_layer_tables_in_the_docs_are_the_committed_result():
     """docs/results.md's chosen-layer table and its EliCal-head − Cal-Only-head sentence are
     `docs/results/layers/layers.json`, number for number, and recompute from the committed `layer_runs.json`."""
-    from elical_hf.evaluation import paired_difference_over_draws
+    from elical_hf.evaluation.tables import paired_difference_over_draws
 
     result, text = _committed_and_docs("layers.json")
     text = " ".join(text.replace("**", "").split())  # a quoted figure may wrap

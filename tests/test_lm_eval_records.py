@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from elical_hf.multiple_choice import LETTERS
+from elical_hf.settings.multiple_choice import LETTERS
 from elical_hf.signals.records import CORRECTNESS_METRICS, load_records, read_lm_eval_records
 from elical_hf.signals.records.lm_eval_logs import lm_eval_split
 from tests.tiny import mark_trained

@@ -10,7 +10,7 @@ import transformers.modeling_utils
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.loading import load_model, load_pretrained, stored_in_other_dtype
+from elical_hf.utils.loading import load_model, load_pretrained, stored_in_other_dtype
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_transformers_maps_the_file_whole_only_when_no_tensor_is_converted(tiny_
 
 
 def test_the_confidences_do_not_depend_on_how_the_weights_were_read(tiny_llama, monkeypatch):
-    from elical_hf import loading
+    from elical_hf.utils import loading
 
     questions = ["who wrote hamlet", "capital of france"]
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Freed CPU memory goes back to the OS: `elical_hf.memory.release_memory` (the demo calls it between its steps)."""
+"""Freed CPU memory goes back to the OS: `elical_hf.utils.memory.release_memory` (the demo calls it between its steps)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from elical_hf import memory
-from elical_hf.memory import release_memory
+from elical_hf.utils import memory
+from elical_hf.utils.memory import release_memory
 
 
 def rss_mib() -> float:
@@ -40,7 +40,7 @@ def test_without_malloc_trim_only_garbage_is_collected(monkeypatch):
 
 FRAGMENT = """
 import sys, torch
-from elical_hf.memory import limit_heap_growth
+from elical_hf.utils.memory import limit_heap_growth
 def rss():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))

@@ -12,11 +12,11 @@ import re
 import datasets
 import pytest
 
-from elical_hf.bundled import (
+from elical_hf.data.questions import (
     BUNDLED_DATASETS, IN_DOMAIN, MULTIPLE_CHOICE, OUT_OF_DOMAIN, load_bundled_questions,
 )
-from elical_hf.data import load_table, split_hub_source
-from elical_hf.multiple_choice import multiple_choice_row, split_question
+from elical_hf.data.training_table import load_table, split_hub_source
+from elical_hf.settings.multiple_choice import multiple_choice_row, split_question
 from elical_hf.steps.sample import SampleArguments, load_questions, sample
 
 

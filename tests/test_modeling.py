@@ -11,8 +11,8 @@ from transformers import GPT2Config
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, ForConfidenceMixin, PeftModelForConfidence
-from elical_hf.encoding import encode_prompts, length_batches, pad_batch
-from elical_hf.modeling import CONFIDENCE_BACKBONES, default_lora_targets, last_token_indices
+from elical_hf.data.encoding import encode_prompts, length_batches, pad_batch
+from elical_hf.models.modeling import CONFIDENCE_BACKBONES, default_lora_targets, last_token_indices
 from tests.conftest import save_tiny_base
 
 
@@ -59,7 +59,7 @@ def long_prefix_model(base: str):
 
 @pytest.mark.float32  # an equivalence of the logic (bf16 twin: tests/test_bf16.py)
 def test_shared_prompt_prefix_runs_once_and_changes_nothing(tiny_base, monkeypatch):
-    from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
+    from elical_hf.settings.prompts import MIN_SHARED_PREFIX, common_prefix_length
 
     model = long_prefix_model(tiny_base)
     inner, tokenizer = model.get_base_model(), model.tokenizer
@@ -103,7 +103,7 @@ def test_length_batches_keep_row_and_token_budgets():
 
 @pytest.mark.float32  # an equivalence of the logic
 def test_token_budget_batches_return_input_order(tiny_base, monkeypatch):
-    import elical_hf.modeling as modeling
+    import elical_hf.models.modeling as modeling
 
     model = long_prefix_model(tiny_base)
     questions = QUESTIONS + ["why " * n + "is the sky blue" for n in (1, 9, 3)]
@@ -328,12 +328,12 @@ def test_long_prompts_are_cut_with_a_counted_warning_and_new_models_use_the_cont
     assert ConfidenceConfig().max_length is None  # no limit unless a model sets one
     config = ConfidenceConfig(max_length=24)
     long_question = " ".join(["who wrote hamlet"] * 10)
-    with caplog.at_level("WARNING", logger="elical_hf.encoding"):
+    with caplog.at_level("WARNING", logger="elical_hf.data.encoding"):
         ids = encode_prompts([long_question, "who"], model.tokenizer, config)
     assert len(ids[0]) == 24 and len(ids[1]) < 24 and "1 of 2 prompts are longer than max_length=24" in caplog.text
     full = encode_prompts([long_question], model.tokenizer, ConfidenceConfig())[0]
     assert ids[0] == full[-24:]  # the end of the prompt (the question's end and the answer header) is kept
     caplog.clear()
-    with caplog.at_level("WARNING", logger="elical_hf.encoding"):
+    with caplog.at_level("WARNING", logger="elical_hf.data.encoding"):
         encode_prompts([long_question], model.tokenizer, ConfidenceConfig())
     assert not caplog.text

@@ -1,4 +1,4 @@
-"""Drift of served confidences from the calibration set's: the two-sample test (`elical_hf.drift`) and
+"""Drift of served confidences from the calibration set's: the two-sample test (`elical_hf.evaluation.drift`) and
 `elical-hf monitor` on the reference `elical-hf threshold` saves with the model."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.drift import REFERENCE_NAME, confidence_drift, load_reference, save_reference
+from elical_hf.evaluation.drift import REFERENCE_NAME, confidence_drift, load_reference, save_reference
 from tests.hub_server import go_offline, hub  # noqa: F401 - the fixture
 from tests.test_threshold import judged  # noqa: F401 - the fixture
 

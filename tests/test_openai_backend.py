@@ -14,7 +14,7 @@ import time
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.prompts import render_prompt
+from elical_hf.settings.prompts import render_prompt
 from elical_hf.signals import HFBackend
 from elical_hf.signals.endpoint import ChatEndpoint
 from elical_hf.signals.generation import SamplingSettings, build_prompt_ids

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elical_hf.multiple_choice import format_question
+from elical_hf.settings.multiple_choice import format_question
 from elical_hf.signals.judging import apply_judges, check_judgeable
 from elical_hf.signals.option_judge import answer_choice, option_mentions
 
@@ -137,7 +137,7 @@ def test_training_refuses_multiple_choice_records(tmp_path):
 
 def test_a_model_reads_multiple_choice_records_with_the_multiple_choice_prompt(tiny_llama):
     from elical_hf import AutoModelForConfidence
-    from elical_hf.prompts import MULTIPLE_CHOICE_PROMPT
+    from elical_hf.settings.prompts import MULTIPLE_CHOICE_PROMPT
     from elical_hf.steps.evaluate import model_confidences
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama)

@@ -13,8 +13,8 @@ from tokenizers import AddedToken
 
 from elical_hf import steps
 from elical_hf.cli import main as cli_main
-from elical_hf.multiple_choice import format_question
-from elical_hf.prompts import MULTIPLE_CHOICE_PROMPT, render_prompt
+from elical_hf.settings.multiple_choice import format_question
+from elical_hf.settings.prompts import MULTIPLE_CHOICE_PROMPT, render_prompt
 from elical_hf.signals import HFBackend
 from elical_hf.signals.baselines import BASELINES, compute_baselines
 from elical_hf.signals import option_probability
@@ -29,7 +29,7 @@ log = math.log
 
 
 def mc(stem: str, choices: list[str], gold: str = "A", **fields) -> dict:
-    """A multiple-choice record as `elical_hf.multiple_choice` writes it."""
+    """A multiple-choice record as `elical_hf.settings.multiple_choice` writes it."""
     return {"question": format_question(stem, choices), "choices": list(choices), "answer": [gold], **fields}
 
 

@@ -10,7 +10,7 @@ from peft import AutoPeftModel
 from transformers import AutoTokenizer
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, ConfidenceEstimationPipeline
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
 
 
 pytestmark = pytest.mark.float32  # PEFT's loader vs ours, to float32 rounding

@@ -9,7 +9,7 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from elical_hf.metrics.functional import aurc, ece, reliability_bins, risk_coverage_curve
-from elical_hf.plots import auroc_vs_labels_plot, reliability_diagram, risk_coverage_plot
+from elical_hf.evaluation.plots import auroc_vs_labels_plot, reliability_diagram, risk_coverage_plot
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.precision import CPU_BF16_ENV, cpu_capability, parse_dtype, precision_report, resolve_dtype
+from elical_hf.settings.precision import CPU_BF16_ENV, cpu_capability, parse_dtype, precision_report, resolve_dtype
 from elical_hf.signals import HFBackend
 
 
@@ -28,7 +28,7 @@ def test_cpu_policy_follows_the_capability(cpu_bf16):
 
 
 def test_native_but_measured_slower_is_not_used(cpu_bf16, monkeypatch):
-    from elical_hf import precision
+    from elical_hf.settings import precision
 
     cpu_bf16(True)
     monkeypatch.delenv(CPU_BF16_ENV)
@@ -46,12 +46,12 @@ def test_native_but_measured_slower_is_not_used(cpu_bf16, monkeypatch):
 
 def test_explicit_choice_wins_and_slow_bf16_warns(cpu_bf16, caplog):
     cpu_bf16(False)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.precision"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.settings.precision"):
         assert resolve_dtype("bfloat16") == torch.bfloat16
     assert "slow" in caplog.text and "no native bf16" in caplog.text
     caplog.clear()
     cpu_bf16(True)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.precision"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.settings.precision"):
         assert resolve_dtype("bf16") == torch.bfloat16 and resolve_dtype(torch.float32) == torch.float32
     assert not caplog.text
 
@@ -99,14 +99,14 @@ def test_training_records_its_precision(tiny_llama, cpu_bf16, tmp_path):
 
 def test_bf16_training_args_warn_on_a_slow_cpu(cpu_bf16, caplog, tmp_path):
     cpu_bf16(False)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.precision"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.settings.precision"):
         ConfidenceTrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True, report_to="none")
     assert "slow" in caplog.text
 
 
 def test_measuring_the_cpu_never_moves_the_global_rng():
     """The bf16 probe runs once per process, on bf16 CPUs only: a seeded fresh head must not depend on whether it ran."""
-    from elical_hf.precision import matmul_gflops
+    from elical_hf.settings.precision import matmul_gflops
 
     torch.manual_seed(42)
     expected = torch.randn(4)

@@ -30,7 +30,7 @@ def pytest_configure(config):  # noqa: F811  (the record's own hook, then the ma
 
 @pytest.fixture(scope="session")
 def decided():
-    from elical_hf import precision
+    from elical_hf.settings import precision
     return precision.cpu_capability()
 """
 TESTS = """
@@ -41,13 +41,13 @@ import pytest
 
 
 def test_in_body():
-    from elical_hf import precision
+    from elical_hf.settings import precision
     precision.cpu_capability.cache_clear()
     precision.cpu_capability()
 
 
 def test_in_a_child_process():
-    code = "from elical_hf import precision; precision.cpu_capability()"
+    code = "from elical_hf.settings import precision; precision.cpu_capability()"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -61,7 +61,7 @@ def test_second_user_of_the_fixture(decided):
 
 @pytest.mark.float32
 def test_pinned():
-    from elical_hf import precision
+    from elical_hf.settings import precision
     precision.cpu_capability()
 
 

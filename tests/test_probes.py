@@ -1,4 +1,4 @@
-"""The layer-feature cache (`elical_hf.layer_cache`), the pre-generation probes (`elical_hf.probes`), and the
+"""The layer-feature cache (`elical_hf.training.layer_cache`), the pre-generation probes (`elical_hf.evaluation.probes`), and the
 commands and steps that use them: `elical-hf probe-layers`, `evaluate --probes`."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from elical_hf import AutoModelForConfidence
-from elical_hf import layer_cache as cache_module
+from elical_hf.training import layer_cache as cache_module
 from elical_hf.cli import main as cli_main
-from elical_hf.encoding import encode_prompts
-from elical_hf.layer_cache import cache_layer_features, resolve_layers
+from elical_hf.data.encoding import encode_prompts
+from elical_hf.training.layer_cache import cache_layer_features, resolve_layers
 from elical_hf.metrics import auroc
-from elical_hf.probes import (
+from elical_hf.evaluation.probes import (
     best_split, fit_logistic, fit_probe, mean_difference, semantic_entropy, sep_targets, train_probe,
 )
-from elical_hf.recipe import take_labels
+from elical_hf.training.recipe import take_labels
 from elical_hf.signals.records import save_records
 
 
@@ -197,7 +197,7 @@ def test_difference_of_means_separates_a_separable_set():
 
 def test_one_class_gives_a_constant_probe_and_bad_targets_are_refused(caplog):
     x = np.random.default_rng(3).normal(size=(6, 3))
-    with caplog.at_level("WARNING", logger="elical_hf.probes"):
+    with caplog.at_level("WARNING", logger="elical_hf.evaluation.probes"):
         probe = fit_probe("dim", x, [0, 0, 0, 0, 0, 0])
     assert "all 0.0: it can only learn a constant" in caplog.text
     np.testing.assert_allclose(probe.confidence(x), 1e-4, rtol=1e-6)
@@ -276,7 +276,7 @@ def test_probe_layers_prints_plots_and_recommends_a_layer(tiny_llama, tmp_path, 
     cached = [name for _, _, names in os.walk(out / "features") for name in names if name.endswith(".npy")]
     assert sorted(cached) == ["layer-001.npy", "layer-002.npy"]
     # the curve is what the probes give: a 3-fold logistic probe on the final layer, by hand
-    from elical_hf.probes import _folds
+    from elical_hf.evaluation.probes import _folds
 
     correct = np.array([r["greedy_correctness"] for r in make_records(tiny_llama)], dtype=int)
     x = direct_states(AutoModelForConfidence.from_pretrained(tiny_llama, use_lora=False), questions(24), 2)
@@ -347,7 +347,7 @@ def test_evaluate_probes_need_their_model_in_one_line(tiny_llama, tmp_path, caps
 
 
 def test_the_layer_plot_draws_each_target_and_refuses_a_bad_layer():
-    from elical_hf.plots import auroc_vs_layer_plot
+    from elical_hf.evaluation.plots import auroc_vs_layer_plot
 
     figure = auroc_vs_layer_plot({"correctness": {1: (0.6, 0.5, 0.7), 2: 0.65}, "consistency": {1: 0.55, 2: 0.58}},
                                  None, recommended=2)

@@ -137,7 +137,7 @@ def test_the_evaluate_snippet_runs_as_written():
 def test_the_train_in_python_snippet_runs_as_written(tmp_path, monkeypatch):
     """"Train in Python" trains both stages through `ConfidenceTrainer` on real bundled questions (its four row
     variables are the only names the page leaves to the reader)."""
-    from elical_hf.bundled import load_bundled_questions
+    from elical_hf.data.questions import load_bundled_questions
 
     monkeypatch.chdir(tmp_path)
     questions = load_bundled_questions("pararel", limit=12)
@@ -207,7 +207,7 @@ def test_what_the_quickstart_says_the_model_would_have_answered():
 
 
 def test_the_quickstart_quotes_the_shipped_models_threshold_and_card():
-    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.settings.configuration import ConfidenceConfig
     from elical_hf.demo import DEMO_CALIBRATED
 
     text = " ".join(section(README, "Quickstart").split())

@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
-from elical_hf.prompts import QA_PROMPT, chat_template_kwargs_for, render_prompt
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
+from elical_hf.settings.prompts import QA_PROMPT, chat_template_kwargs_for, render_prompt
 from elical_hf.signals import SamplingSettings, apply_judges, build_prompt_ids, judge_with_llm
 from elical_hf.signals.reasoning import strip_thinking, unfinished_thinking
 from tests.conftest import save_tiny_base
@@ -59,7 +59,7 @@ def test_a_new_qwen3_model_saves_its_chat_template_kwargs_and_scores_with_them(q
     assert saved["chat_template_kwargs"] == {"enable_thinking": False}
     reloaded = AutoModelForConfidence.from_pretrained(tmp_path / "m", dtype=torch.float32)
     assert reloaded.confidence_config.chat_template_kwargs == THINKING_OFF
-    from elical_hf.encoding import encode_prompts
+    from elical_hf.data.encoding import encode_prompts
 
     encoded = encode_prompts(QUESTIONS[:1], reloaded.tokenizer, reloaded.confidence_config)[0]
     assert encoded == rendered_ids(qwen3, QUESTIONS[0], enable_thinking=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from elical_hf.columns import EVAL_LABEL_COLUMN
+from elical_hf.settings.columns import EVAL_LABEL_COLUMN
 from elical_hf.signals.records import load_records, require_judgement, save_records, training_columns
 from tests.test_diagnosis import make_records
 

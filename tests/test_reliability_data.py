@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from elical_hf.cli import main as cli_main
-from elical_hf.recipe import RUN_MANIFEST_NAME, last_complete_checkpoint, remove_checkpoints, train_elical
+from elical_hf.training.recipe import RUN_MANIFEST_NAME, last_complete_checkpoint, remove_checkpoints, train_elical
 from tests.reliability import case
 from tests.test_trainer import make_rows
 
@@ -174,7 +174,7 @@ def test_rerun_with_other_settings_is_refused_and_same_settings_skip(tiny_llama,
         small_run(tmp_path, tiny_llama, out, seed=1)
     assert max_difference(out / "elical", first) == 0
     stamp = os.path.getmtime(out / "elical" / "adapter_model.safetensors")
-    with caplog.at_level("WARNING", logger="elical_hf.recipe"):
+    with caplog.at_level("WARNING", logger="elical_hf.training.recipe"):
         small_run(tmp_path, tiny_llama, out)
     assert "elicitation: already trained" in caplog.text and "elical: already trained" in caplog.text
     assert os.path.getmtime(out / "elical" / "adapter_model.safetensors") == stamp

@@ -44,7 +44,7 @@ def edit_json(path: Path, **changes) -> None:
       "matches its cache snapshot and lm-eval's bare model name, the embedded default its dequantized copy, a folder "
       "its relative path")
 def test_records_of_a_model_whose_name_ends_alike_are_refused(tmp_path, monkeypatch, raise_user_errors):
-    from elical_hf.default_model import COMPLETE_MARKER, DEFAULT_MODEL, EMBEDDED_MODELS
+    from elical_hf.models.default_model import COMPLETE_MARKER, DEFAULT_MODEL, EMBEDDED_MODELS
     from elical_hf.signals.records import same_model
 
     monkeypatch.chdir(tmp_path)
@@ -209,7 +209,7 @@ def test_the_gates_lm_head_is_checked_against_the_config(tiny_llama, tmp_path, c
       "the other model's features are never read: the cache key hashes every weight whole, and the LoRA scaling (was: "
       "a sample of each weight's first 1,024 values, so the first model's features were handed to the second)")
 def test_the_feature_cache_tells_models_apart_by_every_weight(tiny_llama, tmp_path):
-    from elical_hf.layer_cache import cache_layer_features, features_fingerprint
+    from elical_hf.training.layer_cache import cache_layer_features, features_fingerprint
 
     first, second = (AutoModelForConfidence.from_pretrained(tiny_llama) for _ in range(2))
     (weight,) = [p for n, p in second.named_parameters() if "layers.0.mlp.down_proj.base_layer.weight" in n]
@@ -371,7 +371,7 @@ def test_sampling_a_server_that_serves_another_model_is_refused(stub, tiny_llama
       "different models (was: the same model, both being the repo's Hub id); a snapshot still matches its Hub id and "
       "itself at the same commit")
 def test_two_revisions_of_one_hub_model_are_not_the_same_model(tmp_path):
-    from elical_hf.hub_ids import same_model
+    from elical_hf.models.hub_ids import same_model
 
     cache = tmp_path / "hub" / "models--someorg--X" / "snapshots"
     old, new = cache / "1111aaaa", cache / "2222bbbb"

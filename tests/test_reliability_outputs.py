@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
-from elical_hf.drift import REFERENCE_NAME
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
+from elical_hf.evaluation.drift import REFERENCE_NAME
 from elical_hf.signals.records import read_records, save_records
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
@@ -65,11 +65,11 @@ def stub_server(tmp_path_factory):
       "refused before anything is scored, nothing written: `--output … is inside the MODEL folder …` / `… is the "
       "--questions input itself …` / `--output d.txt must be a .json file`; the plot is written atomically")
 def test_monitor_refuses_outputs_over_its_inputs(thresholded, monkeypatch, raise_user_errors):
-    import elical_hf.auto
+    import elical_hf.models.auto
 
     model, records = thresholded / "model", thresholded / "records"
     questions = records / "tiny-model" / "nq_test.jsonl"
-    monkeypatch.setattr(elical_hf.auto.AutoModelForConfidence, "from_pretrained", _no_work)
+    monkeypatch.setattr(elical_hf.models.auto.AutoModelForConfidence, "from_pretrained", _no_work)
     config = (model / CONFIDENCE_CONFIG_NAME).read_bytes()
     argv = ["monitor", str(model), "--questions", str(questions)]
     with pytest.raises(ValueError, match="--output .* is inside the MODEL folder"):
@@ -180,8 +180,8 @@ def test_threshold_writes_the_threshold_and_its_reference_as_one_update(judged, 
       "folder keeps the first run's threshold, reference and card together (was: interleaved, the config naming one "
       "run's threshold and the reference another's)")
 def test_threshold_takes_the_model_folders_lock(tiny_llama, tmp_path):
-    from elical_hf.atomic import one_writer
-    from elical_hf.saved_model import set_decision_threshold
+    from elical_hf.utils.atomic import one_writer
+    from elical_hf.models.saved_model import set_decision_threshold
     from tests.test_reliability_models import saved_model
 
     model = saved_model(tiny_llama, tmp_path / "model")
@@ -398,7 +398,7 @@ def test_config_values_are_typed_and_listed_like_command_line_values(tmp_path):
       "escaped to one inert line: one table row per domain, `&lt;script&gt;`, the pipe backslash-escaped, a path in "
       "a code span; nothing of it is markup")
 def test_card_text_from_data_is_escaped(judged):  # noqa: F811
-    from elical_hf.saved_model import set_decision_threshold
+    from elical_hf.models.saved_model import set_decision_threshold
 
     model = judged / "model"
     bad = "a|b\n<script>alert(1)</script>"
@@ -427,8 +427,8 @@ def test_card_text_from_data_is_escaped(judged):  # noqa: F811
 def test_card_escaping_covers_ids_metric_names_and_code_spans():
     from markdown_it import MarkdownIt
 
-    from elical_hf.configuration import ConfidenceConfig
-    from elical_hf.model_card import ConfidenceModelCardData, markdown_text, render_model_card
+    from elical_hf.settings.configuration import ConfidenceConfig
+    from elical_hf.models.model_card import ConfidenceModelCardData, markdown_text, render_model_card
 
     config = ConfidenceConfig(
         base_model_name_or_path="/data/run[1]/base_|x", decision_threshold=0.5,

@@ -12,7 +12,7 @@ import pytest
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
 from elical_hf.metrics.functional import auroc
-from elical_hf.recipe import take_labels
+from elical_hf.training.recipe import take_labels
 from elical_hf.signals.baselines import consis_sem, prob
 from elical_hf.signals.records import save_records
 from elical_hf.signals.runner import check_unique_ids
@@ -149,7 +149,7 @@ def test_sample_refuses_ambiguous_ids_and_an_empty_limit(tmp_path, raise_user_er
       " the run manifest records `num_labels_used`")
 def test_label_budget_beyond_the_rows_and_one_class_are_said(caplog):
     rows = [{"question": f"q{i}?", "correctness": 0.0, "greedy_correctness": 0} for i in range(40)]
-    with caplog.at_level(logging.WARNING, logger="elical_hf.recipe"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.training.recipe"):
         assert len(take_labels(rows, 500, 0)) == 40
     assert "num_labels=500 asked for, but the calibration data has 40 rows" in caplog.text
     assert "Every calibration label has greedy_correctness = 0" in caplog.text
@@ -167,7 +167,7 @@ def test_metrics_refuse_strings():
 def test_convert_never_suggests_unsafe_loading(tmp_path):
     import torch
 
-    from elical_hf.convert import load_head
+    from elical_hf.publishing.convert import load_head
     from tests.test_convert import _Exploit
 
     ran = tmp_path / "ran"
@@ -184,7 +184,7 @@ def test_convert_never_suggests_unsafe_loading(tmp_path):
       "`…/confidence_config.json is not valid JSON (… at line 1, column 2) …`")
 def test_bad_saved_configs_are_named_on_load(tiny_llama, tmp_path):
     from elical_hf import ConfidenceConfig
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
 
     with pytest.raises(ValueError, match="may use only the '\\{question\\}' field"):
         ConfidenceConfig(prompt_template="Q: {question} {answer}")
@@ -242,11 +242,11 @@ def test_a_second_writer_is_refused(tmp_path, raise_user_errors):
     import subprocess
     import sys
 
-    from elical_hf.atomic import one_writer
+    from elical_hf.utils.atomic import one_writer
 
     out = tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom elical_hf.atomic import one_writer\n"
+        "import sys, time\nfrom elical_hf.utils.atomic import one_writer\n"
         f"with one_writer({str(out)!r}):\n    print('held', flush=True)\n    time.sleep(60)\n")],
         stdout=subprocess.PIPE, text=True)
     try:

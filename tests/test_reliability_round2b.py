@@ -171,7 +171,7 @@ def test_columns_of_different_lengths_are_named(tiny_llama, tmp_path):
       "one `ValueError` naming the row (and id, file and line where known): `The text of question row 0 is not valid "
       "Unicode: it holds an unpaired surrogate '\\udcff' at character 4 …` (was a tokenizers `TypeError`)")
 def test_a_question_with_an_unpaired_surrogate_is_named(tiny_llama, tmp_path):
-    from elical_hf.data import as_dataset
+    from elical_hf.data.training_table import as_dataset
     from elical_hf.signals import HFBackend, SamplingSettings, sample_records
     from elical_hf.signals.records import read_records
 
@@ -219,14 +219,14 @@ def _hold(code: str, tmp_path: Path) -> subprocess.Popen:
       "the second waits for the first (a lock beside the folder, `atomic.cache_lock`, up to 30 min) and reuses its "
       "folder, never converting over it (was: the second deleted and rewrote the folder the first was loading)")
 def test_a_second_conversion_waits_and_reuses_the_first(tmp_path, monkeypatch):
-    from elical_hf import default_model
+    from elical_hf.models import default_model
 
     entry = default_model.EmbeddedModel(package="no_such_gguf_package", gguf_file="tiny.Q4_1.gguf", install_hint="-")
     monkeypatch.setitem(default_model.EMBEDDED_MODELS, "tiny/embedded", entry)
     monkeypatch.setenv("ELICAL_HF_CACHE", str(tmp_path / "cache"))
     target = tmp_path / "cache" / "models" / "tiny--embedded--tiny.Q4_1"
     holder = _hold(  # converts (stands in for it) while holding the lock, slowly
-        "import time\nfrom pathlib import Path\nfrom elical_hf.atomic import cache_lock\n"
+        "import time\nfrom pathlib import Path\nfrom elical_hf.utils.atomic import cache_lock\n"
         f"target = Path({str(target)!r})\n"
         "with cache_lock(target, timeout=5):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
         "    target.mkdir(parents=True)\n    (target / 'config.json').write_text('{\"by\": \"first\"}')\n"
@@ -251,7 +251,7 @@ def test_evaluate_module_installs_take_turns_and_never_show_a_part(tmp_path, mon
     metrics = cache / "evaluate_modules" / "metrics"
     released = tmp_path / "released"
     holder = _hold(
-        "import time\nfrom pathlib import Path\nfrom elical_hf.atomic import cache_lock\n"
+        "import time\nfrom pathlib import Path\nfrom elical_hf.utils.atomic import cache_lock\n"
         f"with cache_lock({str(metrics)!r}):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
         f"    Path({str(released)!r}).write_text('done')\n", tmp_path)
     try:
@@ -287,7 +287,7 @@ def test_local_folders_that_fail_to_load_are_named(tiny_llama, tmp_path, raise_u
     import shutil
 
     from elical_hf import ConfidenceEstimationPipeline
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
     from elical_hf.pipeline import ConfidencePipelineLoadError
     from elical_hf.signals import load_honestybench
 

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from elical_hf import recipe
-from elical_hf.atomic import cache_lock, one_writer
+from elical_hf.training import recipe
+from elical_hf.utils.atomic import cache_lock, one_writer
 from elical_hf.cli import main as cli_main
 from elical_hf.signals.records import save_records
 from tests.hub_server import hub  # noqa: F401 - the fixture
@@ -188,7 +188,7 @@ def test_json_outputs_are_strict(tiny_llama, tmp_path):
 
     import numpy as np
 
-    from elical_hf.atomic import json_text  # the one writer of them all
+    from elical_hf.utils.atomic import json_text  # the one writer of them all
 
     assert json_text({"a": float("nan"), "b": np.float32(0.5), "c": [np.inf, np.int64(2)]}, indent=None) == (
         '{"a": null, "b": 0.5, "c": [null, 2]}')

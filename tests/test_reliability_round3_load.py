@@ -14,8 +14,8 @@ from huggingface_hub import HfApi
 
 from elical_hf import AutoModelForConfidence, ConfidenceConfig, push_folder
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
-from elical_hf.encoding import load_tokenizer
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
+from elical_hf.data.encoding import load_tokenizer
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
 from tests.test_hub import upload_base
@@ -66,7 +66,7 @@ def answer_yes(monkeypatch, tmp_path):
 @case("security", "a model folder whose `config.json` or `tokenizer_config.json` has an `auto_map` naming its own "
       "`.py` (a class transformers does not have), loaded by `AutoModelForConfidence.from_pretrained` (base or saved "
       "model), `load_tokenizer` or `elical-hf evaluate --model T=<folder>`, with a user who answers `y`",
-      "nothing is asked and no code runs (`trust_remote_code=False` on every load, `elical_hf/loading.py`): one line "
+      "nothing is asked and no code runs (`trust_remote_code=False` on every load, `elical_hf/utils/loading.py`): one line "
       "`… needs its own Python code to load (an `auto_map` in its config.json or tokenizer_config.json names a class "
       "transformers does not have): elical-hf never runs code from a model folder or Hub repo …`; an `auto_map` "
       "beside a built-in class loads the built-in one")

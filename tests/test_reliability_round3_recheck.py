@@ -122,7 +122,7 @@ def test_a_trailing_separator_names_the_same_model():
       "which one was meant?)` / `` `max_length` must lie in [8, 16,777,216] tokens `` (the last value was used)")
 def test_a_config_with_a_duplicated_field_or_an_absurd_length_is_refused(tiny_llama, tmp_path):
     from elical_hf import AutoModelForConfidence
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
 
     folder = saved_tiny_model(tmp_path, tiny_llama)
     path = folder / CONFIDENCE_CONFIG_NAME

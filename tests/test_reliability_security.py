@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from elical_hf import AutoModelForConfidence, push_metric_space, write_honestybench
-from elical_hf.atomic import atomic_folder, atomic_write_text
+from elical_hf.utils.atomic import atomic_folder, atomic_write_text
 from elical_hf.cli import main as cli_main
-from elical_hf.files import links_leaving, path_component
+from elical_hf.utils.files import links_leaving, path_component
 from elical_hf.signals.records import save_records
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from elical_hf import AutoModelForConfidence
-from elical_hf.loading import unwrap_peft
+from elical_hf.utils.loading import unwrap_peft
 from tests.reliability import case
 from tests.serving import running
 from tests.test_reliability_round3_gate import gate_setup  # noqa: F401 - the fixture
@@ -431,7 +431,7 @@ def test_a_langchain_gate_refuses_thresholds_outside_0_1(gate_setup):  # noqa: F
 def test_drift_on_few_questions_says_how_little_it_can_tell():
     import numpy as np
 
-    from elical_hf.drift import confidence_drift
+    from elical_hf.evaluation.drift import confidence_drift
 
     reference = list(np.random.default_rng(0).beta(2, 2, 1000))
     one = confidence_drift(reference, [0.5])

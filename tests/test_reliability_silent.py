@@ -11,10 +11,10 @@ import pytest
 from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
-from elical_hf.model_card import get_card_data
+from elical_hf.models.model_card import get_card_data
 from elical_hf.cli import main as cli_main
 from elical_hf.metrics import alignment, select_threshold
-from elical_hf.recipe import train_stage
+from elical_hf.training.recipe import train_stage
 from elical_hf.signals.honestybench import load_honestybench
 from elical_hf.signals.records import save_records
 from elical_hf.signals.runner import sample_records
@@ -150,7 +150,7 @@ def test_over_long_questions_are_counted(tiny_llama, caplog):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     assert model.confidence_config.max_length == 512  # the tiny backbone's context
     long_question = " ".join(["paris"] * 3000)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.encoding"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.data.encoding"):
         scores = model.confidence(["who wrote hamlet", long_question])
     assert len(scores) == 2
     assert "1 of 2 prompts are longer than max_length=512 tokens (the longest: 30" in caplog.text
@@ -164,12 +164,12 @@ def test_contradicting_duplicates_are_reported(tiny_llama, tmp_path, caplog):
     rows = make_rows(6) + [{"question": "who wrote hamlet", "consistency": 0.1},
                            {"question": "who wrote hamlet ", "consistency": 0.9}]
     args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "t"), **QUICK)
-    with caplog.at_level(logging.WARNING, logger="elical_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.data.training_table"):
         ConfidenceTrainer(AutoModelForConfidence.from_pretrained(tiny_llama), args=args, train_dataset=rows)
     assert "has 1 question(s) that appear more than once with different 'consistency' targets" in caplog.text
     assert "[0.1, 0.9]" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="elical_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="elical_hf.data.training_table"):
         ConfidenceTrainer(AutoModelForConfidence.from_pretrained(tiny_llama), args=args, train_dataset=make_rows(6))
     assert "appear more than once" not in caplog.text
 

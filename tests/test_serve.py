@@ -296,7 +296,7 @@ def test_the_command_refuses_what_it_cannot_serve(tmp_path, tiny_llama, raise_us
 
 
 def test_a_model_whose_chat_context_is_refuse_takes_a_single_user_message():
-    from elical_hf.configuration import ConfidenceConfig
+    from elical_hf.settings.configuration import ConfidenceConfig
     from elical_hf.serve.engine import question_of
     from elical_hf.serve.schema import RequestError
 

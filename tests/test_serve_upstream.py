@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.export import export_confidence_model
+from elical_hf.publishing.export import export_confidence_model
 from tests.conftest import save_tiny_base
 from tests.serving import cut, gated_model, running
 
@@ -141,7 +141,7 @@ def test_decisions_are_the_gates_and_answers_come_from_the_chat_engine(upstream)
     assert len(engines.chat_requests) == 2  # only the answered questions reached the chat engine
     asked = engines.chat_requests[0]
     assert asked["model"] == "gen" and asked["temperature"] == 0 and asked["max_tokens"] == 8
-    from elical_hf.prompts import QA_PROMPT
+    from elical_hf.settings.prompts import QA_PROMPT
 
     first = next(q for q, c in zip(QUESTIONS, confidences) if c >= threshold)
     assert asked["messages"] == [{"role": "user", "content": QA_PROMPT.format(question=first)}]  # as the head read it

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from elical_hf import DEFAULT_MODEL
-from elical_hf.bundled import load_bundled_questions
+from elical_hf.data.questions import load_bundled_questions
 from elical_hf.signals import (
     HFBackend,
     SamplingSettings,

@@ -7,7 +7,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from elical_hf.prompts import QA_PROMPT, render_prompt
+from elical_hf.settings.prompts import QA_PROMPT, render_prompt
 from elical_hf.signals import (
     SamplingSettings,
     apply_repetition_penalty,
@@ -248,7 +248,7 @@ def test_top_k_keeps_many_ties():
 
 def test_shared_prefix_gives_the_same_completions(model, tokenizer):
     from elical_hf.signals import complete_prompts
-    from elical_hf.prompts import MIN_SHARED_PREFIX, common_prefix_length
+    from elical_hf.settings.prompts import MIN_SHARED_PREFIX, common_prefix_length
     from elical_hf.signals.generation import build_prompt_ids, completion_settings
 
     demos = " ".join(f"question {i} who wrote hamlet ? 0.{i}" for i in range(12))  # a long shared few-shot prefix
@@ -282,7 +282,7 @@ def test_automatic_batch_size_follows_the_machine(monkeypatch):
 
 
 def test_shared_prefix_length_rule():
-    from elical_hf.prompts import MIN_SHARED_PREFIX, shared_prefix_length
+    from elical_hf.settings.prompts import MIN_SHARED_PREFIX, shared_prefix_length
 
     long = list(range(MIN_SHARED_PREFIX + 5))
     assert shared_prefix_length([long + [1], long + [2]]) == len(long)
@@ -333,8 +333,8 @@ def test_each_step_samples_from_the_distribution_transformers_generate_uses(mode
 def test_separate_prefix_attention_samples_what_the_repeated_prefix_samples(model, tokenizer, monkeypatch):
     """Sample rows (k per question) attend to one unrepeated prefix cache and give the answers, samples and
     log-probabilities of the prefix cache repeated for every row; the second batch reuses the first's prefix."""
-    import elical_hf.kv_prefix as kv_prefix
-    import elical_hf.prefix_attention as prefix_attention
+    import elical_hf.models.kv_prefix as kv_prefix
+    import elical_hf.models.prefix_attention as prefix_attention
     import elical_hf.signals.decoding as decoding
     from elical_hf.signals import generate_answers
 
@@ -380,7 +380,7 @@ def test_prompt_without_chat_template_keeps_the_tokenizers_bos(append_eos):
     """Prompts are tokenized with add_special_tokens=False; without a chat template the rendered text must carry the
     beginning-of-sequence token the tokenizer would add (a base Gemma answers '????' without it), never an appended
     end-of-sequence token, and never twice."""
-    from elical_hf.prompts import special_prefix
+    from elical_hf.settings.prompts import special_prefix
 
     tokenizer = _bos_tokenizer(append_eos)
     assert special_prefix(tokenizer) == "<bos>"

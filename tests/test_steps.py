@@ -10,7 +10,7 @@ import pytest
 
 from elical_hf import ConfidenceTrainingArguments, steps
 from elical_hf.cli import main as cli_main
-from elical_hf.evaluation import evaluate_table, paired_difference_over_draws, paired_differences
+from elical_hf.evaluation.tables import evaluate_table, paired_difference_over_draws, paired_differences
 from elical_hf.signals.records import load_records, read_records
 from tests.test_evaluation import write_records
 

@@ -10,7 +10,7 @@ import torch
 
 from elical_hf import AutoModelForConfidence
 from elical_hf.cli import main as cli_main
-from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 from tests.tiny import mark_trained
 
 

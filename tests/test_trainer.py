@@ -261,7 +261,7 @@ def test_resuming_head_only_calibration_keeps_lora_frozen(stage1, tmp_path):
 
 
 def test_train_stage_uses_a_given_dev_set(tiny_llama, tmp_path):
-    from elical_hf.recipe import train_stage
+    from elical_hf.training.recipe import train_stage
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     train, dev = make_rows(24, seed=1), make_rows(6, seed=2)
@@ -277,7 +277,7 @@ def test_activation_checkpointing_trains_the_same_lora_and_head(tiny_llama, tmp_
     """With checkpointing the backbone recomputes its activations in the backward pass and the batch's shared prompt
     prefix runs per row (no KV cache under checkpointing); without it the prefix runs once. Same weights after."""
     from elical_hf import ConfidenceConfig
-    from elical_hf.modeling import ForConfidenceMixin
+    from elical_hf.models.modeling import ForConfidenceMixin
 
     system = " ".join(["you are a helpful assistant who answers the question of the user"] * 4)  # >= 32 shared tokens
     rows, finals, paths = make_rows(12), [], []

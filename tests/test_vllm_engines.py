@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 
 from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
-from elical_hf.bundled import load_bundled_questions
-from elical_hf.default_model import resolve_model_path
+from elical_hf.data.questions import load_bundled_questions
+from elical_hf.models.default_model import resolve_model_path
 from elical_hf.demo import DEMO_CALIBRATED
-from elical_hf.export import EXPORT_CONFIG_NAME, export_prompt_ids
+from elical_hf.publishing.export import EXPORT_CONFIG_NAME, export_prompt_ids
 from tests.serving import cut, running
 from tests.vllm_server import classify, exported_demo_model, vllm_server, why_not_here
 
@@ -60,7 +60,7 @@ def test_vllm_serves_the_export_with_the_confidence_models_numbers(export, pooli
 def test_one_vllm_serves_the_base_and_several_confidence_adapters(export, tmp_path):
     """`--form base` served once with two `--form lora` adapters (vLLM's per-request classification LoRA): each
     adapter gives its confidence model's numbers, the base alone 0.5 (its `score` is zero)."""
-    from elical_hf.export import export_confidence_model
+    from elical_hf.publishing.export import export_confidence_model
     from tests.vllm_server import random_lora_model
 
     questions = [row["question"] for row in load_bundled_questions("nq", limit=16)]

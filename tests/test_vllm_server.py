@@ -14,7 +14,7 @@ import pytest
 
 from elical_hf import DEFAULT_MODEL
 from elical_hf.cli import main as cli_main
-from elical_hf.default_model import resolve_model_path
+from elical_hf.models.default_model import resolve_model_path
 from elical_hf.signals import HFBackend
 from elical_hf.signals.records import load_records
 from elical_hf.signals.runner import TIMING_FIELDS

@@ -21,7 +21,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from elical_hf import prompts
+from elical_hf.settings import prompts
 
 
 SPECIAL_TOKENS = ["<unk>", "<|im_start|>", "<|im_end|>"]
@@ -148,7 +148,7 @@ def mark_trained(folder) -> None:
     untrained heads) scores it in tests whose subject is something else."""
     import os
 
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 
     config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
     config.training_history = [{"stage": "calibration", "label_column": "correctness", "num_examples": 1}]

@@ -82,7 +82,7 @@ def exported_demo_model(folder: str, form: str = "merged") -> str:
     """The shipped two-stage demo model (SmolLM2-135M-Instruct, a decision threshold saved) exported into `folder`
     by `elical-hf export --form form`, in float32."""
     from elical_hf.demo import DEMO_CALIBRATED
-    from elical_hf.export import export_confidence_model
+    from elical_hf.publishing.export import export_confidence_model
 
     return export_confidence_model(DEMO_CALIBRATED, folder, form=form)
 

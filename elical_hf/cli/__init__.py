@@ -14,7 +14,7 @@ import importlib
 import os
 import sys
 
-from elical_hf.extras import MissingExtraError
+from elical_hf.utils.extras import MissingExtraError
 
 
 COMMANDS = {
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"elical-hf {command}: error: {user_message(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
-    from elical_hf.distributed import end_process_group
+    from elical_hf.utils.distributed import end_process_group
 
     end_process_group()  # after the command's objects are gone (see there)
     return status

@@ -22,7 +22,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None, complete=None) -> int:
-    from elical_hf.atomic import json_text
+    from elical_hf.utils.atomic import json_text
     from elical_hf.steps import score_baselines
 
     (options,) = make_parser().parse_with_config(argv)

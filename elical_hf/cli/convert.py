@@ -45,10 +45,10 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.configuration import ConfidenceConfig
-    from elical_hf.convert import convert_official
-    from elical_hf.files import check_output_extension, refuse_output_over_inputs
-    from elical_hf.prompts import REFERENCE_PROMPT_TAIL
+    from elical_hf.settings.configuration import ConfidenceConfig
+    from elical_hf.publishing.convert import convert_official
+    from elical_hf.utils.files import check_output_extension, refuse_output_over_inputs
+    from elical_hf.settings.prompts import REFERENCE_PROMPT_TAIL
 
     (options,) = make_parser().parse_with_config(argv)
     warn_token_on_command_line(argv)

@@ -13,8 +13,8 @@ def make_parser() -> ElicalArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from elical_hf.demo import run_demo
-    from elical_hf.evaluation import averages_to_markdown
-    from elical_hf.files import check_output_extension, refuse_output_over_inputs
+    from elical_hf.evaluation.tables import averages_to_markdown
+    from elical_hf.utils.files import check_output_extension, refuse_output_over_inputs
 
     (settings,) = make_parser().parse_with_config(argv)
     inputs = {"--records": settings.records, "--stage1_model": settings.stage1_model,

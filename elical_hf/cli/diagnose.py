@@ -19,7 +19,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.diagnosis import diagnosis_to_markdown
+    from elical_hf.evaluation.diagnosis import diagnosis_to_markdown
     from elical_hf.steps import diagnose
 
     (options,) = make_parser().parse_with_config(argv)

@@ -21,7 +21,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.evaluation import decision_table_to_markdown, table_to_markdown
+    from elical_hf.evaluation.tables import decision_table_to_markdown, table_to_markdown
     from elical_hf.steps import evaluate
 
     (options,) = make_parser().parse_with_config(argv)

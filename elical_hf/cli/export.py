@@ -27,11 +27,11 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.export import export_confidence_model
+    from elical_hf.publishing.export import export_confidence_model
 
     (options,) = make_parser().parse_with_config(argv)
     folder = export_confidence_model(options.model, options.output_dir, form=options.form,
                                      overwrite=options.overwrite_output_dir)
     print(f"Exported {options.model} ({options.form}) to {folder}: how to serve it and how to render its prompts "
-          f"(elical_hf.export.export_prompt_ids) are in {folder}/README.md.")
+          f"(elical_hf.publishing.export.export_prompt_ids) are in {folder}/README.md.")
     return 0

@@ -56,7 +56,7 @@ def slurm_workers(options: JudgeArguments) -> tuple[JudgeArguments, list[str]]:
 def main(argv: list[str] | None = None, complete=None) -> int:
     import sys
 
-    from elical_hf.atomic import json_text
+    from elical_hf.utils.atomic import json_text
     from elical_hf.steps import judge
 
     (options,) = make_parser().parse_with_config(argv)

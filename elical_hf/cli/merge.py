@@ -36,7 +36,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.files import check_output_extension, refuse_output_over_inputs
+    from elical_hf.utils.files import check_output_extension, refuse_output_over_inputs
     from elical_hf.signals.judge_runner import merge_judged
     from elical_hf.signals.records import JUDGED_MANIFEST_FORMAT
     from elical_hf.signals.runner import merge_samples

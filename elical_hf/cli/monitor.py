@@ -1,7 +1,7 @@
 """`elical-hf monitor`: do new questions still look like the ones the model's threshold was chosen on?
 
 Scores new, unlabelled questions (`--questions`) with a saved model and compares their confidences with the
-calibration rows' by the two-sample Kolmogorov-Smirnov test (`elical_hf.drift.confidence_drift`), each distinct
+calibration rows' by the two-sample Kolmogorov-Smirnov test (`elical_hf.evaluation.drift.confidence_drift`), each distinct
 question once on each side: the statistic, its p-value, its power against a shift of every confidence (`--shift`)
 and a plain verdict; with `--checks_per_period K`, what K scheduled checks risk together and the level that keeps
 them at the one given (Bonferroni). The calibration confidences are those `elical-hf threshold` saved in the model
@@ -13,7 +13,7 @@ when files differ), 0 otherwise.
 
 from __future__ import annotations
 
-from elical_hf.drift import POWER_DRAWS
+from elical_hf.evaluation.drift import POWER_DRAWS
 from elical_hf.steps.monitor import MonitorArguments
 
 from .parser import ElicalArgumentParser

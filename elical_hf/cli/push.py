@@ -60,7 +60,7 @@ def make_parser() -> ElicalArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from elical_hf.atomic import json_text
+    from elical_hf.utils.atomic import json_text
     from elical_hf.publishing.eval_results import EvalResultsSource
     from elical_hf.publishing.hub import push_folder, push_gate_space, push_honestybench, push_metric_space
 

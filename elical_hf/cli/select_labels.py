@@ -3,7 +3,7 @@
 Reads a pool of questions (records without labels are fine: only `question` is needed), scores them with the stage-1
 model, and writes the N chosen records to `--output` (`.parquet` or `.jsonl`). `--strategy random` (the default) is a
 seeded uniform sample; `quantile` stratifies across confidence quantiles and `uniform` across confidence values (see
-`elical_hf.label_selection`); random stays the default unless a stratified strategy is measured to calibrate better
+`elical_hf.evaluation.label_selection`); random stays the default unless a stratified strategy is measured to calibrate better
 (`docs/gate.md`).
 """
 
@@ -19,7 +19,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import json_text
+    from elical_hf.utils.atomic import json_text
     from elical_hf.steps import select_labels
 
     (options,) = make_parser().parse_with_config(argv)

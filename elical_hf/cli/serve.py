@@ -27,8 +27,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from elical_hf.arguments import ModelArguments, only
-from elical_hf.prompts import ABSTAIN_MESSAGE
+from elical_hf.steps.arguments import ModelArguments, only
+from elical_hf.settings.prompts import ABSTAIN_MESSAGE
 from elical_hf.serve import UNKNOWN_DOMAIN_CHOICES
 
 from .parser import ElicalArgumentParser
@@ -170,7 +170,7 @@ def build_engine(options: ServeArguments):
     from elical_hf.serve.engine import GateEngine
     from elical_hf.serve.retrieval import load_entry_point
 
-    from elical_hf.prompts import check_prompt_texts
+    from elical_hf.settings.prompts import check_prompt_texts
 
     name = options.served_model_name or default_served_name(options.model)
     # every reply carries them: one that is not text (bytes that were not UTF-8 on the command line) would fail them all
@@ -183,7 +183,7 @@ def build_engine(options: ServeArguments):
         backend = HFBackend(_causal_lm_of(options.model), dtype=options.dtype, device=options.device)
         return CompletionEngine(backend.model, backend.tokenizer, name, **common)
     from elical_hf import AutoModelForConfidence
-    from elical_hf.saved_model import find_saved_model
+    from elical_hf.models.saved_model import find_saved_model
 
     retriever = load_entry_point(options.retriever) if options.retriever else None  # before the model loads
     gate = {"threshold": options.threshold, "retrieve_threshold": options.retrieve_threshold, "retriever": retriever,
@@ -221,7 +221,7 @@ def build_engine(options: ServeArguments):
 def model_info(model, folder: str) -> dict:
     """What `/v1/models` and `/v1/confidence` say about the served confidence model: its base model (named as a
     served model is, never by its path) and its revision ([`~elical_hf.serve.confidence.saved_model_revision`])."""
-    from elical_hf.loading import unwrap_peft
+    from elical_hf.utils.loading import unwrap_peft
     from elical_hf.serve.confidence import saved_model_revision
 
     base = unwrap_peft(model).confidence_config.base_model_name_or_path
@@ -232,7 +232,7 @@ def default_served_name(model: str) -> str:
     """The name `model` is served under without --served_model_name: a Hub id as it is; a local folder by the Hub id
     it is a copy of (a Hub cache snapshot), else by its own name: never its path, which would tell every client
     where the model lies on this machine."""
-    from elical_hf.hub_ids import hub_id_of_local_copy
+    from elical_hf.models.hub_ids import hub_id_of_local_copy
 
     if not os.path.isdir(model):
         return model
@@ -258,7 +258,7 @@ def _causal_lm_of(model: str) -> str:
     """`model` itself, or the base model a saved confidence model names (its answers are the base model's)."""
     import os
 
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
 
     path = os.path.join(model, CONFIDENCE_CONFIG_NAME)
     if os.path.isfile(path):
@@ -270,7 +270,7 @@ def _causal_lm_of(model: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.extras import MissingExtraError, require_extra
+    from elical_hf.utils.extras import MissingExtraError, require_extra
 
     (options,) = make_parser().parse_with_config(argv)
     try:

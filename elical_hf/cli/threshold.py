@@ -37,7 +37,7 @@ def make_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.configuration import CONFIDENCE_CONFIG_NAME
+    from elical_hf.settings.configuration import CONFIDENCE_CONFIG_NAME
     from elical_hf.steps import threshold
 
     argv = list(sys.argv[1:] if argv is None else argv)

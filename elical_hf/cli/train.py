@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import sys
 
-from elical_hf.arguments import ModelArguments
+from elical_hf.steps.arguments import ModelArguments
 from elical_hf.steps.train import TrainArguments
-from elical_hf.training_options import ConfidenceTrainingOptions
+from elical_hf.settings.training_options import ConfidenceTrainingOptions
 
 from .parser import ElicalArgumentParser
 
@@ -37,7 +37,7 @@ left to the recipe's rule unless given."""
 def make_parser() -> ElicalArgumentParser:
     """The parser of a run: (`TrainArguments`, `ModelArguments`, `ConfidenceTrainingArguments`), every field of the
     last included (imports torch, as `transformers.TrainingArguments` does)."""
-    from elical_hf.training_args import ConfidenceTrainingArguments
+    from elical_hf.training.training_args import ConfidenceTrainingArguments
 
     return ElicalArgumentParser((TrainArguments, ModelArguments, ConfidenceTrainingArguments), prog="elical-hf train",
                                 description=__doc__, usage=USAGE, overrides=RUN_OVERRIDES)
@@ -45,7 +45,7 @@ def make_parser() -> ElicalArgumentParser:
 
 def make_help_parser() -> ElicalArgumentParser:
     """The parser `elical-hf train --help` prints, without torch: this command's options and EliCal's training options
-    ([`~elical_hf.training_options.ConfidenceTrainingOptions`]); `--help_all` prints [`make_parser`]'s."""
+    ([`~elical_hf.settings.training_options.ConfidenceTrainingOptions`]); `--help_all` prints [`make_parser`]'s."""
     parser = ElicalArgumentParser(
         (TrainArguments, ModelArguments, ConfidenceTrainingOptions), prog="elical-hf train", description=__doc__,
         usage=USAGE, epilog="Every option of transformers.TrainingArguments is accepted too (--learning_rate, "
@@ -58,7 +58,7 @@ def make_help_parser() -> ElicalArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from elical_hf.atomic import json_text
+    from elical_hf.utils.atomic import json_text
     from elical_hf.steps import train
 
     parser = make_parser()

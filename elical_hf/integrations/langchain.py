@@ -42,10 +42,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..configuration import chat_rule_broken
-from ..extras import require_extra
-from ..loading import unwrap_peft
-from ..prompts import ABSTAIN_MESSAGE
+from ..settings.configuration import chat_rule_broken
+from ..utils.extras import require_extra
+from ..utils.loading import unwrap_peft
+from ..settings.prompts import ABSTAIN_MESSAGE
 
 
 require_extra("langchain", "elical_hf.integrations.langchain")
@@ -118,7 +118,7 @@ def context_of(documents: Any, question: str) -> str | None:
     texts = [d if isinstance(d, str) else d.page_content for d in documents]
     context = "\n\n".join(text for text in texts if text.strip()) or None
     if context is not None:
-        from ..prompts import check_prompt_texts
+        from ..settings.prompts import check_prompt_texts
 
         check_prompt_texts([context], [f"the context the retriever returned for {question!r}"])
     return context
@@ -175,7 +175,7 @@ class ConfidenceGate(Runnable):
         elif retrieve_threshold is not None:
             check_threshold(retrieve_threshold, "retrieve_threshold")
         if isinstance(model, str):
-            from ..auto import AutoModelForConfidence
+            from ..models.auto import AutoModelForConfidence
 
             model = AutoModelForConfidence.from_pretrained(model)
         for name, value in (("retriever", retriever), ("abstain", abstain)):
@@ -203,7 +203,7 @@ class ConfidenceGate(Runnable):
         questions: dict[int, str] = {}
         domains: dict[int, str | None] = {}
         from ..gate import thresholds_for
-        from ..prompts import check_prompt_texts
+        from ..settings.prompts import check_prompt_texts
 
         for i, value in enumerate(inputs):
             try:

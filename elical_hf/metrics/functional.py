@@ -429,7 +429,7 @@ def bootstrap_indices(
     n: int, n_resamples: int, rng: np.random.Generator, calibration_fraction: float | None = None
 ) -> np.ndarray:
     """Row indices of `n_resamples` bootstrap resamples of `n` rows (drawn with replacement): the one resampling rule
-    of this library, used by [`bootstrap_ci`] and by `elical_hf.evaluation`.
+    of this library, used by [`bootstrap_ci`] and by `elical_hf.evaluation.tables`.
 
     With `calibration_fraction`, for a metric that chooses something on the first `k = int(calibration_fraction * n)`
     rows and scores the rest, as [`alignment`] does, the two parts are resampled separately: positions `:k` draw from

@@ -50,7 +50,7 @@ both hold, with probability at least `1 - delta`, at every threshold certified b
 threshold is chosen when it lies at or below `t_abstention`, and otherwise the result says what each family reached.
 
 The guarantees assume the calibration rows and the questions the model later sees are drawn from the same
-distribution (exchangeable, and never trained on); [`~elical_hf.drift`] tests the confidences of new questions against
+distribution (exchangeable, and never trained on); [`~elical_hf.evaluation.drift`] tests the confidences of new questions against
 the calibration set's.
 """
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..bundled import bundled_manifest
-from ..model_card import CITATION, PAPER_TITLE, PAPER_URL, templates_dir
-from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
+from ..data.questions import bundled_manifest
+from ..models.model_card import CITATION, PAPER_TITLE, PAPER_URL, templates_dir
+from ..settings.prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
 from ..signals.honestybench import HonestyBenchFiles, write_honestybench_files
 from ..signals.lexical_judge import CORRECTNESS_JUDGES
 from ..signals.openai_client import without_credentials

@@ -20,10 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-from ..hub_ids import validate_hub_repo_id
+from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+from ..models.hub_ids import validate_hub_repo_id
 from ..metrics import METRIC_NAMES
-from ..model_card import GENERATED_MARKER, ConfidenceModelCardData, EvaluationResult, card_metrics, render_model_card
+from ..models.model_card import GENERATED_MARKER, ConfidenceModelCardData, EvaluationResult, card_metrics, render_model_card
 
 
 __all__ = ["EVAL_RESULTS_FILE", "EvalResultsSource", "eval_result_entries", "read_results_row", "stage_card",
@@ -119,7 +119,7 @@ def read_results_row(path: str | os.PathLike, method: str | None = None) -> tupl
         method (`str`, *optional*): The row (a `--model` name of the evaluation); needed when it has several.
 
     Returns:
-        `tuple`: column (dataset or average) -> metrics ([`~elical_hf.model_card.card_metrics`]), and when the
+        `tuple`: column (dataset or average) -> metrics ([`~elical_hf.models.model_card.card_metrics`]), and when the
         report was written (ISO-8601, UTC).
 
     Raises:

@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..atomic import json_text, umask_permissions
-from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
-from ..drift import REFERENCE_NAME
-from ..files import links_leaving
-from ..hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
-from ..model_card import RELIABILITY_IMAGE
+from ..utils.atomic import json_text, umask_permissions
+from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig, backbone_signature
+from ..evaluation.drift import REFERENCE_NAME
+from ..utils.files import links_leaving
+from ..models.hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
+from ..models.model_card import RELIABILITY_IMAGE
 from .eval_results import EVAL_RESULTS_FILE, EvalResultsSource, stage_card
 from .local_paths import publish_no_local_paths, published_source  # noqa: F401 - published_source: re-exported
 from .metric_modules import METRIC_MODULES
@@ -99,8 +99,8 @@ def _check_named_base(folder: str, config: Mapping[str, Any], recorded: str | No
         return
     from transformers import AutoConfig
 
-    from ..default_model import resolve_model_path
-    from ..loading import load_pretrained
+    from ..models.default_model import resolve_model_path
+    from ..utils.loading import load_pretrained
 
     try:
         found = backbone_signature(load_pretrained(AutoConfig.from_pretrained, resolve_model_path(base)[0],

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..atomic import json_text
-from ..configuration import CONFIDENCE_CONFIG_NAME
-from ..drift import REFERENCE_NAME
-from ..hub_ids import is_hub_id
+from ..utils.atomic import json_text
+from ..settings.configuration import CONFIDENCE_CONFIG_NAME
+from ..evaluation.drift import REFERENCE_NAME
+from ..models.hub_ids import is_hub_id
 
 
 _WINDOWS_ABSOLUTE = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")

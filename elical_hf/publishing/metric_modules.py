@@ -20,7 +20,7 @@ import hashlib
 import os
 import sys
 
-from ..atomic import atomic_folder, cache_lock, json_text
+from ..utils.atomic import atomic_folder, cache_lock, json_text
 
 
 __all__ = [
@@ -125,8 +125,8 @@ def install_metrics(modules_cache: str | os.PathLike | None = None,
     the SHA-256 of them (64 hex digits, as evaluate's own cache entries), whose script is then made the newest copy
     of that metric in the cache (evaluate loads the newest): run it again after upgrading elical-hf or editing its
     metrics, and that version is the one loaded. Idempotent and safe to run in several processes at once: they take
-    turns ([`~elical_hf.atomic.cache_lock`]), each folder appears complete or not at all
-    ([`~elical_hf.atomic.atomic_folder`]), and a complete existing copy is kept.
+    turns ([`~elical_hf.utils.atomic.cache_lock`]), each folder appears complete or not at all
+    ([`~elical_hf.utils.atomic.atomic_folder`]), and a complete existing copy is kept.
 
     Args:
         modules_cache (`str` or `os.PathLike`, *optional*, defaults to `None`): evaluate's `HF_MODULES_CACHE`;

@@ -36,7 +36,7 @@ class CompletionEngine(Engine):
         super().__init__(tokenizer, model_name, context_length(model), max_tokens, batch_size, max_tokens_limit)
 
     def prepare(self, request: ChatCompletionRequest) -> Job:
-        from ..prompts import check_chat_template_kwargs
+        from ..settings.prompts import check_chat_template_kwargs
 
         job = super().prepare(request)
         for name in ("stream", "logprobs"):
@@ -59,8 +59,8 @@ class CompletionEngine(Engine):
 
     def render(self, job: Job) -> str:
         """The conversation in the chat template, with the request's `chat_template_kwargs` (default: thinking off
-        for a hybrid reasoning template, [`~elical_hf.prompts.chat_template_kwargs_for`])."""
-        from ..prompts import chat_template_kwargs_for
+        for a hybrid reasoning template, [`~elical_hf.settings.prompts.chat_template_kwargs_for`])."""
+        from ..settings.prompts import chat_template_kwargs_for
 
         if not getattr(self.tokenizer, "chat_template", None):
             return job.messages[0]["content"]

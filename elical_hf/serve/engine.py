@@ -29,8 +29,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..loading import unwrap_peft
-from ..prompts import ABSTAIN_MESSAGE
+from ..utils.loading import unwrap_peft
+from ..settings.prompts import ABSTAIN_MESSAGE
 from . import UNKNOWN_DOMAIN_CHOICES
 from .confidence import CONFIDENCE_SLICE_TOKENS, MAX_CONFIDENCE_TOKENS
 from .retrieval import MAX_CONCURRENT_RETRIEVALS, RetrieverPool, checked_retriever
@@ -179,11 +179,11 @@ class Engine:
 
 def question_of(messages: list[dict[str, str]], chat_context: str) -> tuple[list[dict[str, str]], int]:
     """The question a chat request asks the gate, as `([its user message], messages left out)`, by the model's
-    `chat_context` ([`~elical_hf.configuration.ConfidenceConfig`]): `"question"`, the last message, which must be the
+    `chat_context` ([`~elical_hf.settings.configuration.ConfidenceConfig`]): `"question"`, the last message, which must be the
     user's (a system prompt and earlier turns are left out: the confidence was trained on questions alone, and the
     answer it is about is the answer to the question as trained); `"refuse"`, a single user message only. A
     `RequestError` (400 `unsupported_messages`) otherwise."""
-    from ..configuration import chat_rule_broken
+    from ..settings.configuration import chat_rule_broken
 
     roles = [m["role"] for m in messages]
     broken = chat_rule_broken([role == "user" for role in roles], chat_context)

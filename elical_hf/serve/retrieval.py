@@ -116,7 +116,7 @@ def checked_retriever(engine: Any, settings: Any, errors: dict[str, RequestError
     timeout (not at all for a question whose clients all left, `gone`; from several threads at once), with its
     failures (an exception, a timeout, a context that is not text or too long for the model) kept per question in
     `errors` (answered with a 502 or 504) instead of failing the batch."""
-    from ..prompts import CONTEXT_QA_PROMPT, check_prompt_texts
+    from ..settings.prompts import CONTEXT_QA_PROMPT, check_prompt_texts
     from ..signals.generation import build_prompt_ids
 
     def retrieve(question: str) -> str | None:

@@ -234,8 +234,8 @@ def refuse_misplaced_fields(extra: dict[str, Any], fields: Any) -> None:
 def check_text(data: Any) -> None:
     """Refuse, with a `RequestError` naming the field (`messages.0.content`, `stop.1`), a string anywhere in a parsed
     JSON body (keys too) that is not text: one holding a lone surrogate (`"\\udcff"` in the JSON), which no tokenizer
-    reads ([`~elical_hf.prompts.check_prompt_texts`] says which character)."""
-    from ..prompts import check_prompt_texts
+    reads ([`~elical_hf.settings.prompts.check_prompt_texts`] says which character)."""
+    from ..settings.prompts import check_prompt_texts
 
     pending: list[tuple[str, Any]] = [("", data)]
     while pending:  # iterative: a deeply nested body cannot exhaust the stack

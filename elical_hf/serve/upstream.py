@@ -30,7 +30,7 @@ __all__ = ["RemoteConfidence", "UpstreamGateEngine"]
 
 def _clients(endpoint: str, *, timeout: float, max_retries: int, api_key: str | None) -> tuple[Any, Any]:
     """Two `openai` clients of one engine: at its OpenAI routes (`.../v1`) and at its root (vLLM's `/classify`)."""
-    from ..extras import require_extra
+    from ..utils.extras import require_extra
     from ..signals.openai_client import base_url
 
     (openai,) = require_extra("openai", "An upstream engine", ("openai",))
@@ -75,7 +75,7 @@ class RemoteConfidence:
 
     def __init__(self, export_dir: str, endpoint: str, served_model: str | None = None, *, timeout: float = 600,
                  max_retries: int = 4, api_key: str | None = None) -> None:
-        from ..export import load_export
+        from ..publishing.export import load_export
 
         self.confidence_config, self.tokenizer, form = load_export(export_dir)
         if form == "base":
@@ -91,7 +91,7 @@ class RemoteConfidence:
         endpoint for a failure or a reply that is not one probability per question."""
         import httpx
 
-        from ..encoding import encode_prompts
+        from ..data.encoding import encode_prompts
 
         if not questions:
             return []

@@ -1,11 +1,11 @@
 """Signals: answers sampled from the model and the judgements EliCal learns from (HonestyBench record schema).
 
-Every name below loads its module on first use (`elical_hf.lazy`): the judges and record readers need no torch.
+Every name below loads its module on first use (`elical_hf.utils.lazy`): the judges and record readers need no torch.
 """
 
 from typing import TYPE_CHECKING
 
-from ..lazy import lazy_attributes
+from ..utils.lazy import lazy_attributes
 
 
 _LAZY = {

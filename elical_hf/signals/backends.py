@@ -10,7 +10,7 @@ A backend has a `name` (the model id, for provenance), a `kind`, and two methods
 [`HFBackend`] also reads the model's distribution over the first reply token: `first_token_logprobs` (the LLM judges'
 `logprob` verdict) and `next_token_logprobs` (given token ids, after question prompts: the Option-Prob baseline).
 
-Both backends build prompts with the same [`~elical_hf.prompts.render_prompt`] and hand the model the same token ids,
+Both backends build prompts with the same [`~elical_hf.settings.prompts.render_prompt`] and hand the model the same token ids,
 so a question's prompt is identical whichever backend samples it. Their samples differ (different random streams).
 """
 
@@ -20,8 +20,8 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..default_model import resolve_model_path
-from ..precision import precision_report, resolve_dtype
+from ..models.default_model import resolve_model_path
+from ..settings.precision import precision_report, resolve_dtype
 from .decoding import context_length, cut_at_stop, sample_seed
 from .generation import (
     SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, first_token_logprobs, generate_answers,
@@ -58,13 +58,13 @@ class HFBackend:
 
     Args:
         model (`str` or [`~transformers.PreTrainedModel`]):
-            A Hub id or folder (resolved with [`~elical_hf.default_model.resolve_model_path`], so the embedded default
+            A Hub id or folder (resolved with [`~elical_hf.models.default_model.resolve_model_path`], so the embedded default
             model works offline), or a loaded model (then `tokenizer` is required).
         tokenizer ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Its tokenizer; loaded from the same place as the model when `model` is a string.
         dtype (`str` or `torch.dtype`, *optional*, defaults to `"auto"`):
             Weights dtype when loading: `"auto"` follows the precision policy
-            ([`~elical_hf.precision.resolve_dtype`]: bf16 only where it is native and faster, else float32 on a CPU).
+            ([`~elical_hf.settings.precision.resolve_dtype`]: bf16 only where it is native and faster, else float32 on a CPU).
         device (`str`, *optional*):
             Where to put a loaded model (`"cuda"`, `"cpu"`, ...); `None` keeps it where it is.
         revision (`str`, *optional*): Hub revision.
@@ -87,8 +87,8 @@ class HFBackend:
         if isinstance(model, str):
             from transformers import AutoConfig, AutoModelForCausalLM
 
-            from ..encoding import read_tokenizer
-            from ..loading import load_model, load_pretrained
+            from ..data.encoding import read_tokenizer
+            from ..utils.loading import load_model, load_pretrained
 
             path, self.weights_source = resolve_model_path(model, revision)
             self.name = model
@@ -216,7 +216,7 @@ class VLLMBackend:
     per question from the settings' seed (so a question's samples do not depend on the other questions).
 
     Args:
-        model (`str`): A Hub id or folder (resolved with [`~elical_hf.default_model.resolve_model_path`]).
+        model (`str`): A Hub id or folder (resolved with [`~elical_hf.models.default_model.resolve_model_path`]).
         revision (`str`, *optional*): Hub revision.
         dtype (`str`, *optional*): vLLM's `dtype` (e.g. `"bfloat16"`; default `"auto"`).
         tensor_parallel_size (`int`, *optional*): GPUs one model replica is split over (`vllm.LLM`'s own option,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..bundled import normalize_question
-from ..prompts import VERBAL_CONFIDENCE_PROMPT
+from ..data.questions import normalize_question
+from ..settings.prompts import VERBAL_CONFIDENCE_PROMPT
 from .lexical_judge import LEXICAL_SCORINGS, lexical_consistency, lexical_scores, response_text
 from .llm_judge import CompletionFn, call_completion
 from .option_probability import option_prob, records_needing_model

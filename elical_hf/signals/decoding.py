@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tqdm.auto import tqdm
 
-from ..kv_prefix import SharedPrefill, cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
-from ..prefix_attention import prefix_attention
-from ..prompts import shared_prefix_length
+from ..models.kv_prefix import SharedPrefill, cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
+from ..models.prefix_attention import prefix_attention
+from ..settings.prompts import shared_prefix_length
 
 
 if TYPE_CHECKING:
@@ -193,8 +193,8 @@ class Decoder:
     def _prefill(self, prompt_ids: list[list[int]]) -> SharedPrefill:
         """Left-padded prompts run through the model. With `share_prefix`, a token prefix common to every prompt
         (kept when >= `MIN_SHARED_PREFIX` tokens) is run once, and the rest of each prompt after it, padded between the
-        prefix and the rest ([`~elical_hf.kv_prefix.prefill_shared_prefix`]). Where the model supports it, the
-        prefix's cache is not repeated per row ([`~elical_hf.prefix_attention`]), and a prefix that the previous
+        prefix and the rest ([`~elical_hf.models.kv_prefix.prefill_shared_prefix`]). Where the model supports it, the
+        prefix's cache is not repeated per row ([`~elical_hf.models.prefix_attention`]), and a prefix that the previous
         batch ran (Verbal-10's demonstrations in every batch) is not run again."""
         shared = shared_prefix_length(prompt_ids) if self.share_prefix else 0
         reused = None

@@ -40,7 +40,7 @@ def default_model_path() -> str:
     saying how to get either when neither is there."""
     from huggingface_hub import snapshot_download
 
-    from ..default_model import hub_offline
+    from ..models.default_model import hub_offline
 
     try:
         folder = snapshot_download(HUB_MODEL_ID, local_files_only=hub_offline())
@@ -116,7 +116,7 @@ class EmbeddingJudge:
     def model(self) -> Any:
         """The `SentenceTransformer`, loaded on first access."""
         if self._model is None:
-            from ..extras import require_extra
+            from ..utils.extras import require_extra
 
             (sentence_transformers,) = require_extra("judges", "The embedding judge", ("sentence_transformers",))
             SentenceTransformer = sentence_transformers.SentenceTransformer

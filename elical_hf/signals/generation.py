@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..precision import AUTO, resolve_dtype
-from ..prompts import check_prompt_texts, render_prompt
+from ..settings.precision import AUTO, resolve_dtype
+from ..settings.prompts import check_prompt_texts, render_prompt
 from .decoding import Decoder, check_prompt_lengths, context_length, decode_all
 from .settings import SamplingSettings
 
@@ -23,7 +23,7 @@ from .settings import SamplingSettings
 def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None = "auto") -> torch.dtype | None:
     """Resolve `autocast_dtype` to a dtype or `None` (no autocast).
 
-    `"auto"` follows the precision policy ([`~elical_hf.precision.resolve_dtype`]): a float32 model autocasts to the
+    `"auto"` follows the precision policy ([`~elical_hf.settings.precision.resolve_dtype`]): a float32 model autocasts to the
     policy's dtype for its device when that is lower (bf16 on a CPU where bf16 is native and faster), and runs in its
     own dtype otherwise. An explicit dtype equal to the model's dtype also means no autocast.
     """
@@ -38,9 +38,9 @@ def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None 
 
 
 def render_prompts(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[str]:
-    """Each question's prompt text, rendered by [`~elical_hf.prompts.render_prompt`] (special tokens included); a
+    """Each question's prompt text, rendered by [`~elical_hf.settings.prompts.render_prompt`] (special tokens included); a
     question no tokenizer can read (an unpaired surrogate) is a `ValueError` naming its row
-    ([`~elical_hf.prompts.check_prompt_texts`])."""
+    ([`~elical_hf.settings.prompts.check_prompt_texts`])."""
     check_prompt_texts(questions, [f"question row {i}" for i in range(len(questions))])
     return [
         render_prompt(

@@ -18,7 +18,7 @@ from typing import Any
 
 from datasets import DatasetDict, Features, Value
 
-from ..files import path_component
+from ..utils.files import path_component
 from .records import check_unique_records, load_records, normalize_record, read_records, record_features
 from .records.layout import (
     HONESTYBENCH_REPO, PAPER_SPLITS, canonical_dataset, hinted_record_files, paper_split, parse_record_path,

@@ -11,7 +11,7 @@
   (multiple-choice records: the same option as the greedy answer), or `auto` (`option` for multiple-choice records;
   else `embedding` when its model is installed, else `lexical`; see [`resolve_consistency_judge`]).
 
-A run judges one format: multiple-choice records (with `choices`, [`~elical_hf.multiple_choice`]) and free-form ones
+A run judges one format: multiple-choice records (with `choices`, [`~elical_hf.settings.multiple_choice`]) and free-form ones
 are not mixed, the option judges take only the first and the lexical correctness judges (gold aliases) only the
 second. The LLM judges read both; on a multiple-choice record the correctness judge is told the gold option as
 `B. <its text>`.
@@ -23,7 +23,7 @@ import functools
 import logging
 from typing import Any
 
-from ..multiple_choice import check_one_format, gold_letter
+from ..settings.multiple_choice import check_one_format, gold_letter
 from .lexical_judge import CORRECTNESS_JUDGES, judge_correctness, lexical_consistency, lexical_judgement
 from .llm_judge import JUDGE_MAX_NEW_TOKENS, JUDGE_REPETITION_PENALTY, CompletionFn, judge_with_llm
 from .option_judge import OPTION_JUDGE, option_consistency, option_correctness
@@ -110,7 +110,7 @@ def make_llm_judge(judge_model: str | None = None, judge_endpoint: str | None = 
     ([`~elical_hf.signals.endpoint.ChatEndpoint`], with the bearer token in the environment variable
     `judge_api_key_env`, if any, and its request `judge_timeout` and `judge_max_retries` where given). Either has
     `name` (the judge model's: never the endpoint's URL), `complete` and `first_token_logprobs`."""
-    from ..default_model import DEFAULT_MODEL
+    from ..models.default_model import DEFAULT_MODEL
 
     if judge_endpoint is not None:
         from .endpoint import ChatEndpoint

@@ -168,7 +168,7 @@ def token_f1(prediction: str, answers: str | Iterable[str]) -> float:
 @lru_cache(maxsize=1)
 def _rouge_scorer():
     """One shared scorer (and its tokenizer): building them per call is the slow part of ROUGE on many pairs."""
-    from ..extras import require_extra
+    from ..utils.extras import require_extra
 
     require_extra("judges", "ROUGE-L with rouge-score (lexical_scoring='reference' needs nothing)", ("rouge_score",))
     from rouge_score import rouge_scorer, tokenizers

@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from ..prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
+from ..settings.prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
 from .lexical_judge import normalized_aliases, response_text, contains_run, reference_tokens
 from .reasoning import strip_thinking as remove_thinking, unfinished_thinking
 
@@ -282,9 +282,9 @@ def judge_with_llm(
     (`kind="consistency"`) judge.
 
     Correctness fills `greedy_correctness` and `sampling_correctness`: one call per answer (the greedy one and each
-    sample) with [`~elical_hf.prompts.CORRECTNESS_PROMPT`]. Consistency fills `consistency_judgement`, is each
+    sample) with [`~elical_hf.settings.prompts.CORRECTNESS_PROMPT`]. Consistency fills `consistency_judgement`, is each
     sampled answer semantically equivalent to the greedy one: one call per sample with
-    [`~elical_hf.prompts.SEMANTIC_CONSISTENCY_PROMPT`] (Consis-Sem is the mean of the list). All calls of all records
+    [`~elical_hf.settings.prompts.SEMANTIC_CONSISTENCY_PROMPT`] (Consis-Sem is the mean of the list). All calls of all records
     go to `complete` together (identical prompts once).
 
     Args:

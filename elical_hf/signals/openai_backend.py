@@ -34,7 +34,7 @@ import logging
 import os
 import re
 
-from ..default_model import resolve_model_path
+from ..models.default_model import resolve_model_path
 from .decoding import cut_at_stop, sample_seed
 from .generation import SamplingSettings, completion_settings, render_prompts
 from .openai_client import BadReply, OpenAIClient, parsed, sampling_extras
@@ -259,7 +259,7 @@ class OpenAIBackend:
 
 def _load_tokenizer(model: str, revision: str | None) -> Any:
     """`model`'s tokenizer (resolved as every model is: the embedded default offline), no remote code."""
-    from ..encoding import read_tokenizer
+    from ..data.encoding import read_tokenizer
 
     return read_tokenizer(resolve_model_path(model, revision)[0])
 

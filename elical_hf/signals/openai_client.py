@@ -87,7 +87,7 @@ def check_url(url: str, option: str = "--endpoint") -> None:
     credentials, and nothing of it at all when even the host cannot be told apart."""
     from urllib.parse import urlsplit
 
-    from ..extras import require_extra
+    from ..utils.extras import require_extra
 
     (httpx,) = require_extra("openai", "An OpenAI-compatible endpoint", ("httpx",))
 
@@ -282,7 +282,7 @@ class OpenAIClient:
     def _start(self) -> tuple[_LoopThread, Any]:
         with self._lock:
             if self._runner is None:
-                from ..extras import require_extra
+                from ..utils.extras import require_extra
 
                 (openai,) = require_extra("openai", "An OpenAI-compatible endpoint", ("openai",))
                 AsyncOpenAI = openai.AsyncOpenAI

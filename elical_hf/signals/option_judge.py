@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..multiple_choice import LETTERS, gold_letter, is_multiple_choice
+from ..settings.multiple_choice import LETTERS, gold_letter, is_multiple_choice
 
 
 __all__ = ["OPTION_JUDGE", "answer_choice", "option_consistency", "option_correctness", "option_mentions"]

@@ -1,6 +1,6 @@
 """Option-Prob: the training-free baseline of multiple-choice benchmarks, the probability of the option letters.
 
-The answering model reads a multiple-choice question ([`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`] filled with the
+The answering model reads a multiple-choice question ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] filled with the
 record's `question`, which holds its options, rendered in the chat template with the generation prompt, as the sampler
 renders it) and its distribution over the first reply token is read at the option letters (`A`..`D` for MMLU; as many
 letters as the record has `choices`). Every single-token spelling of a letter the tokenizer has (`"A"` and `" A"`)
@@ -20,8 +20,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..multiple_choice import LETTERS, check_one_format
-from ..prompts import MULTIPLE_CHOICE_PROMPT
+from ..settings.multiple_choice import LETTERS, check_one_format
+from ..settings.prompts import MULTIPLE_CHOICE_PROMPT
 from .settings import SamplingSettings
 
 
@@ -98,7 +98,7 @@ def option_confidence(probabilities: Sequence[float]) -> float:
 
 
 def option_settings() -> SamplingSettings:
-    """How Option-Prob renders a question by default: [`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`] in the model's
+    """How Option-Prob renders a question by default: [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] in the model's
     chat template with the generation prompt (thinking off for a hybrid reasoning template), as the sampler renders
     multiple-choice questions."""
     return SamplingSettings(prompt_template=MULTIPLE_CHOICE_PROMPT)
@@ -188,7 +188,7 @@ def option_prob(
     records with them are scored without a model.
 
     Args:
-        records (`list[dict]`): Multiple-choice records ([`~elical_hf.multiple_choice`]: `question` with its
+        records (`list[dict]`): Multiple-choice records ([`~elical_hf.settings.multiple_choice`]: `question` with its
             options, `choices`).
         backend ([`~elical_hf.signals.HFBackend`], *optional*): The answering model; needed only for records
             without `option_probabilities`.

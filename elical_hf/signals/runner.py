@@ -45,7 +45,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..prompts import chat_template_kwargs_for, check_prompt_texts
+from ..settings.prompts import chat_template_kwargs_for, check_prompt_texts
 from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, normalize_record, save_records

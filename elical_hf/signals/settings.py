@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..prompts import QA_PROMPT, check_chat_template_kwargs, prompt_template_problem
+from ..settings.prompts import QA_PROMPT, check_chat_template_kwargs, prompt_template_problem
 
 
 __all__ = ["SamplingSettings"]
@@ -55,13 +55,13 @@ class SamplingSettings:
         prompt_template (`str`, *optional*, defaults to `QA_PROMPT`):
             Template with a `{question}` field, filled with `str.format`.
         use_chat_template (`bool`, *optional*, defaults to `True`):
-            Wrap the prompt in the tokenizer's chat template (see [`~elical_hf.prompts.render_prompt`]).
+            Wrap the prompt in the tokenizer's chat template (see [`~elical_hf.settings.prompts.render_prompt`]).
         system_prompt (`str`, *optional*):
             System message; `None` keeps the template's default.
         chat_template_kwargs (`dict` or `str`, *optional*):
             Extra variables of the chat template (a JSON object on the command line, e.g. `'{"enable_thinking":
             true}'`). `None` (the default): thinking off for a hybrid reasoning template such as Qwen3's, nothing for
-            other templates ([`~elical_hf.prompts.chat_template_kwargs_for`]).
+            other templates ([`~elical_hf.settings.prompts.chat_template_kwargs_for`]).
         stop_strings (`list[str]`, *optional*, defaults to `[]`):
             A row stops as soon as its text contains one of these; the answer is cut at the first one.
     """

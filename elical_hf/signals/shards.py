@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..atomic import atomic_folder, atomic_write_json
+from ..utils.atomic import atomic_folder, atomic_write_json
 from .records import MANIFEST_NAME, read_records, save_records
 
 

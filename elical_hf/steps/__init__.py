@@ -20,7 +20,7 @@ records in memory.
 
 Every step takes its command's parsed options, as TRL's scripts take theirs: `step(args, *, <objects in memory>)`,
 `args` the command's `*Arguments` dataclass ([`train`]: [`TrainArguments`], [`~elical_hf.ConfidenceTrainingArguments`]
-and [`~elical_hf.arguments.ModelArguments`]; [`sample`]: [`SampleArguments`] and
+and [`~elical_hf.steps.arguments.ModelArguments`]; [`sample`]: [`SampleArguments`] and
 [`~elical_hf.signals.SamplingSettings`]), which Python callers build too (records in memory go in `args.records`).
 What they hold in memory goes beside it, as the Trainer takes a dataset beside its arguments: a backend, a completion
 function, confidences and label draws computed elsewhere. The commands read the environment (API keys, a Slurm

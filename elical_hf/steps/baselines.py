@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import LexicalScoringArguments, RecordArguments, only
-from ..default_model import DEFAULT_MODEL
-from ..files import check_output_extension, refuse_output_over_inputs
+from .arguments import LexicalScoringArguments, RecordArguments, only
+from ..models.default_model import DEFAULT_MODEL
+from ..utils.files import check_output_extension, refuse_output_over_inputs
 from .judge import Filled, fillable_records
 
 

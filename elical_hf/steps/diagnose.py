@@ -1,13 +1,13 @@
 """`elical-hf diagnose` as a step: will elicitation help? From judged records, whether stage 1's teacher (consistency)
-tracks correctness ([`~elical_hf.diagnosis.diagnose`])."""
+tracks correctness ([`~elical_hf.evaluation.diagnosis.diagnose`])."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import RecordArguments, only
-from ..files import check_output_extension, refuse_output_over_inputs
+from .arguments import RecordArguments, only
+from ..utils.files import check_output_extension, refuse_output_over_inputs
 
 
 __all__ = ["DiagnoseArguments", "diagnose"]
@@ -32,12 +32,12 @@ class DiagnoseArguments(only(RecordArguments, "records", "allow_incomplete")):
 def diagnose(args: DiagnoseArguments) -> dict[str, Any]:
     """
     Will elicitation help? The teacher's AUROC (consistency vs greedy correctness) per dataset and overall, with a
-    verdict each ([`~elical_hf.diagnosis.diagnose`], `args.bootstrap` resamples seeded by `args.seed`), from the
+    verdict each ([`~elical_hf.evaluation.diagnosis.diagnose`], `args.bootstrap` resamples seeded by `args.seed`), from the
     records of `args.records` (any records input; only those of `args.split` when given); also written as JSON to
     `args.output`.
     """
-    from ..atomic import atomic_write_json
-    from ..diagnosis import diagnose as diagnose_records
+    from ..utils.atomic import atomic_write_json
+    from ..evaluation.diagnosis import diagnose as diagnose_records
     from ..signals.records import load_records
 
     if args.output:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import RecordArguments, name_value_pairs
-from ..atomic import one_writer
-from ..files import check_output_extension, refuse_output_over_inputs
+from .arguments import RecordArguments, name_value_pairs
+from ..utils.atomic import one_writer
+from ..utils.files import check_output_extension, refuse_output_over_inputs
 from .probe_layers import ProbeSettings
 from .reporting import log_evaluation, reporting_integrations
 
@@ -42,20 +42,20 @@ class Evaluation:
     """What [`evaluate`] computed.
 
     Args:
-        table (`dict`): `table[method][column]` -> metrics ([`~elical_hf.evaluation.evaluate_table`]): the datasets,
+        table (`dict`): `table[method][column]` -> metrics ([`~elical_hf.evaluation.tables.evaluate_table`]): the datasets,
             then `"in-domain avg"` / `"OOD avg"`.
         correct (`list[int]`), datasets (`list[str]`), splits (`list[str]`): The test records' 0/1 greedy
             correctness, dataset and paper split, in the order every confidence list follows.
         confidences (`dict[str, list[float]]`): Every source of the table, by name.
         differences (`dict`): `"<a> − <b>"` -> column -> paired differences of the table's rows `a` and `b`
-            ([`~elical_hf.evaluation.paired_differences`]), for the `pairs` asked for.
+            ([`~elical_hf.evaluation.tables.paired_differences`]), for the `pairs` asked for.
         draw_differences (`dict`): `"<a> − <b>"` -> column -> differences averaged over draws, with the two-level
             bootstrap interval of that mean (draws resampled with replacement, then test rows:
-            [`~elical_hf.evaluation.paired_difference_over_draws`]), for the `draw_pairs` asked for.
+            [`~elical_hf.evaluation.tables.paired_difference_over_draws`]), for the `draw_pairs` asked for.
         label_curves (`dict`): column -> method -> number of labels -> `{"auroc", "auroc_ci", "draws"}` (AUROC in
             [0, 1]) for every source named `METHOD@N` (a table row, or the mean over the draws of `draws`).
         decisions (`dict`): What each model's saved `decision_threshold` does on these records
-            ([`~elical_hf.evaluation.decision_table`]); empty when no model has one.
+            ([`~elical_hf.evaluation.tables.decision_table`]); empty when no model has one.
         configs (`dict`): The `ConfidenceConfig` of each scored model.
     """
 
@@ -74,7 +74,7 @@ class Evaluation:
         self, column: str | None = None, intervals: bool = False, min_points: int = 1
     ) -> dict[str, dict[int, Any]]:
         """AUROC (in [0, 1]) against the number of labels in one column (default: `"in-domain avg"` when the table
-        has it, else its first column), as [`~elical_hf.plots.auroc_vs_labels_plot`] takes it: method -> N ->
+        has it, else its first column), as [`~elical_hf.evaluation.plots.auroc_vs_labels_plot`] takes it: method -> N ->
         AUROC, or `(auroc, low, high)` with `intervals`; methods with fewer than `min_points` budgets are left out."""
         if column is None:
             columns = list(next(iter(self.table.values())))
@@ -213,11 +213,11 @@ def _column_confidences(records: list[dict], name: str, column: str, where: str)
 def model_confidences(model: Any, rows: Sequence[Mapping[str, Any]], batch_size: int = 16,
                       progress: bool = True) -> list[float]:
     """A confidence model's confidence for each record, in order: a free-form question read with the model's saved
-    prompt, a multiple-choice one ([`~elical_hf.multiple_choice.is_multiple_choice`]) with the multiple-choice prompt
-    ([`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`], the rest of the saved prompt settings kept), as the paper reads
+    prompt, a multiple-choice one ([`~elical_hf.settings.multiple_choice.is_multiple_choice`]) with the multiple-choice prompt
+    ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`], the rest of the saved prompt settings kept), as the paper reads
     MMLU with a model trained on free-form questions."""
-    from ..multiple_choice import is_multiple_choice
-    from ..prompts import MULTIPLE_CHOICE_PROMPT
+    from ..settings.multiple_choice import is_multiple_choice
+    from ..settings.prompts import MULTIPLE_CHOICE_PROMPT
 
     out: list[float] = [math.nan] * len(rows)
     for template in (None, MULTIPLE_CHOICE_PROMPT):
@@ -234,9 +234,9 @@ def check_trained_model(path: str, what: str) -> None:
     """Refuse what is not a trained confidence model: a base model (no `confidence_config.json`: it would get a
     freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
     converted release)."""
-    from ..saved_model import find_saved_model
-    from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from ..model_card import ConfidenceModelCardData
+    from ..models.saved_model import find_saved_model
+    from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from ..models.model_card import ConfidenceModelCardData
 
     folder = find_saved_model(path)
     if folder is None:
@@ -260,7 +260,7 @@ def _budget(name: str) -> tuple[str, int] | None:
 def _label_curves(evaluation: Evaluation, draws: Mapping[str, Sequence[Sequence[float]]]) -> dict:
     """[`Evaluation.label_curves`]: the table's `METHOD@N` rows, and the mean over draws of each `METHOD@N` of
     `draws` (each draw scored on its own, without intervals)."""
-    from ..evaluation import evaluate_table
+    from ..evaluation.tables import evaluate_table
 
     curves: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     for name, row in evaluation.table.items():
@@ -356,7 +356,7 @@ def _evaluate(
     draw_pairs: Sequence[tuple[str, str]], say: Say,
 ) -> Evaluation:
     """[`evaluate`] without writing anything."""
-    from ..evaluation import decision_table, evaluate_table, paired_difference_over_draws, paired_differences
+    from ..evaluation.tables import decision_table, evaluate_table, paired_difference_over_draws, paired_differences
     from ..signals.baselines import BASELINES, compute_baselines
     from ..signals.records import check_records_match
 
@@ -394,8 +394,8 @@ def _evaluate(
             sources[name] = values
     configs, chosen_on = {}, {}
     if models:
-        from ..auto import AutoModelForConfidence
-        from ..saved_model import find_saved_model, threshold_rows
+        from ..models.auto import AutoModelForConfidence
+        from ..models.saved_model import find_saved_model, threshold_rows
 
         for name, path in models.items():
             model = AutoModelForConfidence.from_pretrained(path)
@@ -440,8 +440,8 @@ def write_evaluation(
     Returns:
         `dict[str, str]`: the paths written (`report`, `results`, ...).
     """
-    from ..atomic import atomic_write_json
-    from ..evaluation import averages_to_markdown, decision_table_to_markdown, write_report
+    from ..utils.atomic import atomic_write_json
+    from ..evaluation.tables import averages_to_markdown, decision_table_to_markdown, write_report
 
     if evaluation.decisions:  # the saved answer/abstain rules, applied to these test records
         notes += f"## Decisions at the saved thresholds\n\n{decision_table_to_markdown(evaluation.decisions)}\n"
@@ -482,8 +482,8 @@ def _check_output_dir(output_dir: str, overwrite: bool) -> None:
 
 
 def _update_model_cards(models: Mapping[str, str], evaluation: Evaluation, records: Any, say: Say) -> None:
-    from ..model_card import RELIABILITY_IMAGE, record_folder_evaluations
-    from ..plots import reliability_diagram
+    from ..models.model_card import RELIABILITY_IMAGE, record_folder_evaluations
+    from ..evaluation.plots import reliability_diagram
 
     for name, path in models.items():
         if not os.path.isdir(path):

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arguments import LexicalScoringArguments, RecordArguments, ShardArguments, api_key_env_help, only
-from ..default_model import DEFAULT_MODEL
-from ..files import refuse_output_over_inputs
+from .arguments import LexicalScoringArguments, RecordArguments, ShardArguments, api_key_env_help, only
+from ..models.default_model import DEFAULT_MODEL
+from ..utils.files import refuse_output_over_inputs
 
 
 __all__ = ["CONSISTENCY_CHOICES", "CORRECTNESS_CHOICES", "Filled", "JudgeArguments", "fillable_records", "judge",
@@ -199,7 +199,7 @@ def judge(args: JudgeArguments, *, complete: Any = None, first_token_logprobs: A
     folder) is a folder (no extension; `manifest.json` and `shards/`, as `elical-hf sample` writes) or a `.jsonl` /
     `.parquet` file (written atomically at the end, its shards staged meanwhile in the hidden folder
     `.<name>.judge-parts` beside it; a rerun removes the temporary file a killed final write left beside it,
-    [`~elical_hf.atomic.stale_temporaries`]), held with its one-writer lock. With `args.num_workers` N (a folder
+    [`~elical_hf.utils.atomic.stale_temporaries`]), held with its one-writer lock. With `args.num_workers` N (a folder
     `output` each), only the records of worker `args.worker_index` (a hash of their id) are judged; `elical-hf merge`
     combines the workers' folders. `None` for either is 1 worker (`elical-hf judge` takes them from a Slurm array).
 
@@ -238,7 +238,7 @@ def judge(args: JudgeArguments, *, complete: Any = None, first_token_logprobs: A
                "complete": complete, "first_token_logprobs": first_token_logprobs}
     if output is None:
         return Filled(rows, apply_judges(rows, **options))
-    from ..atomic import one_writer, stale_temporaries
+    from ..utils.atomic import one_writer, stale_temporaries
     from ..signals.judge_runner import judge_records
     from ..signals.records import save_records
 

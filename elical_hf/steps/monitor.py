@@ -1,5 +1,5 @@
 """`elical-hf monitor` as a step, which watches a model in use: do new questions' confidences still look like the
-calibration set's? ([`~elical_hf.drift.confidence_drift`])"""
+calibration set's? ([`~elical_hf.evaluation.drift.confidence_drift`])"""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import QuestionArguments, RecordArguments, only
-from ..drift import DRIFT_SHIFT, DRIFT_SIGNIFICANCE
-from ..files import check_output_extension, refuse_output_over_inputs
+from .arguments import QuestionArguments, RecordArguments, only
+from ..evaluation.drift import DRIFT_SHIFT, DRIFT_SIGNIFICANCE
+from ..utils.files import check_output_extension, refuse_output_over_inputs
 from .threshold import HELD_OUT_SPLIT
 
 
@@ -59,25 +59,25 @@ class MonitorArguments(only(RecordArguments, "allow_incomplete", "batch_size"), 
 def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Score new, unlabelled questions with a saved model and test whether their confidences look like those of the
-    rows its threshold was chosen on ([`~elical_hf.drift.confidence_drift`]), whose guarantee assumes they do. Each
+    rows its threshold was chosen on ([`~elical_hf.evaluation.drift.confidence_drift`]), whose guarantee assumes they do. Each
     distinct question counts once on each side (a served log asks many again), and is scored once, with the prompt
     `threshold` used ([`~elical_hf.steps.evaluate.model_confidences`]: multiple-choice rows with their own).
 
     The reference is the confidences `elical-hf threshold` saved in the model folder
-    ([`~elical_hf.drift.load_reference`], with `question_ids` naming its repeated rows; a reference saved without
+    ([`~elical_hf.evaluation.drift.load_reference`], with `question_ids` naming its repeated rows; a reference saved without
     them counts every row), or, with `args.reference`, those of its `args.split` records scored again.
 
     Returns:
-        `dict`: what [`~elical_hf.drift.confidence_drift`] returns, plus `model`, `questions`, `reference` (where the
+        `dict`: what [`~elical_hf.evaluation.drift.confidence_drift`] returns, plus `model`, `questions`, `reference` (where the
         reference came from), `threshold` (the saved decision threshold, `None` without one), `answered_reference` /
         `answered_new` (the share of each set's distinct questions at or above it) and `schedule`
-        ([`~elical_hf.drift.scheduled_checks`] for `args.checks_per_period`, `None` for one check).
+        ([`~elical_hf.evaluation.drift.scheduled_checks`] for `args.checks_per_period`, `None` for one check).
     """
-    from ..atomic import atomic_write_json
-    from ..auto import AutoModelForConfidence
-    from ..drift import confidence_drift, distinct_confidences, first_rows, load_reference, scheduled_checks
-    from ..plots import confidence_drift_plot
-    from ..saved_model import find_saved_model
+    from ..utils.atomic import atomic_write_json
+    from ..models.auto import AutoModelForConfidence
+    from ..evaluation.drift import confidence_drift, distinct_confidences, first_rows, load_reference, scheduled_checks
+    from ..evaluation.plots import confidence_drift_plot
+    from ..models.saved_model import find_saved_model
     from ..signals.records import load_records
     from .evaluate import check_trained_model, model_confidences
     from .sample import load_questions

@@ -2,9 +2,9 @@
 
 [`probe_layers`] cross-validates a linear probe on every layer's last-prompt-token state of a labelled pool, for the
 correctness target and the label-free consistency target, and recommends a layer (`elical-hf probe-layers`).
-[`probe_confidences`] trains the probes of [`~elical_hf.probes.PROBES`] on the train records at one layer and scores
+[`probe_confidences`] trains the probes of [`~elical_hf.evaluation.probes.PROBES`] on the train records at one layer and scores
 questions with them ([`~elical_hf.steps.evaluate`] with `probes`). Both read features through
-[`~elical_hf.layer_cache.cache_layer_features`].
+[`~elical_hf.training.layer_cache.cache_layer_features`].
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import RecordArguments
-from ..files import check_output_extension, refuse_output_over_inputs
-from ..loading import unwrap_peft
+from .arguments import RecordArguments
+from ..utils.files import check_output_extension, refuse_output_over_inputs
+from ..utils.loading import unwrap_peft
 
 
 __all__ = ["ProbeLayersArguments", "ProbeSettings", "feature_model", "probe_confidences", "probe_layers",
@@ -34,8 +34,8 @@ PLOT_NAME = "auroc_vs_layer.png"
 def feature_model(model: str) -> Any:
     """The confidence model whose features the probes read: a base model's frozen states (`use_lora=False`: no
     adapter changes them), or a saved confidence model as saved (its LoRA is part of its features)."""
-    from ..auto import AutoModelForConfidence
-    from ..saved_model import find_saved_model
+    from ..models.auto import AutoModelForConfidence
+    from ..models.saved_model import find_saved_model
 
     if find_saved_model(model) is not None:
         return AutoModelForConfidence.from_pretrained(model)
@@ -43,7 +43,7 @@ def feature_model(model: str) -> Any:
 
 
 def _backbone_layers(model: Any) -> int:
-    from ..feature_layer import num_layers
+    from ..models.feature_layer import num_layers
 
     inner = unwrap_peft(model)
     return num_layers(getattr(inner, inner.base_model_prefix))
@@ -62,7 +62,7 @@ def _cache_folder(cache_dir: str | None) -> Iterator[str]:
 def probe_name(kind: str, layer: int, num_labels: int | str | None = None) -> str:
     """How reports name a probe: `SEP-L18`, `P(IK)-L18@100` (`@N`: the labels it was trained on, which puts it on
     the AUROC-against-labels curves)."""
-    from ..probes import PROBES
+    from ..evaluation.probes import PROBES
 
     name = f"{PROBES[kind].paper_name}-L{layer}"
     return f"{name}@{num_labels}" if PROBES[kind].supervised and num_labels is not None else name
@@ -111,7 +111,7 @@ def probe_layers(args: ProbeLayersArguments, *, say: Callable[[str], None] | Non
     """
     Which layer to read: the cross-validated AUROC of a logistic probe on each layer's last-prompt-token state, for
     the correctness target (greedy correctness) and the label-free consistency target (the stage-1 target), against
-    greedy correctness, with 95% bootstrap intervals ([`~elical_hf.probes.layer_curve`]).
+    greedy correctness, with 95% bootstrap intervals ([`~elical_hf.evaluation.probes.layer_curve`]).
 
     The pool is the `args.split` records of `args.records` (any records input; never a test split for a layer you
     then evaluate) with a judged greedy answer. The final layer is always probed besides `args.layers` (all when
@@ -120,13 +120,13 @@ def probe_layers(args: ProbeLayersArguments, *, say: Callable[[str], None] | Non
     `say` is where progress lines go (default: the log).
 
     Returns:
-        `dict`: the curve of [`~elical_hf.probes.layer_curve`] plus `model`, `split`, `targets` and `skipped` (pool
+        `dict`: the curve of [`~elical_hf.evaluation.probes.layer_curve`] plus `model`, `split`, `targets` and `skipped` (pool
         records without a judged greedy answer), and `paths` of what was written.
     """
-    from ..atomic import atomic_write_json, one_writer
-    from ..layer_cache import cache_layer_features, resolve_layers
-    from ..plots import auroc_vs_layer_plot
-    from ..probes import check_folds, layer_curve
+    from ..utils.atomic import atomic_write_json, one_writer
+    from ..training.layer_cache import cache_layer_features, resolve_layers
+    from ..evaluation.plots import auroc_vs_layer_plot
+    from ..evaluation.probes import check_folds, layer_curve
     from ..signals.records import JUDGE_OPTIONS, check_records_match, judged_records
 
     say = say or logger.info
@@ -199,7 +199,7 @@ class ProbeSettings:
 
     Args:
         model (`str`): The model whose features they read ([`feature_model`]): the records' model.
-        probes (`list[str]`): Names of [`~elical_hf.probes.PROBES`].
+        probes (`list[str]`): Names of [`~elical_hf.evaluation.probes.PROBES`].
         layer (`int`, *optional*, defaults to -1): The layer they read (negative from the end; -1: the final one).
         num_labels (`int`, *optional*): Correctness labels of the supervised probes, a seeded draw of the train
             records (`take_labels`, as `elical-hf train` and `calibrate_head` draw them); `None`: all.
@@ -217,7 +217,7 @@ class ProbeSettings:
     split: str = "train"
 
     def __post_init__(self) -> None:
-        from ..probes import PROBES
+        from ..evaluation.probes import PROBES
 
         unknown = [name for name in self.probes if name not in PROBES]
         if unknown or not self.probes:
@@ -251,9 +251,9 @@ def probe_confidences(
     Returns:
         `dict[str, list[float]]`: [`probe_name`] -> one confidence per question.
     """
-    from ..layer_cache import cache_layer_features, resolve_layers
-    from ..probes import PROBES, train_probe
-    from ..recipe import take_labels
+    from ..training.layer_cache import cache_layer_features, resolve_layers
+    from ..evaluation.probes import PROBES, train_probe
+    from ..training.recipe import take_labels
     from ..signals.records import check_records_match
 
     say = say or logger.info

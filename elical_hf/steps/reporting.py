@@ -59,10 +59,10 @@ def reporting_integrations(report_to: str | Sequence[str] | None) -> list[str]:
 
 
 def results_table(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> tuple[list[str], list[list[Any]]]:
-    """An evaluation table ([`~elical_hf.evaluation.evaluate_table`], x100) as columns and rows: one row per method
+    """An evaluation table ([`~elical_hf.evaluation.tables.evaluate_table`], x100) as columns and rows: one row per method
     and dataset (or average), with its records, accuracy, AUROC, ECE and alignment and their 95% intervals (empty
     without bootstrap); undefined metrics are `None`."""
-    from ..evaluation import TABLE_METRICS
+    from ..evaluation.tables import TABLE_METRICS
 
     columns = ["method", "dataset", "n", "accuracy"]
     for metric in TABLE_METRICS:
@@ -112,7 +112,7 @@ def log_evaluation(
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from ..evaluation import TABLE_METRICS
+    from ..evaluation.tables import TABLE_METRICS
 
     say = say or logger.info
     settings = {"output_dir": output_dir, "project": project}

