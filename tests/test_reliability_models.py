@@ -19,7 +19,7 @@ from elical_hf.cli import main as cli_main
 from elical_hf.signals.records import save_records
 from tests.conftest import save_tiny_base
 from tests.reliability import case
-from tests.test_reliability_round2 import records_of
+from tests.test_reliability_records_and_settings import records_of
 from tests.test_reliability_silent import judged_records
 from tests.tiny import mark_trained, perturbed_confidence_model
 

@@ -20,8 +20,8 @@ from elical_hf import AutoModelForConfidence
 from elical_hf.utils.loading import unwrap_peft
 from tests.reliability import case
 from tests.serving import running
-from tests.test_reliability_round3_gate import gate_setup  # noqa: F401 - the fixture
-from tests.test_reliability_round3_serve import served_app
+from tests.test_reliability_endpoints import gate_setup  # noqa: F401 - the fixture
+from tests.test_reliability_serve_isolation import served_app
 from tests.test_serve_confidence import QUESTIONS
 
 

@@ -112,7 +112,7 @@ def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(
     from elical_hf.cli.sample import load_questions
     from elical_hf.signals import load_honestybench
     from elical_hf.signals.records import save_records
-    from tests.test_reliability_round2 import records_of
+    from tests.test_reliability_records_and_settings import records_of
 
     path = save_records(records_of("m", split="train"), tmp_path / "rec_jtrain.jsonl")
     loaded = load_honestybench(path, progress=False, cache_dir=str(tmp_path / "cache"))
@@ -132,7 +132,7 @@ def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(
       "got 'one'.` / `Field 'num_samples' mixes value types across records: record 3 (id 'nq-1') holds 'one' (str), "
       "record 0 holds 2 (int)` (was `ArrowInvalid: Could not convert 'one'`)")
 def test_text_in_an_integer_field_names_the_record(tmp_path, capsys):
-    from tests.test_reliability_round2 import records_of
+    from tests.test_reliability_records_and_settings import records_of
 
     for field, line in (("num_generated_tokens", "line 4 (id 'nq-1'): `num_generated_tokens` must be an integer, "
                                                  "got 'one'."),

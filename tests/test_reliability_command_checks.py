@@ -18,7 +18,7 @@ from elical_hf.cli import main as cli_main
 from elical_hf.signals.records import save_records
 from tests.hub_server import hub  # noqa: F401 - the fixture
 from tests.reliability import case
-from tests.test_reliability_round2 import records_of
+from tests.test_reliability_records_and_settings import records_of
 
 
 def _no_work(*args, **kwargs):

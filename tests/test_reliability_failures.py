@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from tests.reliability import case
-from tests.test_reliability_round3_gate import GATE_QUESTIONS, gate_setup  # noqa: F401 - the fixture
+from tests.test_reliability_endpoints import GATE_QUESTIONS, gate_setup  # noqa: F401 - the fixture
 
 
 def saved_tiny_model(tmp_path, tiny_llama):
