@@ -131,7 +131,7 @@ def draw(result: dict, path: str) -> None:
             ax.text(0.5, y[floor], f"{floor} ({data['rooms'].get(floor, 0)} modules)", ha="center", va="center",
                     fontsize=9)
         for i, arrow in enumerate(data["arrows"]):
-            x = 1.05 + 0.9 * (i % 12) / 12
+            x = 1.05 + 0.95 * i / max(len(data["arrows"]), 1)  # one column per pair of floors
             ax.annotate("", xy=(x, y[arrow["to"]]), xytext=(x, y[arrow["from"]]),
                         arrowprops={"arrowstyle": "->", "lw": 0.5 + arrow["imports"] / 15,
                                     "color": "#c0392b" if arrow["upward"] else "#34495e"})

@@ -385,17 +385,12 @@ def write_model_card(model: Any, folder: str | os.PathLike) -> str:
     return os.path.join(folder, "README.md")
 
 
-def write_folder_card(folder: str | os.PathLike, model_id: str | None = None) -> str:
-    """Re-render the card of a saved model folder from its files (`confidence_config.json`, `adapter_config.json`,
-    the evaluations of its current card, `reliability.png`), for the Hub id `model_id` when given."""
-    atomic_write_text(os.path.join(folder, "README.md"), folder_card_text(folder, model_id))
-    return os.path.join(folder, "README.md")
-
-
 def folder_card_text(folder: str | os.PathLike, model_id: str | None = None,
                      config: ConfidenceConfig | None = None) -> str:
-    """The card [`write_folder_card`] writes, as text; with `config`, the card of the folder once its
-    `confidence_config.json` is `config` (written with it in one update, [`~elical_hf.models.saved_model`])."""
+    """The card of a saved model folder re-rendered from its files (`confidence_config.json`, `adapter_config.json`,
+    the evaluations of its current card, `reliability.png`), for the Hub id `model_id` when given; with `config`, the
+    card of the folder once its `confidence_config.json` is `config` (written with it in one update,
+    [`~elical_hf.models.saved_model`])."""
     if config is None:
         config = ConfidenceConfig.from_json_file(os.path.join(folder, CONFIDENCE_CONFIG_NAME))
     card_data = ConfidenceModelCardData.from_folder(folder)
