@@ -118,6 +118,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "judged with `has_answer_squad`; the default re-judges them with the paper's rule.",
     )
     parser.add_argument(
+        "--lora_baseline_head_init", default="normal", choices=["normal", "torch_default"],
+        help="How LoRA + head Cal-Only's fresh head is drawn (default: the package's, as the committed runs); the "
+        "head-only Cal-Only-head is always drawn as the reference's (BASELINE_HEAD_INIT).",
+    )
+    parser.add_argument(
         "--feature_layer", type=int, default=None,
         help="Hidden state the head reads in every trained run (an index of `hidden_states`, negative from the end; "
         "default: the final layer, the paper's). Scoring and training stop after it; LoRA goes on blocks up to it.",
@@ -170,7 +175,9 @@ def check_settings(args: argparse.Namespace) -> None:
     if os.path.exists(path):
         with open(path, encoding="utf-8") as handle:
             stored = json.load(handle)
-        changed = sorted(key for key in set(stored) | set(current) if stored.get(key) != current.get(key))
+        defaults = vars(parse_args([]))  # an option added since the folder was made counts at its default there
+        changed = sorted(key for key in set(stored) | set(current)
+                         if stored.get(key, defaults.get(key)) != current.get(key, defaults.get(key)))
         if changed:
             raise SystemExit(
                 f"{args.output_dir} holds results made with other settings ({', '.join(changed)} differ); "
@@ -477,7 +484,7 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
             if method == "EliCal":
                 model = AutoModelForConfidence.from_pretrained(eli_dir, is_trainable=True)
             else:
-                model = fresh(seed)
+                model = fresh_model(args, seed, head_init=args.lora_baseline_head_init)
             folder = os.path.join(runs.models, name.lower().replace("@", "-").replace("~", "-seed"))
             model, trainer = lora_calibration(args, model, labels, folder, seed)
             runs.save(name, score(model), started, labels=len(labels), seed=seed, **training_summary(trainer))

@@ -6,8 +6,6 @@
         --output_dir outputs/layer16-lora --records docs/results/honestybench-smollm2-135m --feature_layer 16 \
         --steps train --calibration lora --label_budgets 100 1000 --seeded_budgets 100 1000 \
         --lora_methods EliCal Cal-Only
-    # the comparison
-    python experiments/layer_lora_check.py --runs outputs/layer16-lora/runs --output_dir docs/results/layers
 
 Each run of `--runs` (`reproduce_paper.py`'s `runs/<name>.json`: test confidences in the committed test order; or a
 `lora_layer_runs.json` this script wrote, the runs' confidences as committed) is paired with the run of the same name
@@ -15,14 +13,23 @@ in `--confidences` (the committed `confidences.json`, the final layer): the same
 the layer the head reads (and that LoRA stops at) differs. Reported, AUROC x100 as the mean per-dataset AUROC in domain
 and out of domain:
 - each run at both layers and their difference (this layer − final);
-- the method against its baseline at this layer, EliCal@n − Cal-Only@n (the paper's few-label claim);
+- the method against its baseline at this layer, EliCal@n − Cal-Only@n (the paper's few-label claim), and against
+  `--baseline_runs`, Cal-Only drawn with another head init at this layer (`reproduce_paper.py
+  --lora_baseline_head_init torch_default`: is the baseline handicapped by its init here?);
 each difference the mean over seeds with its two-level bootstrap interval (seeds, then test questions, resampled:
 `evaluation.paired_difference_over_draws`), at 95% and at the Bonferroni level of every cell the table shows read
 together (`1 - 0.05 / cells`). Writes `lora_layer.json`, `lora_layer.md` and `lora_layer_runs.json` (the runs'
 per-question confidences, so the tables recompute without training):
 
+    # Cal-Only@100 at layer 16 with the reference's head init, then the comparison
+    HF_HUB_OFFLINE=1 ELICAL_HF_CPU_BF16=0 python examples/reproduce_paper.py --output_dir outputs/layer16-lora-fair \
+        --records docs/results/honestybench-smollm2-135m --feature_layer 16 --steps train --calibration lora \
+        --label_budgets 100 --seeded_budgets 100 --lora_methods Cal-Only --lora_baseline_head_init torch_default
+    python experiments/layer_lora_check.py --runs outputs/layer16-lora/runs \
+        --baseline_runs outputs/layer16-lora-fair/runs --output_dir docs/results/layers
+    # the tables again from the committed confidences alone
     python experiments/layer_lora_check.py --runs docs/results/layers/lora_layer_runs.json \
-        --output_dir docs/results/layers --bootstrap 10000
+        --output_dir docs/results/layers
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bootstrap", type=int, default=10000,
                         help="Resamples of the paired intervals (the corrected level's tails need many).")
     parser.add_argument("--seed", type=int, default=42, help="Seed of the resamples.")
+    parser.add_argument("--baseline_runs", default=None,
+                        help="More Cal-Only runs at this layer with another fresh head (reproduce_paper.py "
+                        "--lora_baseline_head_init): compared with EliCal at this layer too, as Cal-Only/<init>.")
+    parser.add_argument("--baseline_init", default="torch_default", help="The head init of --baseline_runs.")
     return parser.parse_args(argv)
 
 
@@ -60,16 +71,26 @@ def methods_of(names: list[str]) -> dict[str, list[str]]:
 
 
 def contrasts_of(groups: dict[str, list[str]]) -> list[tuple[str, str]]:
-    """`(EliCal@n, Cal-Only@n)` for each budget both methods ran with the same seeds."""
-    return [(method, method.replace("EliCal@", "Cal-Only@")) for method in groups if method.startswith("EliCal@")
-            and [n.replace("EliCal@", "Cal-Only@") for n in groups[method]] == groups.get(
-                method.replace("EliCal@", "Cal-Only@"))]
+    """`(EliCal@n, Cal-Only...@n)` for each budget and each Cal-Only (`Cal-Only@n`, `Cal-Only/<init>@n`) that ran with
+    the same seeds as EliCal."""
+    def seeds(method: str) -> list[str]:
+        return [name.removeprefix(method) for name in groups[method]]
+
+    return [(method, other) for method in groups if method.startswith("EliCal@") for other in groups
+            if other.startswith("Cal-Only") and other.split("@")[1] == method.split("@")[1]
+            and seeds(other) == seeds(method)]
 
 
-def cells_of(groups: dict[str, list[str]]) -> int:
-    """How many differences the report shows (each run's and each contrast's, in domain and OOD): the family the
-    Bonferroni level corrects for."""
-    return len(COLUMNS) * (len(groups) + len(contrasts_of(groups)))
+def cells_of(groups: dict[str, list[str]], paired: int) -> int:
+    """How many differences the report shows (each of the `paired` runs' against the final layer and each contrast's,
+    in domain and OOD): the family the Bonferroni level corrects for."""
+    return len(COLUMNS) * (paired + len(contrasts_of(groups)))
+
+
+def baseline_name(name: str, init: str) -> str:
+    """`Cal-Only@100~43` of the --baseline_runs as `Cal-Only/<init>@100~43`."""
+    method, _, rest = name.partition("@")
+    return f"{method}/{init}@{rest}"
 
 
 def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: int, seed: int) -> dict[str, Any]:
@@ -81,11 +102,12 @@ def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: 
 
     correct, datasets = committed["correct"], committed["datasets"]
     splits = ["in_domain_test" if d in IN_DOMAIN_DATASETS else "ood_test" for d in datasets]
-    missing = sorted(set(runs) - set(committed["confidences"]))
+    missing = sorted(name for name in set(runs) - set(committed["confidences"]) if "/" not in name.split("@")[0])
     if missing:
         raise SystemExit(f"The final layer has no run named {', '.join(missing)} to pair with.")
     groups = methods_of(list(runs))
-    level = 1 - 0.05 / cells_of(groups)
+    paired = [method for method in groups if all(n in committed["confidences"] for n in groups[method])]
+    level = 1 - 0.05 / cells_of(groups, len(paired))
 
     def difference(a: list[list[float]], b: list[list[float]]) -> dict[str, dict[str, Any]]:
         wide = paired_difference_over_draws(correct, datasets, splits, a, b, bootstrap, seed, level=level)
@@ -105,14 +127,15 @@ def compare(runs: dict[str, list[float]], committed: dict[str, Any], bootstrap: 
         return [committed["confidences"][n] for n in groups[method]]
 
     rows = []
-    for method in groups:
+    for method in paired:
         diff = difference(here(method), final(method))
         rows.append({"method": method, "seeds": len(groups[method]), **{column: {
             "layer": mean_auroc(here(method), column), "final": mean_auroc(final(method), column), **diff[column]}
             for column in COLUMNS}})
     contrasts = [{"pair": f"{a} − {b}", "seeds": len(groups[a]), "layer": difference(here(a), here(b)),
-                  "final": difference(final(a), final(b))} for a, b in contrasts_of(groups)]
-    return {"level": level, "cells": cells_of(groups), "rows": rows, "contrasts": contrasts}
+                  "final": difference(final(a), final(b)) if b in paired else None}
+                 for a, b in contrasts_of(groups)]
+    return {"level": level, "cells": cells_of(groups, len(paired)), "rows": rows, "contrasts": contrasts}
 
 
 def load_runs(path: str, ids: list[str]) -> dict[str, list[float]]:
@@ -160,9 +183,10 @@ def markdown(result: dict[str, Any]) -> str:
     for contrast in result["contrasts"]:
         cells = []
         for column in COLUMNS:
-            at, last = contrast["layer"][column], contrast["final"][column]
+            at = contrast["layer"][column]
+            last = contrast["final"] and contrast["final"][column]
             cells += [f"{at['difference']:+.1f} {interval(at)}", interval(at, "corrected_interval"),
-                      f"{last['difference']:+.1f} {interval(last)}"]
+                      f"{last['difference']:+.1f} {interval(last)}" if last else "–"]
         lines.append(f"| {contrast['pair']} ({contrast['seeds']}) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -174,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.confidences, encoding="utf-8") as handle:
         committed = json.load(handle)
     runs = load_runs(args.runs, committed["ids"])
+    if args.baseline_runs:
+        runs.update({baseline_name(name, args.baseline_init): values
+                     for name, values in load_runs(args.baseline_runs, committed["ids"]).items()})
     result = {"layer": args.layer, "bootstrap": args.bootstrap, "seed": args.seed,
               **compare(runs, committed, args.bootstrap, args.seed)}
     os.makedirs(args.output_dir, exist_ok=True)

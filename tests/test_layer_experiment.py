@@ -255,6 +255,18 @@ def test_layer_lora_check_pairs_runs_by_name(tmp_path):
         assert contrast["final"][column]["difference"] == pytest.approx(
             rows["EliCal@100"][column]["final"] - rows["Cal-Only@100"][column]["final"], abs=1e-6)
     assert "EliCal@100 − Cal-Only@100 (1)" in (out / "lora_layer.md").read_text()
+    # Cal-Only with another head init at this layer: a second contrast, with no final-layer counterpart
+    fair = tmp_path / "fair"
+    fair.mkdir()
+    (fair / "Cal-Only@100.json").write_text(json.dumps({"name": "Cal-Only@100", "confidences": flipped,
+                                                       "test_ids": committed["ids"]}))
+    assert check.main(["--runs", str(runs), "--baseline_runs", str(fair), "--output_dir", str(tmp_path / "fair_out"),
+                       "--bootstrap", "50"]) == 0
+    both = json.loads((tmp_path / "fair_out" / "lora_layer.json").read_text())
+    assert both["cells"] == 2 * (3 + 2) and [c["pair"] for c in both["contrasts"]] == [
+        "EliCal@100 − Cal-Only/torch_default@100", "EliCal@100 − Cal-Only@100"]
+    [fair_contrast] = [c for c in both["contrasts"] if "torch_default" in c["pair"]]
+    assert fair_contrast["final"] is None and fair_contrast["layer"]["in-domain avg"]["difference"] == 0
     assert check.methods_of(["A@1~44", "A@1", "A@1~43", "B@2"]) == {"A@1": ["A@1", "A@1~43", "A@1~44"], "B@2": ["B@2"]}
     again = tmp_path / "again"
     assert check.main(["--runs", str(out / "lora_layer_runs.json"), "--output_dir", str(again), "--bootstrap", "50"]) == 0
@@ -266,15 +278,24 @@ def test_layer_lora_check_pairs_runs_by_name(tmp_path):
 
 
 def test_the_lora_layer_table_in_the_docs_is_the_committed_result():
-    """docs/results.md's LoRA + head at layer 16 table is `docs/results/layers/lora_layer.json`, number for number."""
+    """docs/results.md's LoRA + head at layer 16 tables are `docs/results/layers/lora_layer.json` as the script writes
+    them, and each run's AUROC recomputes from the committed per-question confidences (`lora_layer_runs.json`)."""
+    from elical_hf.data.questions import IN_DOMAIN_DATASETS
+    from elical_hf.evaluation.tables import evaluate_table
+
+    check = load_experiment("layer_lora_check")
     result, text = _committed_and_docs("lora_layer.json")
-    assert result["layer"] == 16 and len(result["rows"]) == 5
+    assert result["layer"] == 16 and len(result["rows"]) == 5 and len(result["contrasts"]) == 3
+    assert check.markdown(result).replace("−", "-") in text
+    with open(check.COMMITTED, encoding="utf-8") as handle:
+        committed = json.load(handle)
+    runs = check.load_runs(os.path.join(os.path.dirname(check.COMMITTED), "layers", "lora_layer_runs.json"),
+                           committed["ids"])
+    splits = ["in_domain_test" if d in IN_DOMAIN_DATASETS else "ood_test" for d in committed["datasets"]]
+    groups = check.methods_of(list(runs))
     for row in result["rows"]:
-        cells = []
+        table = evaluate_table(committed["correct"], committed["datasets"], splits,
+                               {name: runs[name] for name in groups[row["method"]]})
         for column in ("in-domain avg", "OOD avg"):
-            value = row[column]
-            low, high = value["interval"]
-            cells += [f"{value['layer']:.1f}", f"{value['final']:.1f}",
-                      f"{value['difference']:+.1f} [{low:+.1f}, {high:+.1f}]",
-                      ", ".join(f"{x:+.1f}" for x in value["per_seed"])]
-        assert f"| {row['method']} | " + " | ".join(cells) + " |" in text
+            assert row[column]["layer"] == pytest.approx(sum(t[column]["auroc"] for t in table.values()) / len(table))
+
