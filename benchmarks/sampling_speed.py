@@ -13,6 +13,12 @@ settings should give the same distribution), and the share of the measured fp32 
 
     python benchmarks/sampling_speed.py                       # k = 5 and 20, 16 questions, 24 new tokens
     python benchmarks/sampling_speed.py --num_samples 5 --questions 8
+    python benchmarks/sampling_speed.py --repeats 3 --profile # medians of 3 interleaved runs; where a step's time goes
+
+`--repeats N` runs ours and HF batched `generate` N times each, interleaved, and reports the median of each and of
+their per-repeat ratios. `--profile` runs our sampler once more under `torch.profiler` and splits its wall time: the
+matmuls of the projections and MLP (with the LM head), attention, logits processing and sampling, cache and row
+bookkeeping (cat, index, copy), other operators, and the rest, Python and allocation between operators.
 """
 
 from __future__ import annotations
@@ -182,6 +188,55 @@ def flop_share(model, tokenizer, questions, settings, result, gflops: float) -> 
     return flops / result["seconds"] / 1e9 / gflops
 
 
+def interleaved(model, tokenizer, questions, settings, repeats: int) -> tuple[dict, dict, list[float]]:
+    """Ours and HF batched `generate`, `repeats` times each in turn: each with its median seconds, and the ratios of
+    their speeds per repeat."""
+    ours, hf = [], []
+    for _ in range(repeats):
+        ours.append(run_ours(model, tokenizer, questions, settings))
+        hf.append(run_hf(model, tokenizer, questions, settings, per_sample=False))
+    ratios = [(a["tokens"] / a["seconds"]) / (b["tokens"] / b["seconds"]) for a, b in zip(ours, hf)]
+
+    def median_run(runs: list[dict]) -> dict:
+        return {**runs[0], "seconds": statistics.median(r["seconds"] for r in runs)}
+
+    return median_run(ours), median_run(hf), ratios
+
+
+PROFILE_GROUPS = {
+    "matmuls (projections, MLP, LM head)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul",
+                                             "aten::_mkldnn", "mkldnn"),
+    "attention": ("scaled_dot_product", "attention", "aten::_flash", "aten::baddbmm"),
+    "logits processing and sampling": ("softmax", "topk", "sort", "cumsum", "searchsorted", "aten::rand", "argmax",
+                                       "gather", "masked_fill", "multinomial", "aten::div", "log_softmax"),
+    "cache and row bookkeeping": ("aten::cat", "aten::index", "aten::copy_", "aten::repeat", "aten::slice",
+                                  "index_select", "aten::clone", "aten::contiguous", "aten::narrow"),
+}
+
+
+def profile_ours(model, tokenizer, questions, settings) -> None:
+    """Our sampler once under `torch.profiler`: the wall time split by operator group (self CPU time of each
+    operator, a group by the first name fragment it matches), the rest being Python and allocation between them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        run_ours(model, tokenizer, questions, settings)
+        wall = time.perf_counter() - start
+    groups = dict.fromkeys([*PROFILE_GROUPS, "other operators"], 0.0)
+    for event in prof.key_averages():
+        name = event.key
+        group = next((g for g, parts in PROFILE_GROUPS.items() if any(p in name for p in parts)), "other operators")
+        groups[group] += event.self_cpu_time_total / 1e6
+    # the profiler's own overhead inflates the wall time a little: shares are of the profiled run
+    rows = [[group, round(seconds, 2), f"{seconds / wall:.0%}"] for group, seconds in groups.items()]
+    rest = wall - sum(groups.values())
+    rows.append(["Python and allocation between operators (the rest)", round(rest, 2), f"{rest / wall:.0%}"])
+    print(f"k={settings.num_samples}: where our sampler's time goes ({wall:.1f} s profiled, batches of "
+          f"{settings.batch_size} questions):")
+    print_table(["part", "seconds", "share"], rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
@@ -190,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loop_questions", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=24)
     parser.add_argument("--batch_size", type=int, default=None, help="questions per batch; default: automatic")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of ours and HF batched (medians)")
+    parser.add_argument("--profile", action="store_true", help="profile one run of our sampler (torch.profiler)")
     parser.add_argument("--length_seeds", type=int, default=0,
                         help="also compare sample lengths, ours vs HF batched, over this many fresh seeds (paired by "
                              "question); 0: skip")
@@ -209,12 +266,17 @@ def main(argv: list[str] | None = None) -> None:
         batch = args.batch_size or auto_batch_size(k + 1)
         settings = SamplingSettings(num_samples=k, max_new_tokens=args.max_new_tokens, batch_size=batch)
         run_ours(model, tokenizer, questions[:2], settings)  # warm-up
-        ours = run_ours(model, tokenizer, questions, settings)
+        ours, batched, ratios = interleaved(model, tokenizer, questions, settings, args.repeats)
+        if args.repeats > 1:
+            print(f"k={k}: ours / HF batched over {args.repeats} interleaved runs: "
+                  f"{', '.join(f'{r:.2f}' for r in ratios)}; median {statistics.median(ratios):.2f}x "
+                  f"(the table's rows use the median seconds of each)")
+        if args.profile:
+            profile_ours(model, tokenizer, questions, settings)
         with repeated_prefix():
             repeated = run_ours(model, tokenizer, questions, settings)
         with concatenating_cache():
             concat = run_ours(model, tokenizer, questions, settings)
-        batched = run_hf(model, tokenizer, questions, settings, per_sample=False)
         results = {"ours": ours, "repeated": repeated, "concat": concat, "hf": batched}
         if args.loop_questions:
             results["loop"] = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)

@@ -10,7 +10,7 @@ from huggingface_hub import ModelCard
 
 from elical_hf import AutoModelForConfidence, ConfidenceTrainer, ConfidenceTrainingArguments
 from elical_hf.training.callbacks import ConfidenceCardCallback
-from elical_hf.models.model_card import GENERATED_MARKER, ConfidenceModelCardData, get_card_data, write_folder_card
+from elical_hf.models.model_card import GENERATED_MARKER, ConfidenceModelCardData, folder_card_text, get_card_data
 from tests.test_trainer import make_rows
 
 
@@ -68,7 +68,7 @@ def test_trainer_fills_the_card_across_both_stages(tiny_llama, tmp_path):
     assert "| 2 | Calibration" in card.text and "on 8 correctness-labelled questions" in card.text
     assert "reliability.png" not in card.text
     (second / "reliability.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    write_folder_card(second, model_id="alice/honest-tiny")
+    (second / "README.md").write_text(folder_card_text(second, model_id="alice/honest-tiny"))  # re-rendered
     card = ModelCard.load(second / "README.md")
     assert "![Reliability diagram" in card.text and 'from_pretrained("alice/honest-tiny")' in card.text
 
