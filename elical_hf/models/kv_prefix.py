@@ -185,8 +185,10 @@ class ReservedLayer(DynamicLayer):
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        length = self.keys.shape[-2]
-        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+        # `index_select` copies whole rows; advanced indexing (`buffer[indices]`) was 3x slower on bf16 CPU buffers
+        length, indices = self.keys.shape[-2], indices.to(self._key_buffer.device)
+        self._key_buffer = self._key_buffer.index_select(0, indices)
+        self._value_buffer = self._value_buffer.index_select(0, indices)
         self._view(length)
 
     def batch_repeat_interleave(self, repeats: int) -> None:

@@ -102,7 +102,9 @@ def shared_prefix_attention(
     flat = grouped.transpose(0, 1).reshape(kv_heads, batch * group * length, dim)
     prefix_scores = torch.matmul(flat, prefix_keys.transpose(-1, -2)) * scale  # one matmul for all rows
     prefix_scores = prefix_scores.view(kv_heads, batch, group * length, size).transpose(0, 1)
-    own_scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale
+    # the rows' cached keys as the left operand, in their own layout: `grouped @ key^T` copied every layer's keys,
+    # transposed, at every decoding step (a view of the reserved buffer is not a plain transpose for the bf16 kernel)
+    own_scores = torch.matmul(key, grouped.transpose(-1, -2)).transpose(-1, -2) * scale
     if attention_mask is not None:
         mask = attention_mask[:, :, :, -own:]
         own_scores = (own_scores.view(batch, kv_heads, group, length, own) + mask[:, :, None]).flatten(2, 3)
