@@ -1,7 +1,8 @@
 """The main job: wall time and peak memory of `elical-hf demo` (what `make demo` runs), on this CPU.
 
 The demo runs in a child process; its wall time, peak RSS and its own step timings (`run.json`) are printed with the
-machine header, with the child's resident memory read from `/proc` every 0.2 s: its highest value in each step, and
+machine header, with the resident memory of the child and of every process it starts read from `/proc` every 0.2 s,
+added up: its highest value in each step, and
 a plot of it over time (`rss.png` in the output folder). Targets: <= 3 minutes and <= 1.5 GB peak on 2 cores,
 whichever CPU.
 
@@ -33,6 +34,22 @@ def rss_mib(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def tree_rss_mib(pid: int) -> float | None:
+    """Resident memory of a process and every process below it (the demo runs its live step in a spawned one), in
+    MiB; shared pages count once per process, so this can only over-state the machine's use."""
+    own = rss_mib(pid)
+    if own is None:
+        return None
+    children = []
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="utf-8") as handle:
+                children += [int(c) for c in handle.read().split()]
+        except OSError:
+            continue
+    return own + sum(tree_rss_mib(c) or 0.0 for c in children)
 
 
 def step_peaks(trace: list[tuple[float, float]], timings: dict[str, float], wall: float, seconds: float
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def poll() -> None:
         while child.poll() is None:
-            mib = rss_mib(child.pid)
+            mib = tree_rss_mib(child.pid)
             if mib is not None:
                 trace.append((time.perf_counter() - start, mib))
             time.sleep(0.2)
@@ -97,13 +114,15 @@ def main(argv: list[str] | None = None) -> None:
         run = json.load(handle)
     bounds, peaks = step_peaks(trace, run["timings"], seconds, run["seconds"])
     rows = [[name, run["timings"].get(name, round(high - low, 1)), round(peaks[name])] for name, low, high in bounds]
-    rows.append(["whole demo (wall, incl. start-up)", round(seconds, 1), round(peak_rss_mib(True))])
+    peak = max([peak_rss_mib(True), *(m for _, m in trace)])
+    rows.append(["whole demo (wall, incl. start-up)", round(seconds, 1), round(peak)])
     print(f"\n{run['headline']}\n")
-    print_table(["step", "seconds", "highest RSS (MiB; last row: the child's peak, ru_maxrss)"], rows)
+    print_table(["step", "seconds", "highest RSS of the demo's processes together (MiB; last row: with the largest "
+                 "one's ru_maxrss)"], rows)
     if trace:
         plot_trace(trace, bounds, os.path.join(out, "rss.png"))
     print(f"\nTargets: <= 180 s: {'met' if seconds <= 180 else 'NOT met'} ({seconds:.0f} s); peak <= 1536 MiB: "
-          f"{'met' if peak_rss_mib(True) <= 1536 else 'NOT met'}. Output and rss.png: {out}")
+          f"{'met' if peak <= 1536 else 'NOT met'}. Output and rss.png: {out}")
 
 
 if __name__ == "__main__":
