@@ -181,8 +181,8 @@ def run_stage1_live(settings: DemoSettings, records: list[dict], output_dir: str
 
 def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models_dir: str) -> dict[str, Any]:
     """Eli-Only, and EliCal / Cal-Only (head only, on cached features) for every budget and label draw
-    ([`~elical_hf.training.head_calibration.label_budget_sweep`]); the first draw of the headline budget is saved as models
-    `elical` and `cal-only`."""
+    ([`~elical_hf.training.head_calibration.label_budget_sweep`]); the first draw of the headline budget is saved as
+    models `elical` and `cal-only`."""
     import torch
     from transformers import set_seed
 

@@ -6,7 +6,8 @@ of the **unadapted** base model for the questions it answers: the LoRA is switch
 `disable_adapter()` does), so the answers are exactly the base model's, gated. The answer prompt is the library's
 sampler's ([`~elical_hf.signals.SamplingSettings`]' default: the paper's QA prompt in the chat template), decoded by
 the sampler's own loop ([`~elical_hf.signals.decoding.Decoder`]). A `retrieve` callback lets a RAG system fetch
-context for the questions in the retrieve band; they are then answered with [`~elical_hf.settings.prompts.CONTEXT_QA_PROMPT`].
+context for the questions in the retrieve band; they are then answered with
+[`~elical_hf.settings.prompts.CONTEXT_QA_PROMPT`].
 
 Two modes, chosen by the model:
 
@@ -206,8 +207,8 @@ class BaseLanguageModel(nn.Module):
     A confidence model's backbone with its LM head: the causal LM the gate's answers are decoded from. It calls the
     backbone as it is (switch the LoRA off with [`base_model_only`]) and keeps the last position's hidden state at
     the model's feature layer from its latest call (`last_feature_state`, read by a hook while every block runs:
-    [`~elical_hf.models.feature_layer.last_position_states`]), which is the confidence head's input right after a left-padded
-    prefill.
+    [`~elical_hf.models.feature_layer.last_position_states`]), which is the confidence head's input right after a
+    left-padded prefill.
 
     Args:
         model ([`ForConfidenceMixin`]): The confidence model (not its PEFT wrapper).

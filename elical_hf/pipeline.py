@@ -15,8 +15,8 @@
 
 Given a name, `pipeline()` first reads the `config.json` of the base model that the adapter names, with
 `transformers.AutoConfig`, before any code of this task runs. When the base model is the embedded default and neither
-the Hub nor its cache has it (see [`~elical_hf.models.default_model.resolve_model_path`]), that read fails: build the pipeline
-with [`ConfidenceEstimationPipeline.from_pretrained`] instead (or pass `pipeline()` a model loaded with
+the Hub nor its cache has it (see [`~elical_hf.models.default_model.resolve_model_path`]), that read fails: build the
+pipeline with [`ConfidenceEstimationPipeline.from_pretrained`] instead (or pass `pipeline()` a model loaded with
 [`AutoModelForConfidence`]), which loads the model first, from the same offline copy.
 """
 

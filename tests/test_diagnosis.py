@@ -73,3 +73,18 @@ def test_cli_prints_a_table_and_a_verdict_per_dataset(tmp_path, capsys):
     assert "| good | 60 | 20 |" in text and "inverted: consistency separates" in text and "overall:" in text
     assert json.loads(out.read_text())["datasets"]["good"]["verdict_key"] == "informative"
     assert cli_main(["diagnose", "--records", str(path), "--bootstrap", "0"]) == 2
+
+
+def test_split_is_a_paper_split_as_every_split_option_reads_it():
+    """`split` keeps the records of one paper split (NQ's own `test` file is `in_domain_test`, SQuAD's is `ood_test`),
+    as threshold and probe-layers read `--split`; a split word that is not a paper split is refused in one line."""
+    rows = [{**r, "dataset": "nq", "split": "test", "id": f"nq-test-{i}"} for i, r in enumerate(make_records(20))]
+    rows += [{**r, "dataset": "squad", "split": "test", "id": f"squad-{i}"} for i, r in enumerate(make_records(20, 1))]
+    report = diagnose(rows, bootstrap=50, split="in_domain_test")
+    assert set(report["datasets"]) == {"nq"} and report["overall"]["questions"] == 60
+    assert set(diagnose(rows, bootstrap=50, split="ood_test")["datasets"]) == {"squad"}
+    with pytest.raises(ValueError) as error:
+        diagnose(rows, bootstrap=50, split="test")
+    assert "\n" not in str(error.value) and "test" in str(error.value)
+    with pytest.raises(ValueError, match="No records left .*split=\\['train'\\].*splits: in_domain_test, ood_test"):
+        diagnose(rows, bootstrap=50, split="train")

@@ -69,3 +69,23 @@ def test_select_labels_command(tiny_llama, tmp_path, raise_user_errors):
         cli_main(["select-labels", str(tmp_path / "stage1"), "--records", str(tmp_path / "pool.jsonl"),
                   "--output", str(tmp_path / "x.jsonl"), "--num_labels", "99"])
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_select_labels_split_is_a_paper_split(tiny_llama, tmp_path, raise_user_errors):
+    """`--split in_domain_test` keeps an in-domain dataset's own test records (as threshold reads `--split`); a split
+    the pool does not have is one line naming those it has; the chosen records are written as stored."""
+    from elical_hf.signals.records import load_records, save_records
+
+    AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
+    mark_trained(tmp_path / "stage1")
+    pool = [{"question": f"who wrote play {i}", "answer": ["x"], "dataset": "nq", "split": "test",
+             "model": tiny_llama} for i in range(12)]
+    pool += [{"question": f"who painted {i}", "answer": ["y"], "dataset": "nq", "split": "train", "model": tiny_llama}
+             for i in range(12)]
+    save_records(pool, tmp_path / "pool.jsonl")
+    command = ["select-labels", str(tmp_path / "stage1"), "--records", str(tmp_path / "pool.jsonl"), "--num_labels", "5"]
+    assert cli_main([*command, "--output", str(tmp_path / "chosen.jsonl"), "--split", "in_domain_test"]) == 0
+    chosen = load_records(tmp_path / "chosen.jsonl", derive=False).to_list()
+    assert len(chosen) == 5 and all(r["split"] == "test" and "paper_split" not in r for r in chosen)
+    with pytest.raises(ValueError, match="no record of the paper split 'ood_test' \\(it has in_domain_test, train\\)"):
+        cli_main([*command, "--output", str(tmp_path / "other.jsonl"), "--split", "ood_test"])

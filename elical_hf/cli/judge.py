@@ -4,9 +4,9 @@ Correctness: `has_answer` (the paper's reference string match), `has_answer_squa
 against the gold aliases), `llm` (the paper's judge prompt) or `option` (multiple-choice records: the option the
 answer commits to against the gold letter).
 Consistency: `lexical` (ROUGE-L F >= `--lexical_threshold`), `embedding` (all-MiniLM-L6-v2 cosine, offline), `llm`
-(the paper's semantic-equivalence prompt) or `option` (multiple choice: the greedy answer's option). LLM judges run `--judge_model` (default: the embedded SmolLM2), or any
-OpenAI-compatible endpoint with `--judge_endpoint URL` (e.g. `elical-hf serve MODEL --mode completion`). Records are
-read from a jsonl/parquet file or a folder of them.
+(the paper's semantic-equivalence prompt) or `option` (multiple choice: the greedy answer's option). LLM judges run
+`--judge_model` (default: the embedded SmolLM2), or any OpenAI-compatible endpoint with `--judge_endpoint URL` (e.g.
+`elical-hf serve MODEL --mode completion`). Records are read from a jsonl/parquet file or a folder of them.
 
 Judging is resumable, like `elical-hf sample`: records are judged `--shard_size` at a time into shards with a
 manifest (the judge settings, a fingerprint of the records). Killed at any point, the same command run again judges

@@ -1,10 +1,10 @@
 """`elical-hf monitor`: do new questions still look like the ones the model's threshold was chosen on?
 
 Scores new, unlabelled questions (`--questions`) with a saved model and compares their confidences with the
-calibration rows' by the two-sample Kolmogorov-Smirnov test (`elical_hf.evaluation.drift.confidence_drift`), each distinct
-question once on each side: the statistic, its p-value, its power against a shift of every confidence (`--shift`)
-and a plain verdict; with `--checks_per_period K`, what K scheduled checks risk together and the level that keeps
-them at the one given (Bonferroni). The calibration confidences are those `elical-hf threshold` saved in the model
+calibration rows' by the two-sample Kolmogorov-Smirnov test (`elical_hf.evaluation.drift.confidence_drift`), each
+distinct question once on each side: the statistic, its p-value, its power against a shift of every confidence
+(`--shift`) and a plain verdict; with `--checks_per_period K`, what K scheduled checks risk together and the level that
+keeps them at the one given (Bonferroni). The calibration confidences are those `elical-hf threshold` saved in the model
 folder (`calibration_confidences.json`), or `--reference` records scored again. A risk-controlled threshold's guarantee
 assumes new questions are drawn like the calibration rows; when the test says they are not, choose the threshold
 again on fresh labelled rows like the new questions (docs/gate.md). Exits 1 when it finds drift (as `diff` exits 1

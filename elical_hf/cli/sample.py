@@ -1,9 +1,9 @@
 """`elical-hf sample`: greedy answer + k samples for each question, written as resumable record shards.
 
 `--backend openai --endpoint URL` samples through an OpenAI-compatible server (`vllm serve`, SGLang, any whose
-`/v1/completions` takes `n`) instead of loading the model: prompts are rendered here with `--model`'s chat template (the text the
-Hugging Face sampler decodes from), greedy with log-probabilities and k seeded samples per question, many requests
-at once (`--max_concurrency`), with retries; the records name the served model.
+`/v1/completions` takes `n`) instead of loading the model: prompts are rendered here with `--model`'s chat template (the
+text the Hugging Face sampler decodes from), greedy with log-probabilities and k seeded samples per question, many
+requests at once (`--max_concurrency`), with retries; the records name the served model.
 
 Only sampling: the records it writes are raw (no correctness or consistency judgement yet). Rerun the same command
 after an interruption to finish the missing shards.

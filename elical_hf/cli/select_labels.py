@@ -3,8 +3,8 @@
 Reads a pool of questions (records without labels are fine: only `question` is needed), scores them with the stage-1
 model, and writes the N chosen records to `--output` (`.parquet` or `.jsonl`). `--strategy random` (the default) is a
 seeded uniform sample; `quantile` stratifies across confidence quantiles and `uniform` across confidence values (see
-`elical_hf.evaluation.label_selection`); random stays the default unless a stratified strategy is measured to calibrate better
-(`docs/gate.md`).
+`elical_hf.evaluation.label_selection`); random stays the default unless a stratified strategy is measured to calibrate
+better (`docs/gate.md`).
 """
 
 from __future__ import annotations

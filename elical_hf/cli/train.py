@@ -1,10 +1,10 @@
 """`elical-hf train`: stage 1 on consistency, stage 2 on a label budget, and Cal-Only, each saved as a model.
 
 Every option of `ConfidenceTrainingArguments` (and so of `transformers.TrainingArguments`) is a flag and applies to
-all three runs (`--help` lists EliCal's own; `--help_all` all of them), except what the recipe sets per run: `--output_dir` gets elicitation/, elical/ and cal-only/,
-`--seed` seeds the label subset, the dev splits and training, and `--calibration_trainable` is what stage 2 trains.
-`--num_train_epochs` and `--early_stopping_patience` left unset follow the recipe's rules (the paper's number of
-epochs for the data size; patience 4 with a dev split).
+all three runs (`--help` lists EliCal's own; `--help_all` all of them), except what the recipe sets per run:
+`--output_dir` gets elicitation/, elical/ and cal-only/, `--seed` seeds the label subset, the dev splits and training,
+and `--calibration_trainable` is what stage 2 trains. `--num_train_epochs` and `--early_stopping_patience` left unset
+follow the recipe's rules (the paper's number of epochs for the data size; patience 4 with a dev split).
 
 A rerun with the same data and options resumes: finished models are kept and an interrupted one continues from its
 last complete checkpoint. A non-empty `--output_dir` that holds another run (or no run) is refused unless

@@ -92,8 +92,8 @@ def as_dataset(data: Dataset | Sequence[Mapping[str, Any]] | Mapping[str, Sequen
 
 
 def split_dev(data: Any, dev_fraction: float, seed: int, name: str) -> tuple[Dataset, Dataset | None]:
-    """Split rows into train and dev, disjoint by question text (seeded; [`~elical_hf.data.questions.question_parts`]): no
-    split with `dev_fraction=0` or fewer than 10 rows (the dev part is then `None`)."""
+    """Split rows into train and dev, disjoint by question text (seeded; [`~elical_hf.data.questions.question_parts`]):
+    no split with `dev_fraction=0` or fewer than 10 rows (the dev part is then `None`)."""
     dataset = as_dataset(data, name)
     if not 0.0 <= dev_fraction < 1.0:
         raise ValueError(f"`dev_fraction` must lie in [0, 1), got {dev_fraction}.")

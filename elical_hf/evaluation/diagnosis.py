@@ -46,11 +46,13 @@ def teacher_verdict(auroc: float, low: float, high: float, positives: int, negat
     return "weak", f"{stated}: consistency barely tracks correctness, so stage 1 is unlikely to help there"
 
 
-def _rows(records: Any) -> list[dict[str, Any]]:
-    if isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
+def _rows(records: Any, split: str | None = None) -> list[dict[str, Any]]:
+    """The records as dicts; with `split`, only those of that paper split (read by `load_records`, which refuses a
+    name that is not one of [`~elical_hf.signals.records.PAPER_SPLITS`])."""
+    if split is not None or isinstance(records, (str, bytes)) or hasattr(records, "__fspath__"):
         from ..signals.records import load_records
 
-        return load_records(records).to_list()
+        return load_records(records, split=split).to_list()  # none left: one line naming the splits there are
     if hasattr(records, "to_list"):  # datasets.Dataset
         return records.to_list()
     return [dict(r) for r in records]
@@ -94,11 +96,12 @@ def diagnose(records: Any, bootstrap: int = 1000, seed: int = 0, split: str | No
 
     Args:
         records: Judged records (a path `load_records` reads, a list of dicts, or a `datasets.Dataset`) with
-            consistency judgements and greedy correctness — or training rows with `consistency` and `greedy_correctness`.
-            Rows lacking either are skipped (and counted).
+            consistency judgements and greedy correctness — or training rows with `consistency` and
+            `greedy_correctness`. Rows lacking either are skipped (and counted).
         bootstrap (`int`, *optional*, defaults to 1000): Bootstrap resamples of the 95% AUROC interval.
         seed (`int`, *optional*, defaults to 0): Seed of the resamples.
-        split (`str`, *optional*): Keep only records of this `split` / `partition` (e.g. `"train"`).
+        split (`str`, *optional*): Keep only records of this paper split (`"train"`, `"in_domain_test"`, ...: the
+            `paper_split` of [`~elical_hf.signals.records.load_records`], as every `--split` means).
 
     Returns:
         `dict`: `{"datasets": {name: cell}, "overall": cell, "skipped": n}`; a cell has `questions`, `positives`,
@@ -107,9 +110,7 @@ def diagnose(records: Any, bootstrap: int = 1000, seed: int = 0, split: str | No
     Raises:
         `ValueError`: When no record carries both judgements (with what `elical-hf judge` option fills them).
     """
-    rows = _rows(records)
-    if split is not None:
-        rows = [r for r in rows if split in (r.get("split"), r.get("partition"), r.get("source_split"))]
+    rows = _rows(records, split)
     datasets, teacher, correct = _scores(rows)
     if not datasets:
         raise ValueError(f"None of the {len(rows)} records carries both a consistency judgement and greedy "

@@ -1,9 +1,9 @@
 """Figures for confidence reports: reliability diagrams, risk-coverage curves and AUROC against the number of labels.
 
 Every function writes one PNG and returns its path; given `path=None` it writes nothing and returns the matplotlib
-`Figure` instead (to inspect what is drawn, or save it in another format). Figures are drawn on matplotlib's Agg canvas directly (no
-`pyplot`), so importing or calling this module never changes the process-wide matplotlib backend. The numbers come from
-[`elical_hf.metrics.functional`], so a plot always shows what the metrics report.
+`Figure` instead (to inspect what is drawn, or save it in another format). Figures are drawn on matplotlib's Agg canvas
+directly (no `pyplot`), so importing or calling this module never changes the process-wide matplotlib backend. The
+numbers come from [`elical_hf.metrics.functional`], so a plot always shows what the metrics report.
 """
 
 from __future__ import annotations
@@ -379,7 +379,8 @@ def confidence_drift_plot(
     p_value: float | None = None,
 ) -> Any:
     """Draw the empirical CDFs of the calibration rows' confidences and of new questions' (what
-    [`~elical_hf.evaluation.drift.confidence_drift`] compares: the KS statistic is the largest vertical gap between the two).
+    [`~elical_hf.evaluation.drift.confidence_drift`] compares: the KS statistic is the largest vertical gap between the
+    two).
 
     Args:
         reference (`ArrayLike`), new (`ArrayLike`): The two samples of confidences, in [0, 1].

@@ -180,13 +180,13 @@ def paired_difference_over_draws(
 ) -> dict[str, dict[str, Any]]:
     """
     `metric(a) - metric(b)` (or `metric(a)` alone, `b_draws=None`) averaged over several label draws (or training
-    seeds), with a 95% (`level`) two-level (hierarchical) bootstrap interval of that mean. Each of the `bootstrap` resamples
-    draws as many draws as there are, with replacement, and one resample of the test questions (the paired resamples
-    of [`evaluate_table`], shared by every draw and both methods), and scores the mean over the drawn draws on it; the
-    interval holds the middle 95% of those means. It is the interval of the printed mean over draws, for the spread of
-    the test questions and of the draws together, but the draws' part only as far as the draws at hand show it: with
-    3 seeds a resample re-weights three values (one value three times in 1 of 9 resamples), so it is rough and narrower
-    than many seeds would give. With one draw it is [`paired_differences`]'s interval.
+    seeds), with a 95% (`level`) two-level (hierarchical) bootstrap interval of that mean. Each of the `bootstrap`
+    resamples draws as many draws as there are, with replacement, and one resample of the test questions (the paired
+    resamples of [`evaluate_table`], shared by every draw and both methods), and scores the mean over the drawn draws on
+    it; the interval holds the middle 95% of those means. It is the interval of the printed mean over draws, for the
+    spread of the test questions and of the draws together, but the draws' part only as far as the draws at hand show
+    it: with 3 seeds a resample re-weights three values (one value three times in 1 of 9 resamples), so it is rough and
+    narrower than many seeds would give. With one draw it is [`paired_differences`]'s interval.
 
     Args:
         correct, datasets, splits: As in [`evaluate_table`].

@@ -292,7 +292,8 @@ def alignment(
         confidences (`ArrayLike`): Confidences in [0, 1].
         correct (`ArrayLike`): 0/1 correctness labels.
         calibration_fraction (`float`, *optional*, defaults to `0.2`): Fraction of rows used to choose the threshold.
-        thresholds (`ArrayLike`, *optional*, defaults to `None`): Candidate thresholds; `None` means 0.01, 0.02, ..., 0.99.
+        thresholds (`ArrayLike`, *optional*, defaults to `None`): Candidate thresholds; `None` means 0.01, 0.02, ...,
+        0.99.
         shuffle_seed (`int`, *optional*, defaults to `None`): Seed of a row permutation applied before splitting.
 
     Returns:

@@ -50,8 +50,8 @@ both hold, with probability at least `1 - delta`, at every threshold certified b
 threshold is chosen when it lies at or below `t_abstention`, and otherwise the result says what each family reached.
 
 The guarantees assume the calibration rows and the questions the model later sees are drawn from the same
-distribution (exchangeable, and never trained on); [`~elical_hf.evaluation.drift`] tests the confidences of new questions against
-the calibration set's.
+distribution (exchangeable, and never trained on); [`~elical_hf.evaluation.drift`] tests the confidences of new
+questions against the calibration set's.
 """
 
 from __future__ import annotations

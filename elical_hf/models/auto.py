@@ -117,8 +117,8 @@ class PeftModelForConfidence(PeftModel):
     def load_adapter(self, model_id: str | os.PathLike, adapter_name: str, *args: Any, **kwargs: Any) -> Any:
         """PEFT's `load_adapter`, once a local `adapter_model.safetensors` is found to hold exactly this adapter's
         tensors (its LoRA and head), in their shapes, all finite: one `ValueError` naming the file otherwise
-        ([`~elical_hf.utils.loading.check_file_tensors`]). PEFT would leave a LoRA tensor the file lacks freshly drawn (with
-        only a warning), and fail with a `KeyError` or `RuntimeError` traceback on a missing or misshapen head."""
+        ([`~elical_hf.utils.loading.check_file_tensors`]). PEFT would leave a LoRA tensor the file lacks freshly drawn
+        (with only a warning), and fail with a `KeyError` or `RuntimeError` traceback on a missing or misshapen head."""
         from peft.utils import get_peft_model_state_dict
 
         file = os.path.join(os.fspath(model_id), kwargs.get("subfolder") or "", SAFETENSORS_WEIGHTS_NAME)
@@ -264,9 +264,9 @@ class AutoModelForConfidence(_BaseAutoModelClass):
             kwargs:
                 Passed to the backbone's `from_pretrained` (`dtype`, `attn_implementation`, `revision`, ...). `dtype`
                 defaults to `"auto"`, which here means the library's precision policy
-                ([`~elical_hf.settings.precision.resolve_dtype`]: bf16 on GPUs that support it and on CPUs where bf16 is native
-                and faster, float32 on other CPUs), not the checkpoint's dtype. No code from the folder or repo is ever
-                run and only safetensors weights are read ([`~elical_hf.utils.loading.load_pretrained`]), so
+                ([`~elical_hf.settings.precision.resolve_dtype`]: bf16 on GPUs that support it and on CPUs where bf16 is
+                native and faster, float32 on other CPUs), not the checkpoint's dtype. No code from the folder or repo
+                is ever run and only safetensors weights are read ([`~elical_hf.utils.loading.load_pretrained`]), so
                 `trust_remote_code=True` and `use_safetensors=False` are refused.
         """
         name = os.fspath(pretrained_model_name_or_path)

@@ -129,7 +129,8 @@ def convert_embedded(name: str) -> Path:
     """Dequantize the embedded GGUF of `name` into a safetensors folder once; return that folder.
 
     Two processes converting at once do not write over each other: the second waits for the first (a lock beside
-    the folder, [`~elical_hf.utils.atomic.cache_lock`], up to [`CONVERSION_TIMEOUT`] seconds) and then reuses its folder."""
+    the folder, [`~elical_hf.utils.atomic.cache_lock`], up to [`CONVERSION_TIMEOUT`] seconds) and then reuses its
+    folder."""
     embedded = EMBEDDED_MODELS[name]
     target = cache_root() / "models" / (name.replace("/", "--") + "--" + Path(embedded.gguf_file).stem)
     if (target / COMPLETE_MARKER).exists():

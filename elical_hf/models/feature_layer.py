@@ -1,8 +1,8 @@
 """The feature layer: run only the decoder blocks the confidence head needs, and read its hidden state from a pass.
 
-[`~elical_hf.settings.configuration.ConfidenceConfig.feature_layer`] names the hidden state the head reads as transformers'
-`output_hidden_states` indexes them, for a backbone of `L` decoder blocks: `i` in `1 .. L - 1` is the residual stream
-after the first `i` blocks, without the final norm; `L` is the final hidden state, after the final norm
+[`~elical_hf.settings.configuration.ConfidenceConfig.feature_layer`] names the hidden state the head reads as
+transformers' `output_hidden_states` indexes them, for a backbone of `L` decoder blocks: `i` in `1 .. L - 1` is the
+residual stream after the first `i` blocks, without the final norm; `L` is the final hidden state, after the final norm
 (`last_hidden_state`). [`stop_after_layer`] makes a backbone call compute exactly that state and nothing past it
 (scoring, training); [`last_position_states`] reads it from a full pass that runs on anyway (the gate's prefill,
 whose answer needs every block).

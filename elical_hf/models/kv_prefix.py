@@ -104,8 +104,8 @@ def prefill_shared_prefix(
             read `input_ids`).
         prefix_model (*optional*): The model `run` calls. When it [`~elical_hf.models.prefix_attention.
             supports_prefix_attention`], the prefix's cache is not repeated: the rows attend to it through
-            [`~elical_hf.models.prefix_attention.prefix_attention`] (`SharedPrefill.prefix`), `rows x shared` fewer cached
-            positions.
+            [`~elical_hf.models.prefix_attention.prefix_attention`] (`SharedPrefill.prefix`), `rows x shared` fewer
+            cached positions.
         prefix (`transformers.DynamicCache`, *optional*): With `prefix_model`, the cache of exactly
             `sequences[0][:shared]` from an earlier call (the same prefix in another batch): it is not run again.
 
@@ -206,8 +206,8 @@ def reserve_positions(cache: Any, extra: int, repeats: int = 1) -> None:
     """Give every plain `DynamicLayer` of `cache` (already filled, e.g. by a prefill) room for `extra` more positions
     ([`ReservedLayer`]), with every batch row repeated `repeats` times as `cache.batch_repeat_interleave(repeats)`
     would, in one copy per layer: the repeated cache without room is never built (for the demo's 24 questions x 5
-    rows on SmolLM2 the sampler's peak RSS went 1732 -> 1674 MiB, `docs/benchmarks.md`). Other layer kinds (sliding windows, quantized) are only repeated, and
-    a cache without `layers` is repeated as a whole."""
+    rows on SmolLM2 the sampler's peak RSS went 1732 -> 1674 MiB, `docs/benchmarks.md`). Other layer kinds (sliding
+    windows, quantized) are only repeated, and a cache without `layers` is repeated as a whole."""
     if not hasattr(cache, "layers"):
         if repeats > 1:
             cache.batch_repeat_interleave(repeats)

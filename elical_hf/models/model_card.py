@@ -2,9 +2,9 @@
 `huggingface_hub.ModelCard`: part of every saved model folder (`README.md`), like its `confidence_config.json`.
 
 A confidence model carries a [`ConfidenceModelCardData`] (user metadata, evaluation results, training logs) that
-[`~elical_hf.training.callbacks.ConfidenceCardCallback`] fills while training; `save_pretrained` renders it together with the
-model's [`ConfidenceConfig`] (base model, training history, decision threshold, prompt) into `README.md`, so a card
-never needs editing by hand. Evaluation results live in the card's `model-index` and are read back on load.
+[`~elical_hf.training.callbacks.ConfidenceCardCallback`] fills while training; `save_pretrained` renders it together
+with the model's [`ConfidenceConfig`] (base model, training history, decision threshold, prompt) into `README.md`, so a
+card never needs editing by hand. Evaluation results live in the card's `model-index` and are read back on load.
 """
 
 from __future__ import annotations
@@ -414,8 +414,8 @@ def record_folder_evaluations(
 
     Args:
         folder (`str`): A saved confidence model folder.
-        results (`dict`): Dataset (or average) name -> metrics as [`~elical_hf.evaluation.tables.evaluate_table`] gives them
-            (AUROC and ECE x100, alignment in percent); stored in the card's units (AUROC and ECE in [0, 1]).
+        results (`dict`): Dataset (or average) name -> metrics as [`~elical_hf.evaluation.tables.evaluate_table`] gives
+            them (AUROC and ECE x100, alignment in percent); stored in the card's units (AUROC and ECE in [0, 1]).
         split (`str`, *optional*, defaults to `"test"`), dataset_id (`str`, *optional*): See [`EvaluationResult`].
 
     Returns:

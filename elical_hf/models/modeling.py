@@ -308,8 +308,8 @@ class ForConfidenceMixin:
                 Show a progress bar.
             prompt_template (`str`, *optional*):
                 Read the questions with this prompt instead of the saved one, the rest of the saved prompt settings
-                (chat template, system prompt, tail) kept: e.g. [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] for
-                multiple-choice questions, as the paper reads MMLU with a model trained on free-form questions.
+                (chat template, system prompt, tail) kept: e.g. [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`]
+                for multiple-choice questions, as the paper reads MMLU with a model trained on free-form questions.
 
         Returns:
             `list[float]`: one confidence in [0, 1] per question, in input order.
@@ -350,7 +350,8 @@ class ForConfidenceMixin:
         """
         What the confidence head reads for each question: the hidden state of the last prompt token at the feature
         layer, as a float32 tensor of shape `(len(questions), hidden_size)` on the CPU. With a frozen backbone these
-        features do not change while only the head trains, which [`~elical_hf.training.head_calibration.calibrate_head`] uses.
+        features do not change while only the head trains, which [`~elical_hf.training.head_calibration.calibrate_head`]
+        uses.
 
         Arguments as in [`~ForConfidenceMixin.confidence`], and `layer`: another hidden state to read (as in
         [`pooled_hidden_state`]: an index of transformers' `output_hidden_states`, negative from the end; only the
@@ -454,7 +455,8 @@ def confidence_class_for(model_type: str) -> type:
 
 
 def __getattr__(name: str) -> type:
-    # `from elical_hf.models.modeling import LlamaForConfidence` (and unpickling) work without importing every architecture.
+    # `from elical_hf.models.modeling import LlamaForConfidence` (and unpickling) work without importing every
+    # architecture.
     for model_type in CONFIDENCE_BACKBONES:
         if confidence_class_name(model_type) == name:
             return confidence_class_for(model_type)

@@ -1,7 +1,7 @@
 """Attention over a shared prompt prefix that is never repeated per row (cascade attention).
 
-[`~elical_hf.models.kv_prefix.prefill_shared_prefix`] runs the prefix that a batch of prompts shares once. Repeating its KV
-cache for every row (and, when sampling, for every sample row) gives each row the plain attention a model expects,
+[`~elical_hf.models.kv_prefix.prefill_shared_prefix`] runs the prefix that a batch of prompts shares once. Repeating its
+KV cache for every row (and, when sampling, for every sample row) gives each row the plain attention a model expects,
 but it costs `rows x prefix` cached positions, read again at every decoding step: for Verbal-10's ten demonstrations
 (~870 tokens on SmolLM2) that is 40 MB per row. Here the prefix's keys and values stay a batch of one, the rows' cache
 holds only their own tokens, and each attention layer scores every row's queries against both in one softmax:

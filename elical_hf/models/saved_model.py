@@ -143,12 +143,12 @@ def set_decision_threshold(
     Choose the answer/abstain threshold on these labelled rows (a calibration split, never the test set) and store it
     as `decision_threshold` in the saved model's `confidence_config.json` (and its generated card); returns it.
 
-    Every file is written in one update ([`~elical_hf.utils.atomic.atomic_write_texts`]): each is rendered first, then the
-    reference and the card are moved into place and `confidence_config.json` last. A failure (or a kill) before that
+    Every file is written in one update ([`~elical_hf.utils.atomic.atomic_write_texts`]): each is rendered first, then
+    the reference and the card are moved into place and `confidence_config.json` last. A failure (or a kill) before that
     last move leaves the model's threshold as it was; a reference moved before it names the threshold it belongs to
     (`saved_for`), so `elical-hf monitor` refuses it rather than compare with it. The folder's
-    one-writer lock ([`~elical_hf.utils.atomic.one_writer`]) is held from reading the config to the last move: a second run
-    on the same folder meanwhile is refused in one `ValueError`, never interleaved.
+    one-writer lock ([`~elical_hf.utils.atomic.one_writer`]) is held from reading the config to the last move: a second
+    run on the same folder meanwhile is refused in one `ValueError`, never interleaved.
 
     Args:
         model_dir (`str`): A saved confidence model folder.

@@ -179,9 +179,9 @@ class Engine:
 
 def question_of(messages: list[dict[str, str]], chat_context: str) -> tuple[list[dict[str, str]], int]:
     """The question a chat request asks the gate, as `([its user message], messages left out)`, by the model's
-    `chat_context` ([`~elical_hf.settings.configuration.ConfidenceConfig`]): `"question"`, the last message, which must be the
-    user's (a system prompt and earlier turns are left out: the confidence was trained on questions alone, and the
-    answer it is about is the answer to the question as trained); `"refuse"`, a single user message only. A
+    `chat_context` ([`~elical_hf.settings.configuration.ConfidenceConfig`]): `"question"`, the last message, which must
+    be the user's (a system prompt and earlier turns are left out: the confidence was trained on questions alone, and
+    the answer it is about is the answer to the question as trained); `"refuse"`, a single user message only. A
     `RequestError` (400 `unsupported_messages`) otherwise."""
     from ..settings.configuration import chat_rule_broken
 

@@ -122,8 +122,8 @@ class ConfidenceConfig:
             Template with a `{question}` field. The filled-in text is wrapped in the model's chat template.
         prompt_tail (`str`, *optional*, defaults to `""`):
             Text appended to the filled-in template, before the chat template wraps it (e.g.
-            [`~elical_hf.settings.prompts.REFERENCE_PROMPT_TAIL`], `"\nAnswer: "`). Part of the text the head was trained on,
-            so it is saved with the model; a head scores differently with and without it.
+            [`~elical_hf.settings.prompts.REFERENCE_PROMPT_TAIL`], `"\nAnswer: "`). Part of the text the head was
+            trained on, so it is saved with the model; a head scores differently with and without it.
         use_chat_template (`bool`, *optional*, defaults to `True`):
             Whether to wrap the prompt in the tokenizer's chat template (ignored when the tokenizer has none).
         system_prompt (`str`, *optional*):

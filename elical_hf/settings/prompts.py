@@ -18,8 +18,8 @@ MULTIPLE_CHOICE_PROMPT = (
     "Select the correct answer to the following question based on your internal knowledge.\nQuestion: {question}"
 )
 """Multiple-choice prompt (the reference code's `long_mc_qa`, what it asks MMLU with): the question is written with
-its options ([`~elical_hf.settings.multiple_choice.format_question`]). Used for sampling multiple-choice questions and for the
-confidence read on them."""
+its options ([`~elical_hf.settings.multiple_choice.format_question`]). Used for sampling multiple-choice questions and
+for the confidence read on them."""
 
 REFERENCE_PROMPT_TAIL = "\nAnswer: "
 """The tail that the reference code's prompt table defines for every prompt type. Its released prompt builder never

@@ -1,8 +1,8 @@
 """The options EliCal adds to `transformers.TrainingArguments`, and the two stages: no torch here.
 
-[`~elical_hf.training.training_args.ConfidenceTrainingArguments`] is `TrainingArguments` plus [`ConfidenceTrainingOptions`];
-importing `TrainingArguments` imports torch, so `elical-hf train --help` lists these fields (and the command's own)
-from this module alone.
+[`~elical_hf.training.training_args.ConfidenceTrainingArguments`] is `TrainingArguments` plus
+[`ConfidenceTrainingOptions`]; importing `TrainingArguments` imports torch, so `elical-hf train --help` lists these
+fields (and the command's own) from this module alone.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "c
 
 @dataclass
 class ConfidenceTrainingOptions:
-    """The fields [`~elical_hf.training.training_args.ConfidenceTrainingArguments`] adds to `TrainingArguments` (stage, target,
-    early stopping, how a model named by a string is loaded) and the defaults it changes; documented there."""
+    """The fields [`~elical_hf.training.training_args.ConfidenceTrainingArguments`] adds to `TrainingArguments` (stage,
+    target, early stopping, how a model named by a string is loaded) and the defaults it changes; documented there."""
 
     stage: Stage | str = field(
         default=Stage.ELICITATION,

@@ -10,8 +10,9 @@ A backend has a `name` (the model id, for provenance), a `kind`, and two methods
 [`HFBackend`] also reads the model's distribution over the first reply token: `first_token_logprobs` (the LLM judges'
 `logprob` verdict) and `next_token_logprobs` (given token ids, after question prompts: the Option-Prob baseline).
 
-Both backends build prompts with the same [`~elical_hf.settings.prompts.render_prompt`] and hand the model the same token ids,
-so a question's prompt is identical whichever backend samples it. Their samples differ (different random streams).
+Both backends build prompts with the same [`~elical_hf.settings.prompts.render_prompt`] and hand the model the same
+token ids, so a question's prompt is identical whichever backend samples it. Their samples differ (different random
+streams).
 """
 
 from __future__ import annotations
@@ -58,13 +59,14 @@ class HFBackend:
 
     Args:
         model (`str` or [`~transformers.PreTrainedModel`]):
-            A Hub id or folder (resolved with [`~elical_hf.models.default_model.resolve_model_path`], so the embedded default
-            model works offline), or a loaded model (then `tokenizer` is required).
+            A Hub id or folder (resolved with [`~elical_hf.models.default_model.resolve_model_path`], so the embedded
+            default model works offline), or a loaded model (then `tokenizer` is required).
         tokenizer ([`~transformers.PreTrainedTokenizerBase`], *optional*):
             Its tokenizer; loaded from the same place as the model when `model` is a string.
         dtype (`str` or `torch.dtype`, *optional*, defaults to `"auto"`):
             Weights dtype when loading: `"auto"` follows the precision policy
-            ([`~elical_hf.settings.precision.resolve_dtype`]: bf16 only where it is native and faster, else float32 on a CPU).
+            ([`~elical_hf.settings.precision.resolve_dtype`]: bf16 only where it is native and faster, else float32 on a
+            CPU).
         device (`str`, *optional*):
             Where to put a loaded model (`"cuda"`, `"cpu"`, ...); `None` keeps it where it is.
         revision (`str`, *optional*): Hub revision.
@@ -167,9 +169,10 @@ def vllm_available() -> bool:
 
 def vllm_request_params(sampling_params: Any, questions: list[str], settings: SamplingSettings) -> tuple[Any, list[Any]]:
     """The vLLM requests of [`VLLMBackend.generate`]: one greedy `SamplingParams` (temperature 0, `logprobs=0`: the
-    chosen tokens' log-probabilities, the settings' `greedy_repetition_penalty`) for every question, and one sampling `SamplingParams` per question (`n=k`, the
-    settings' temperature, top-p, top-k, repetition penalty and stop strings, seeded from the settings' seed and the
-    question text, so a question's samples do not depend on the other questions or on the worker that samples it).
+    chosen tokens' log-probabilities, the settings' `greedy_repetition_penalty`) for every question, and one sampling
+    `SamplingParams` per question (`n=k`, the settings' temperature, top-p, top-k, repetition penalty and stop strings,
+    seeded from the settings' seed and the question text, so a question's samples do not depend on the other questions
+    or on the worker that samples it).
 
     Args:
         sampling_params (`type`): `vllm.SamplingParams` (or a stand-in with the same keyword arguments).

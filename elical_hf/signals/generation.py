@@ -23,9 +23,9 @@ from .settings import SamplingSettings
 def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None = "auto") -> torch.dtype | None:
     """Resolve `autocast_dtype` to a dtype or `None` (no autocast).
 
-    `"auto"` follows the precision policy ([`~elical_hf.settings.precision.resolve_dtype`]): a float32 model autocasts to the
-    policy's dtype for its device when that is lower (bf16 on a CPU where bf16 is native and faster), and runs in its
-    own dtype otherwise. An explicit dtype equal to the model's dtype also means no autocast.
+    `"auto"` follows the precision policy ([`~elical_hf.settings.precision.resolve_dtype`]): a float32 model autocasts
+    to the policy's dtype for its device when that is lower (bf16 on a CPU where bf16 is native and faster), and runs in
+    its own dtype otherwise. An explicit dtype equal to the model's dtype also means no autocast.
     """
     if autocast_dtype == "auto":
         if model.dtype != torch.float32:
@@ -38,8 +38,8 @@ def resolve_autocast_dtype(model: Any, autocast_dtype: torch.dtype | str | None 
 
 
 def render_prompts(tokenizer: Any, questions: list[str], settings: SamplingSettings) -> list[str]:
-    """Each question's prompt text, rendered by [`~elical_hf.settings.prompts.render_prompt`] (special tokens included); a
-    question no tokenizer can read (an unpaired surrogate) is a `ValueError` naming its row
+    """Each question's prompt text, rendered by [`~elical_hf.settings.prompts.render_prompt`] (special tokens included);
+    a question no tokenizer can read (an unpaired surrogate) is a `ValueError` naming its row
     ([`~elical_hf.settings.prompts.check_prompt_texts`])."""
     check_prompt_texts(questions, [f"question row {i}" for i in range(len(questions))])
     return [

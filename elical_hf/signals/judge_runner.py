@@ -10,8 +10,8 @@ rerun ends with the records (and totals) of an uninterrupted one; judged shards 
 
 Worker i of N (`num_workers=N, worker_index=i`) judges the records whose dataset and id (its row number where it
 has none; [`record_key`]) hash to i ([`~elical_hf.signals.shards.worker_of`]), into its own folder; [`merge_judged`]
-(`elical-hf merge`) combines the N folders into the layout one worker writes. The verdicts are those one worker gives, but for float
-rounding of the embedding judge's cosines (`consistency_embedding`), which batches other records together.
+(`elical-hf merge`) combines the N folders into the layout one worker writes. The verdicts are those one worker gives,
+but for float rounding of the embedding judge's cosines (`consistency_embedding`), which batches other records together.
 
 The layout is an `elical-hf sample` folder's ([`~elical_hf.signals.shards`]): `load_records(output_dir)` reads it,
 and refuses it while unfinished (`complete: false`) unless `allow_incomplete`.

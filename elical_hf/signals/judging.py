@@ -11,8 +11,8 @@
   (multiple-choice records: the same option as the greedy answer), or `auto` (`option` for multiple-choice records;
   else `embedding` when its model is installed, else `lexical`; see [`resolve_consistency_judge`]).
 
-A run judges one format: multiple-choice records (with `choices`, [`~elical_hf.settings.multiple_choice`]) and free-form ones
-are not mixed, the option judges take only the first and the lexical correctness judges (gold aliases) only the
+A run judges one format: multiple-choice records (with `choices`, [`~elical_hf.settings.multiple_choice`]) and free-form
+ones are not mixed, the option judges take only the first and the lexical correctness judges (gold aliases) only the
 second. The LLM judges read both; on a multiple-choice record the correctness judge is told the gold option as
 `B. <its text>`.
 """

@@ -87,8 +87,8 @@ def parse_verdict(text: str | None, strict: bool = False) -> bool | None:
     Default (`strict=False`), the paper's rule exactly as its reference code applies it: the reply is negative when
     one of [`NEGATIVE_PHRASES`] (sorry, apologize, apologies, uncertain, false, no, unsure, cannot, unknown,
     "no answer", ...) occurs in it as a run of whole tokens under the reference `has_answer` rule
-    ([`~elical_hf.signals.lexical_judge.reference_tokens`]: NFD, lowercase, ASCII punctuation -- `_` included -- becomes a
-    space, articles removed, DPR tokens), positive otherwise; a missing reply (`None`) is negative. Consequences, kept
+    ([`~elical_hf.signals.lexical_judge.reference_tokens`]: NFD, lowercase, ASCII punctuation -- `_` included -- becomes
+    a space, articles removed, DPR tokens), positive otherwise; a missing reply (`None`) is negative. Consequences, kept
     on purpose to reproduce the paper's labels:
 
     - "no" never matches inside another word: "not", "know", "none", "nothing", "Nobel" are not negative;
@@ -284,8 +284,8 @@ def judge_with_llm(
     Correctness fills `greedy_correctness` and `sampling_correctness`: one call per answer (the greedy one and each
     sample) with [`~elical_hf.settings.prompts.CORRECTNESS_PROMPT`]. Consistency fills `consistency_judgement`, is each
     sampled answer semantically equivalent to the greedy one: one call per sample with
-    [`~elical_hf.settings.prompts.SEMANTIC_CONSISTENCY_PROMPT`] (Consis-Sem is the mean of the list). All calls of all records
-    go to `complete` together (identical prompts once).
+    [`~elical_hf.settings.prompts.SEMANTIC_CONSISTENCY_PROMPT`] (Consis-Sem is the mean of the list). All calls of all
+    records go to `complete` together (identical prompts once).
 
     Args:
         records (`list[dict]`):

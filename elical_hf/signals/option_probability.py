@@ -1,9 +1,9 @@
 """Option-Prob: the training-free baseline of multiple-choice benchmarks, the probability of the option letters.
 
-The answering model reads a multiple-choice question ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] filled with the
-record's `question`, which holds its options, rendered in the chat template with the generation prompt, as the sampler
-renders it) and its distribution over the first reply token is read at the option letters (`A`..`D` for MMLU; as many
-letters as the record has `choices`). Every single-token spelling of a letter the tokenizer has (`"A"` and `" A"`)
+The answering model reads a multiple-choice question ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] filled with
+the record's `question`, which holds its options, rendered in the chat template with the generation prompt, as the
+sampler renders it) and its distribution over the first reply token is read at the option letters (`A`..`D` for MMLU; as
+many letters as the record has `choices`). Every single-token spelling of a letter the tokenizer has (`"A"` and `" A"`)
 counts for it; the letters' probabilities are normalised over the record's options, stored in the record as
 `option_probabilities`, and the confidence is the largest of them: how sure the model is of the option it favours.
 
@@ -98,9 +98,9 @@ def option_confidence(probabilities: Sequence[float]) -> float:
 
 
 def option_settings() -> SamplingSettings:
-    """How Option-Prob renders a question by default: [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] in the model's
-    chat template with the generation prompt (thinking off for a hybrid reasoning template), as the sampler renders
-    multiple-choice questions."""
+    """How Option-Prob renders a question by default: [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] in the
+    model's chat template with the generation prompt (thinking off for a hybrid reasoning template), as the sampler
+    renders multiple-choice questions."""
     return SamplingSettings(prompt_template=MULTIPLE_CHOICE_PROMPT)
 
 

@@ -18,7 +18,8 @@ class DiagnoseArguments(only(RecordArguments, "records", "allow_incomplete")):
     """Options of [`diagnose`] (`elical-hf diagnose`, also settable from `--config file.yaml`); in Python, `records`
     may also hold records in memory."""
 
-    split: str | None = field(default=None, metadata={"help": "Only records of this split/partition (e.g. train)."})
+    split: str | None = field(default=None, metadata={"help": "Only records of this paper split (train, in_domain_test, "
+                              "ood_test, ...), as every --split reads records."})
     bootstrap: int = field(default=1000, metadata={"help": "Bootstrap resamples of the 95%% interval (>= 1)."})
     seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resamples."})
     output: str | None = field(default=None, metadata={"help": "Also write the diagnosis as JSON here."})
@@ -32,8 +33,8 @@ class DiagnoseArguments(only(RecordArguments, "records", "allow_incomplete")):
 def diagnose(args: DiagnoseArguments) -> dict[str, Any]:
     """
     Will elicitation help? The teacher's AUROC (consistency vs greedy correctness) per dataset and overall, with a
-    verdict each ([`~elical_hf.evaluation.diagnosis.diagnose`], `args.bootstrap` resamples seeded by `args.seed`), from the
-    records of `args.records` (any records input; only those of `args.split` when given); also written as JSON to
+    verdict each ([`~elical_hf.evaluation.diagnosis.diagnose`], `args.bootstrap` resamples seeded by `args.seed`), from
+    the records of `args.records` (any records input; only those of `args.split` when given); also written as JSON to
     `args.output`.
     """
     from ..utils.atomic import atomic_write_json

@@ -1,7 +1,7 @@
 """`elical-hf evaluate` as a step: test records and confidence sources in, the paper's tables out.
 
-[`evaluate`] scores the test records (the `in_domain_test`, `ood_test` and `mmlu` records of any records input) with every
-source asked for (saved models, training-free baselines, record columns, confidences computed elsewhere), and
+[`evaluate`] scores the test records (the `in_domain_test`, `ood_test` and `mmlu` records of any records input) with
+every source asked for (saved models, training-free baselines, record columns, confidences computed elsewhere), and
 computes from them, in one place, everything a report shows: the per-dataset table with its averages, paired
 differences between methods, differences averaged over label draws or training seeds, AUROC against the number of
 labels, and what each model's saved answer/abstain rule does. [`write_evaluation`] writes the report. `elical-hf
@@ -42,8 +42,8 @@ class Evaluation:
     """What [`evaluate`] computed.
 
     Args:
-        table (`dict`): `table[method][column]` -> metrics ([`~elical_hf.evaluation.tables.evaluate_table`]): the datasets,
-            then `"in-domain avg"` / `"OOD avg"`.
+        table (`dict`): `table[method][column]` -> metrics ([`~elical_hf.evaluation.tables.evaluate_table`]): the
+            datasets, then `"in-domain avg"` / `"OOD avg"`.
         correct (`list[int]`), datasets (`list[str]`), splits (`list[str]`): The test records' 0/1 greedy
             correctness, dataset and paper split, in the order every confidence list follows.
         confidences (`dict[str, list[float]]`): Every source of the table, by name.
@@ -213,9 +213,9 @@ def _column_confidences(records: list[dict], name: str, column: str, where: str)
 def model_confidences(model: Any, rows: Sequence[Mapping[str, Any]], batch_size: int = 16,
                       progress: bool = True) -> list[float]:
     """A confidence model's confidence for each record, in order: a free-form question read with the model's saved
-    prompt, a multiple-choice one ([`~elical_hf.settings.multiple_choice.is_multiple_choice`]) with the multiple-choice prompt
-    ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`], the rest of the saved prompt settings kept), as the paper reads
-    MMLU with a model trained on free-form questions."""
+    prompt, a multiple-choice one ([`~elical_hf.settings.multiple_choice.is_multiple_choice`]) with the multiple-choice
+    prompt ([`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`], the rest of the saved prompt settings kept), as the
+    paper reads MMLU with a model trained on free-form questions."""
     from ..settings.multiple_choice import is_multiple_choice
     from ..settings.prompts import MULTIPLE_CHOICE_PROMPT
 

@@ -59,18 +59,18 @@ class MonitorArguments(only(RecordArguments, "allow_incomplete", "batch_size"), 
 def monitor(args: MonitorArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Score new, unlabelled questions with a saved model and test whether their confidences look like those of the
-    rows its threshold was chosen on ([`~elical_hf.evaluation.drift.confidence_drift`]), whose guarantee assumes they do. Each
-    distinct question counts once on each side (a served log asks many again), and is scored once, with the prompt
-    `threshold` used ([`~elical_hf.steps.evaluate.model_confidences`]: multiple-choice rows with their own).
+    rows its threshold was chosen on ([`~elical_hf.evaluation.drift.confidence_drift`]), whose guarantee assumes they
+    do. Each distinct question counts once on each side (a served log asks many again), and is scored once, with the
+    prompt `threshold` used ([`~elical_hf.steps.evaluate.model_confidences`]: multiple-choice rows with their own).
 
     The reference is the confidences `elical-hf threshold` saved in the model folder
-    ([`~elical_hf.evaluation.drift.load_reference`], with `question_ids` naming its repeated rows; a reference saved without
-    them counts every row), or, with `args.reference`, those of its `args.split` records scored again.
+    ([`~elical_hf.evaluation.drift.load_reference`], with `question_ids` naming its repeated rows; a reference saved
+    without them counts every row), or, with `args.reference`, those of its `args.split` records scored again.
 
     Returns:
-        `dict`: what [`~elical_hf.evaluation.drift.confidence_drift`] returns, plus `model`, `questions`, `reference` (where the
-        reference came from), `threshold` (the saved decision threshold, `None` without one), `answered_reference` /
-        `answered_new` (the share of each set's distinct questions at or above it) and `schedule`
+        `dict`: what [`~elical_hf.evaluation.drift.confidence_drift`] returns, plus `model`, `questions`, `reference`
+        (where the reference came from), `threshold` (the saved decision threshold, `None` without one),
+        `answered_reference` / `answered_new` (the share of each set's distinct questions at or above it) and `schedule`
         ([`~elical_hf.evaluation.drift.scheduled_checks`] for `args.checks_per_period`, `None` for one check).
     """
     from ..utils.atomic import atomic_write_json

@@ -2,8 +2,8 @@
 
 [`probe_layers`] cross-validates a linear probe on every layer's last-prompt-token state of a labelled pool, for the
 correctness target and the label-free consistency target, and recommends a layer (`elical-hf probe-layers`).
-[`probe_confidences`] trains the probes of [`~elical_hf.evaluation.probes.PROBES`] on the train records at one layer and scores
-questions with them ([`~elical_hf.steps.evaluate`] with `probes`). Both read features through
+[`probe_confidences`] trains the probes of [`~elical_hf.evaluation.probes.PROBES`] on the train records at one layer and
+scores questions with them ([`~elical_hf.steps.evaluate`] with `probes`). Both read features through
 [`~elical_hf.training.layer_cache.cache_layer_features`].
 """
 
@@ -120,8 +120,8 @@ def probe_layers(args: ProbeLayersArguments, *, say: Callable[[str], None] | Non
     `say` is where progress lines go (default: the log).
 
     Returns:
-        `dict`: the curve of [`~elical_hf.evaluation.probes.layer_curve`] plus `model`, `split`, `targets` and `skipped` (pool
-        records without a judged greedy answer), and `paths` of what was written.
+        `dict`: the curve of [`~elical_hf.evaluation.probes.layer_curve`] plus `model`, `split`, `targets` and `skipped`
+        (pool records without a judged greedy answer), and `paths` of what was written.
     """
     from ..utils.atomic import atomic_write_json, one_writer
     from ..training.layer_cache import cache_layer_features, resolve_layers

@@ -59,8 +59,8 @@ def reporting_integrations(report_to: str | Sequence[str] | None) -> list[str]:
 
 
 def results_table(table: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> tuple[list[str], list[list[Any]]]:
-    """An evaluation table ([`~elical_hf.evaluation.tables.evaluate_table`], x100) as columns and rows: one row per method
-    and dataset (or average), with its records, accuracy, AUROC, ECE and alignment and their 95% intervals (empty
+    """An evaluation table ([`~elical_hf.evaluation.tables.evaluate_table`], x100) as columns and rows: one row per
+    method and dataset (or average), with its records, accuracy, AUROC, ECE and alignment and their 95% intervals (empty
     without bootstrap); undefined metrics are `None`."""
     from ..evaluation.tables import TABLE_METRICS
 

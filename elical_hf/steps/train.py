@@ -1,6 +1,6 @@
 """`elical-hf train` as a step: judged records (or training tables) in, EliCal's stage-1, stage-2 and Cal-Only models
-out ([`~elical_hf.training.recipe.train_elical`]); [`train`] takes the command's three dataclasses, as TRL's scripts take
-`(script_args, training_args, model_args)`."""
+out ([`~elical_hf.training.recipe.train_elical`]); [`train`] takes the command's three dataclasses, as TRL's scripts
+take `(script_args, training_args, model_args)`."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class TrainArguments(only(RecordArguments, "allow_other_model")):
-    """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.steps.arguments.ModelArguments`] and
-    [`~elical_hf.ConfidenceTrainingArguments`] (TRL's script arguments)."""
+    """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.steps.arguments.ModelArguments`]
+    and [`~elical_hf.ConfidenceTrainingArguments`] (TRL's script arguments)."""
 
     elicitation_data: str = field(metadata={"help": "Judged records (an `elical-hf judge` output, a judged sample or "
                                   "HonestyBench folder, a Hub dataset) or a table with `question` and `consistency` "
@@ -94,17 +94,17 @@ def train(
             both read and checked before stage 1 trains, so a bad target fails in seconds: records must be the
             answers of the base model (unless `allow_other_model`), and records of a test split are trained on with
             a warning that counts them. Its `output_dir` is not an input, nor inside or around an input folder.
-        training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run ([`~elical_hf.training.recipe.
-            train_elical`]: `None` epochs or patience follow the recipe's rules), with `model_args.model_init_kwargs()`
-            added to its `model_init_kwargs` (whose own keys may not name an option of `model_args`); the caller's
-            object is left as it is.
-        model_args ([`~elical_hf.steps.arguments.ModelArguments`], *optional*): The base model and how it loads (default:
-            the embedded default model, the precision policy's dtype).
+        training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run
+            ([`~elical_hf.training.recipe. train_elical`]: `None` epochs or patience follow the recipe's rules), with
+            `model_args.model_init_kwargs()` added to its `model_init_kwargs` (whose own keys may not name an option of
+            `model_args`); the caller's object is left as it is.
+        model_args ([`~elical_hf.steps.arguments.ModelArguments`], *optional*): The base model and how it loads
+            (default: the embedded default model, the precision policy's dtype).
 
     Returns:
         `dict`: `models` (the folder of each trained model, keyed `"elicitation"`, `"elical"`, `"cal_only"`) and
-        `diagnosis` (the teacher's quality on the calibration labels, [`~elical_hf.evaluation.diagnosis.diagnose`], or `None`
-        when they do not carry both judgements).
+        `diagnosis` (the teacher's quality on the calibration labels, [`~elical_hf.evaluation.diagnosis.diagnose`], or
+        `None` when they do not carry both judgements).
     """
     from ..training import recipe
     from ..utils.atomic import one_writer

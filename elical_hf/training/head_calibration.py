@@ -1,16 +1,16 @@
 """Head-only calibration on cached prompt features: the head-only stage 2, in seconds instead of hours.
 
 When only the confidence head trains (`calibration_trainable="head"`; an option, since the reference code's stage 2
-trains LoRA + head), the backbone and its LoRA weights are frozen, so the head always reads the same feature for a question: the final hidden state of the
-last prompt token. [`calibrate_head`] computes those features once and fits the `Linear` head on them. It reads the
-same [`ConfidenceTrainingArguments`] as [`ConfidenceTrainer`] and builds the same recipe from them the way the Trainer
-does: the optimizer of `args.optim` (AdamW, weight decay on the weight only), the scheduler of `args.lr_scheduler_type`
-(linear, `get_linear_schedule_with_warmup`) with `args.get_warmup_steps`, clipping to `max_grad_norm`, one step per
-effective batch, early stopping on dev MSE with the best epoch restored, and the same `training_history` entry. Only
-the defaults of the learning rate, epochs and patience differ ([`HEAD_TRAINING_DEFAULTS`]). Training through the
-Trainer instead runs the whole backbone forward at every step of every epoch; with the same rows in the same order
-(`train_sampling_strategy="sequential"`, or one batch of all rows) both give the same head
-(`tests/test_head_calibration.py` checks it).
+trains LoRA + head), the backbone and its LoRA weights are frozen, so the head always reads the same feature for a
+question: the final hidden state of the last prompt token. [`calibrate_head`] computes those features once and fits the
+`Linear` head on them. It reads the same [`ConfidenceTrainingArguments`] as [`ConfidenceTrainer`] and builds the same
+recipe from them the way the Trainer does: the optimizer of `args.optim` (AdamW, weight decay on the weight only), the
+scheduler of `args.lr_scheduler_type` (linear, `get_linear_schedule_with_warmup`) with `args.get_warmup_steps`, clipping
+to `max_grad_norm`, one step per effective batch, early stopping on dev MSE with the best epoch restored, and the same
+`training_history` entry. Only the defaults of the learning rate, epochs and patience differ
+([`HEAD_TRAINING_DEFAULTS`]). Training through the Trainer instead runs the whole backbone forward at every step of
+every epoch; with the same rows in the same order (`train_sampling_strategy="sequential"`, or one batch of all rows)
+both give the same head (`tests/test_head_calibration.py` checks it).
 
 The few-label comparisons (the demo, `examples/reproduce_paper.py`, `experiments/label_selection.py`) calibrate one head
 on many label draws from the same cached features: [`label_budget_sweep`] draws the labels, puts the head back where

@@ -157,8 +157,8 @@ def cache_layer_features(
     map one batch at a time (memory: one batch x the chosen layers; the weight of a full cache is in the module
     docstring). The files lie in `cache_dir/<fingerprint>/` ([`features_fingerprint`] of the model and the prompts):
     a later call with the same model and questions reads the layers already there and computes only the missing ones
-    (a second process meanwhile waits for the first: [`~elical_hf.utils.atomic.cache_lock`]), and a file appears only once
-    complete (an interrupted run leaves none half-written).
+    (a second process meanwhile waits for the first: [`~elical_hf.utils.atomic.cache_lock`]), and a file appears only
+    once complete (an interrupted run leaves none half-written).
 
     Args:
         model ([`PeftModelForConfidence`]): A confidence model (e.g. `AutoModelForConfidence.from_pretrained(base,
@@ -262,8 +262,8 @@ def _compute(inner: Any, encoded: list[list[int]], layers: list[int], folder: st
 def _last_token_states(inner: Any, sequences: list[list[int]], layers: list[int]) -> Any:
     """`(rows, len(layers), hidden_size)`: the last token's hidden state at each of `layers` (increasing), the rows'
     shared prefix run once ([`~elical_hf.models.kv_prefix.prefill_shared_prefix`], as [`~ForConfidenceMixin.
-    pooled_hidden_state`] runs it) and no block past the deepest layer ([`~elical_hf.models.feature_layer.stop_after_layer`]:
-    the states up to it are those of a full pass)."""
+    pooled_hidden_state`] runs it) and no block past the deepest layer
+    ([`~elical_hf.models.feature_layer.stop_after_layer`]: the states up to it are those of a full pass)."""
     import torch
 
     from ..models.feature_layer import stop_after_layer

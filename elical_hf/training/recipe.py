@@ -219,7 +219,8 @@ def data_fingerprint(data: Any, name: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """`value` as its run manifest reads it back ([`~elical_hf.utils.atomic.json_text`]: NaN as `None`, objects as text)."""
+    """`value` as its run manifest reads it back ([`~elical_hf.utils.atomic.json_text`]: NaN as `None`, objects as
+    text)."""
     return json.loads(json_text(value, sort_keys=True, default=str))
 
 

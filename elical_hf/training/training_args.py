@@ -72,9 +72,9 @@ class ConfidenceTrainingArguments(ConfidenceTrainingOptions, TrainingArguments):
     batch shares then runs once per row instead of once per batch (a KV cache cannot be kept under checkpointing).
     A 4-bit (QLoRA) backbone is a loading option: `AutoModelForConfidence.from_pretrained(..., load_in_4bit=True)`.
 
-    Head-only calibration on cached features ([`~elical_hf.training.head_calibration.fit_head`]) reads these same arguments
-    (optimizer, schedule, warm-up, clipping, batch, epochs, early stopping, seed) with its own defaults for the
-    learning rate, epochs and patience (`head_calibration.HEAD_TRAINING_DEFAULTS`).
+    Head-only calibration on cached features ([`~elical_hf.training.head_calibration.fit_head`]) reads these same
+    arguments (optimizer, schedule, warm-up, clipping, batch, epochs, early stopping, seed) with its own defaults for
+    the learning rate, epochs and patience (`head_calibration.HEAD_TRAINING_DEFAULTS`).
     """
 
     _VALID_DICT_FIELDS = [*TrainingArguments._VALID_DICT_FIELDS, "model_init_kwargs"]  # JSON from the command line

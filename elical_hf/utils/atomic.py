@@ -1,4 +1,5 @@
-"""Atomic writes: a reader (or a rerun after a crash) sees the old file or folder, or the complete new one, never a part.
+"""Atomic writes: a reader (or a rerun after a crash) sees the old file or folder, or the complete new one, never a
+part.
 
 Everything is written under a temporary name next to its target and moved into place with `os.replace`, which is
 atomic on one file system. New files get the permissions of a plain `open` (0666 less the umask), not the 0600 of a

@@ -117,7 +117,8 @@ def path_component(name: str, what: str) -> str:
     >>> path_component("../../etc", "dataset")
     Traceback (most recent call last):
     ...
-    ValueError: The dataset name '../../etc' cannot be a folder or file name: it must not start with a dot, have spaces around it, or hold / \\ : * ? " < > | or control characters.
+    ValueError: The dataset name '../../etc' cannot be a folder or file name: it must not start with a dot, have spaces
+    around it, or hold / \\ : * ? " < > | or control characters.
 
     ```
     """

@@ -486,13 +486,13 @@ def read_lm_eval_records(
     (`nq_open`, `triviaqa`), `mmlu` for a task named `mmlu`, `ood_test` for any other task ([`lm_eval_split`]).
 
     Each document of a multiple-choice task (MMLU, ARC, HellaSwag: one log-likelihood per option) becomes one
-    multiple-choice record ([`~elical_hf.settings.multiple_choice`]): `question` (the stem with one `A.<option>` line per
-    option), `choices`, `answer` (`[gold letter]`), `greedy_response` and `greedy_choice` (the letter of the option of
-    highest raw log-likelihood), `greedy_correctness` (its `acc`), `option_probabilities` (the softmax of the options'
-    log-likelihoods, in option order) and `subject` when the document has one, with the fields above. A document in
-    the cais/mmlu layout (`question`, `choices`, `answer` an index) gives the stem, options and gold; any other gives
-    the stem from the prompt (its first request's context; or its `question_key`), the options from the scored
-    continuations and the gold from lm-eval's `target` (an option's index). Records have no sampled answers:
+    multiple-choice record ([`~elical_hf.settings.multiple_choice`]): `question` (the stem with one `A.<option>` line
+    per option), `choices`, `answer` (`[gold letter]`), `greedy_response` and `greedy_choice` (the letter of the option
+    of highest raw log-likelihood), `greedy_correctness` (its `acc`), `option_probabilities` (the softmax of the
+    options' log-likelihoods, in option order) and `subject` when the document has one, with the fields above. A
+    document in the cais/mmlu layout (`question`, `choices`, `answer` an index) gives the stem, options and gold; any
+    other gives the stem from the prompt (its first request's context; or its `question_key`), the options from the
+    scored continuations and the gold from lm-eval's `target` (an option's index). Records have no sampled answers:
     `elical-hf evaluate` scores them, training refuses them.
 
     Args:

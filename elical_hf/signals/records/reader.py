@@ -49,7 +49,8 @@ RECORD_BATCH_SIZE = 10_000
 ARROW_INDEX = "index.json"
 """The file of a [`load_records`] Arrow folder that lists its Arrow files in order; written last."""
 TABLE_EXTENSIONS = (".csv", ".json", ".arrow")
-"""Table files read as rows ([`~elical_hf.data.training_table.load_table`]); `.jsonl` and `.parquet` are records files."""
+"""Table files read as rows ([`~elical_hf.data.training_table.load_table`]); `.jsonl` and `.parquet` are records
+files."""
 
 JUDGE_OPTIONS = {
     "consistency": "elical-hf judge --consistency embedding (or lexical / llm)",

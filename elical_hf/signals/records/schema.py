@@ -40,8 +40,9 @@ RECORD_FEATURES = Features(
         # P("certain") of each LLM judgement read from first-token log-probabilities (`--judge_verdict logprob`).
         "greedy_correctness_probability": _FLOAT, "sampling_correctness_probability": List(_FLOAT),
         "consistency_probability": List(_FLOAT),
-        # Multiple-choice questions (`elical_hf.settings.multiple_choice`): the options, MMLU's subject, the option each answer
-        # commits to (`None`: none, or several) and the model's probability of each option letter after the prompt.
+        # Multiple-choice questions (`elical_hf.settings.multiple_choice`): the options, MMLU's subject, the option each
+        # answer commits to (`None`: none, or several) and the model's probability of each option letter after the
+        # prompt.
         "choices": List(_STR), "subject": _STR, "greedy_choice": _STR, "sampling_choice": List(_STR),
         "option_probabilities": List(_FLOAT),
     }

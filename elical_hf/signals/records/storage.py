@@ -73,8 +73,8 @@ def save_records(
     """Write records (normalized, see [`normalize_record`]) to `.parquet` (default) or `.jsonl`, atomically.
 
     The file is written next to `path` under a temporary name and moved into place with `os.replace`
-    ([`~elical_hf.utils.atomic.atomic_file`]), so a reader (or a rerun after a crash) sees either no file or the complete
-    one. Parquet files carry [`RECORD_FEATURES`] types and load with `datasets.load_dataset("parquet",
+    ([`~elical_hf.utils.atomic.atomic_file`]), so a reader (or a rerun after a crash) sees either no file or the
+    complete one. Parquet files carry [`RECORD_FEATURES`] types and load with `datasets.load_dataset("parquet",
     data_files=path)`.
 
     Args:
