@@ -398,7 +398,7 @@ def decision_table(
         configs (`dict[str, ConfidenceConfig]`): Model name -> its config; models without a `decision_threshold`
             are left out.
         chosen_on (`dict[str, list[bool]]`, *optional*): Model name -> for each record, whether its threshold was
-            chosen on it ([`~elical_hf.models.saved_model.threshold_rows`]); `None` (or a missing name) when not known.
+            chosen on it ([`~elical_hf.models.saved_model.digest_members`]); `None` (or a missing name) when not known.
 
     Returns:
         `dict`: model -> `{"threshold", "alpha", "delta", "left_out", "columns": {split or "all": {"risk",

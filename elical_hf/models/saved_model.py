@@ -25,7 +25,7 @@ from .model_card import GENERATED_MARKER, folder_card_text
 
 __all__ = [
     "QUESTIONS_KEY", "REFERENCE_NAME", "config_fingerprint", "find_saved_model", "question_digests", "reference_data",
-    "set_decision_threshold", "threshold_rows", "trained_question_overlap",
+    "digest_members", "set_decision_threshold", "trained_question_overlap",
 ]
 
 REFERENCE_NAME = "calibration_confidences.json"
@@ -73,25 +73,12 @@ def _digest_set(encoded: str) -> set[bytes]:
     return {raw[i : i + _DIGEST_BYTES] for i in range(0, len(raw), _DIGEST_BYTES)}
 
 
-def threshold_rows(model_dir: str, questions: Sequence[str]) -> list[bool] | None:
-    """For each of `questions`, whether the saved model's current threshold was chosen on it: the calibration rows'
-    digests ([`question_digests`]) that `elical-hf threshold` keeps in [`REFERENCE_NAME`], when that file belongs to
-    the threshold the model has now. `None` when the folder records none (no threshold set here, or set before
-    elical-hf kept them)."""
-    path = os.path.join(model_dir, REFERENCE_NAME)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            reference = json.load(handle)
-        with open(os.path.join(model_dir, CONFIDENCE_CONFIG_NAME), encoding="utf-8") as handle:
-            current = config_fingerprint(json.load(handle))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(reference, dict) or not isinstance(reference.get(QUESTIONS_KEY), str):
-        return None
-    if reference.get("saved_for") not in (None, current):
-        return None
-    chosen_on = _digest_set(reference[QUESTIONS_KEY])
-    return [_digest(q) in chosen_on for q in questions]
+def digest_members(encoded: str, questions: Sequence[str]) -> list[bool]:
+    """For each of `questions`, whether it is among the questions of `encoded` (a [`question_digests`] text): the
+    rows a threshold was chosen on, as `elical-hf threshold` keeps them under [`QUESTIONS_KEY`] in
+    [`REFERENCE_NAME`]."""
+    members = _digest_set(encoded)
+    return [_digest(q) in members for q in questions]
 
 
 def config_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:

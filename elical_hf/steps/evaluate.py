@@ -230,10 +230,10 @@ def model_confidences(model: Any, rows: Sequence[Mapping[str, Any]], batch_size:
     return out
 
 
-def check_trained_model(path: str, what: str) -> None:
+def check_trained_model(path: str, what: str) -> str:
     """Refuse what is not a trained confidence model: a base model (no `confidence_config.json`: it would get a
     freshly initialised, random head), or a saved model that was never trained (no `training_history`, and not a
-    converted release)."""
+    converted release). Returns the model's local folder."""
     from ..models.saved_model import find_saved_model
     from ..settings.configuration import CONFIDENCE_CONFIG_NAME, ConfidenceConfig
     from ..models.model_card import ConfidenceModelCardData
@@ -249,6 +249,7 @@ def check_trained_model(path: str, what: str) -> None:
     if not config.training_history and "converted" not in ConfidenceModelCardData.from_folder(folder).tags:
         raise ValueError(f"{what}: a confidence model that was never trained (empty training_history): its head is "
                          "random. Train it first (`elical-hf train`).")
+    return folder
 
 
 def _budget(name: str) -> tuple[str, int] | None:
@@ -363,8 +364,7 @@ def _evaluate(
     records, models, probes, allow_other_model = args.records, args.models, args.probe_settings, args.allow_other_model
     bootstrap, seed, batch_size = args.bootstrap, args.seed, args.batch_size
     where = records if isinstance(records, (str, os.PathLike)) else "the records"
-    for name, path in models.items():
-        check_trained_model(path, f"--model {name}={path}")
+    folders = {name: check_trained_model(path, f"--model {name}={path}") for name, path in models.items()}
     rows = test_records(records, allow_incomplete=args.allow_incomplete, say=say)
     if not models:
         check_records_match(rows, None, where, allow_other_model)
@@ -395,7 +395,8 @@ def _evaluate(
     configs, chosen_on = {}, {}
     if models:
         from ..models.auto import AutoModelForConfidence
-        from ..models.saved_model import find_saved_model, threshold_rows
+        from ..evaluation.drift import load_reference
+        from ..models.saved_model import QUESTIONS_KEY, digest_members
 
         for name, path in models.items():
             model = AutoModelForConfidence.from_pretrained(path)
@@ -403,8 +404,11 @@ def _evaluate(
             sources[name] = model_confidences(model, rows, batch_size=batch_size)
             configs[name] = model.confidence_config
             del model
-            folder = find_saved_model(path)
-            chosen_on[name] = threshold_rows(folder, questions) if folder else None
+            try:  # the rows its current threshold was chosen on, when `elical-hf threshold` recorded them
+                chosen = load_reference(folders[name]).get(QUESTIONS_KEY)
+            except ValueError:  # no threshold set here, or the reference of another state of the model
+                chosen = None
+            chosen_on[name] = digest_members(chosen, questions) if isinstance(chosen, str) else None
             if configs[name].decision_threshold is not None and chosen_on[name] and any(chosen_on[name]):
                 say(f"--model {name}: its threshold was chosen on {sum(chosen_on[name])} of these {len(rows)} "
                     "records; they are left out of its decision table (its AUROC, ECE and alignment keep them).")
