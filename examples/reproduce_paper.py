@@ -410,16 +410,10 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
         return fresh_model(args, seed)
 
     def baseline_head_model() -> Any:
-        """Cal-Only-head's start: the base model with its head drawn again as [`BASELINE_HEAD_INIT`], seeded by --seed
-        (as `experiments/head_init_experiment.py` draws it, so its runs are these)."""
-        import torch
-
-        from elical_hf.training.head_calibration import confidence_head_module
-        from elical_hf.models.modeling import initialize_confidence_head
-
+        """Cal-Only-head's start: the base model with its head drawn again as [`BASELINE_HEAD_INIT`], seeded by
+        --seed ([`redraw_head`])."""
         model = fresh()
-        torch.manual_seed(args.seed)
-        initialize_confidence_head(confidence_head_module(model), BASELINE_HEAD_INIT)
+        redraw_head(model, args.seed)
         return model
 
     def score(model: Any) -> list[float]:
@@ -548,6 +542,21 @@ def common_training_args(args: argparse.Namespace) -> dict[str, Any]:
     """The `TrainingArguments` every run of this script shares."""
     return {"per_device_train_batch_size": args.train_batch_size, "learning_rate": args.learning_rate,
             "disable_tqdm": False, "report_to": "none", "logging_steps": 20}
+
+
+def redraw_head(model: Any, seed: int, init: str = BASELINE_HEAD_INIT) -> dict[str, Any]:
+    """Draw `model`'s confidence head again, in place, as `init` from the global RNG seeded with `seed`, and return a
+    copy of its weights: how every head-only baseline here starts (the replication's Cal-Only-head, the scaling
+    ablations' Cal-Only@100, `experiments/head_init_experiment.py`'s runs, which are therefore the same)."""
+    import torch
+
+    from elical_hf.models.modeling import initialize_confidence_head
+    from elical_hf.training.head_calibration import confidence_head_module
+
+    torch.manual_seed(seed)
+    head = confidence_head_module(model)
+    initialize_confidence_head(head, init)
+    return {key: value.clone() for key, value in head.state_dict().items()}
 
 
 def fresh_model(args: argparse.Namespace, seed: int, **model_kwargs: Any) -> Any:

@@ -72,11 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Which calibrations to make; the other's rows of --result are kept as they were.")
     args = parser.parse_args(argv)
 
-    import torch
-
     from elical_hf import steps
     from elical_hf.training.head_calibration import confidence_head_module
-    from elical_hf.models.modeling import initialize_confidence_head
     from elical_hf.training.recipe import take_labels
 
     replication, records, test, committed = reproduce_paper.committed_inputs(args.output_dir, args.records,
@@ -122,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             # as the replication: every seed starts from the same fresh head (drawn once, with the main seed)
             confidence_head_module(model).load_state_dict(loaded)
             if init != "normal":
-                torch.manual_seed(replication.seed)
-                initialize_confidence_head(confidence_head_module(model), init)
+                reproduce_paper.redraw_head(model, replication.seed, init)
             started = time.perf_counter()
             for run in reproduce_paper.head_only_runs(replication, model, train, [(args.labels, s) for s in seeds],
                                                       features, test_features):

@@ -76,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
     from elical_hf.training.head_calibration import confidence_head_module
-    from elical_hf.models.modeling import initialize_confidence_head
     from elical_hf.training.recipe import take_elicitation, take_labels
     from elical_hf.signals.baselines import consis_sem
     from elical_hf.signals.records import first_samples
@@ -89,9 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     questions = [r["question"] for r in train_records + test_records]
     features = cached_features(model, questions, os.path.join(args.output_dir, "features-base.pt"))
     fresh = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}  # stage 1's start
-    torch.manual_seed(args.seeds[0])  # Cal-Only@100's start: the reference's head, as every head-only baseline here
-    initialize_confidence_head(confidence_head_module(model), reproduce_paper.BASELINE_HEAD_INIT)
-    baseline = {k: v.clone() for k, v in confidence_head_module(model).state_dict().items()}
+    baseline = reproduce_paper.redraw_head(model, args.seeds[0])  # Cal-Only@100's start: the reference's head
     test_questions = [r["question"] for r in test_records]
 
     def run(start: dict, rows_used: list[dict], seed: int, stage: str) -> tuple[list[float], dict]:
