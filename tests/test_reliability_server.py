@@ -9,6 +9,7 @@ The servers run in this process (uvicorn on a thread, on a real socket) or as th
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import threading
 import time
@@ -158,11 +159,12 @@ def test_a_large_confidence_request_is_scored_in_slices_between_other_requests(g
 
     engine = GateEngine(gate_model, "tiny-gate", threshold=0.0, max_tokens=2, confidence_slice_tokens=1)
     questions = [f"{QUESTIONS[i % len(QUESTIONS)]} number {i}" for i in range(40)]
-    done: dict[str, tuple[float, int, dict]] = {}
+    done: dict[str, tuple[int, int, dict]] = {}  # name -> (place in the order the replies came back, status, reply)
+    order = itertools.count()  # `next` of a count is atomic: two replies never share a place
 
     def send(name: str, path: str, body: dict) -> None:
         status, reply = post(port, path, body)
-        done[name] = (time.monotonic(), status, reply)
+        done[name] = (next(order), status, reply)
 
     with RowCounter(gate_model, seconds_per_row=0.05), running(create_app(engine, batch_wait_ms=20)) as port:
         large = threading.Thread(target=send, args=("large", "/confidence", {"questions": questions}))
