@@ -109,7 +109,7 @@ def test_merge_says_what_is_identical_and_what_is_rounded(tiny_llama, tmp_path):
       "read by their own split: the name is checked only for records without a `split` field, which are still "
       "refused (`'jtrain' looks like the split word 'train' …`)")
 def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(tmp_path):
-    from elical_hf.cli.sample import load_questions
+    from elical_hf.steps.sample import load_questions
     from elical_hf.signals import load_honestybench
     from elical_hf.signals.records import save_records
     from tests.test_reliability_records_and_settings import records_of

@@ -18,7 +18,7 @@ to float rounding of the log-probabilities (each worker batches other questions 
 from __future__ import annotations
 
 from elical_hf.signals.settings import SamplingSettings
-from elical_hf.steps.sample import SampleArguments, load_questions  # noqa: F401 (its import path before the steps)
+from elical_hf.steps.sample import SampleArguments
 
 from .parser import ElicalArgumentParser
 
