@@ -39,7 +39,7 @@ def export(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pooling(export):
     """vLLM's pooling runner on the demo model's export, shared by the tests of this module."""
-    server = vllm_server(export, "confidence", "--runner", "pooling")
+    server = vllm_server(export, "confidence", "--runner", "pooling", eager=True)
     yield server
     server.stop()
 
@@ -70,7 +70,7 @@ def test_one_vllm_serves_the_base_and_several_confidence_adapters(export, tmp_pa
     adapters = {"demo": exported_demo_model(str(tmp_path / "demo"), form="lora"),
                 "random": export_confidence_model(lora, tmp_path / "random", form="lora")}
     server = vllm_server(base, "base", "--runner", "pooling", "--enable-lora", "--max-lora-rank", "8",
-                         "--lora-modules", *(f"{name}={folder}" for name, folder in adapters.items()))
+                         "--lora-modules", *(f"{name}={folder}" for name, folder in adapters.items()), eager=True)
     try:
         for name, folder in adapters.items():
             served = classify(server.url, name, export_prompt_ids(questions, folder))
@@ -97,7 +97,7 @@ def test_the_gate_on_vllm_decides_and_answers_as_the_in_process_gate(export, poo
     model = AutoModelForConfidence.from_pretrained(DEMO_CALIBRATED, dtype="float32")
     threshold = cut(model.confidence(questions), 4)  # half answered, half abstained
     local = GateEngine(model, "gate", threshold=threshold, max_tokens=24)
-    generator = vllm_server(resolve_model_path(DEFAULT_MODEL)[0], "base")
+    generator = vllm_server(resolve_model_path(DEFAULT_MODEL)[0], "base", eager=True)
     try:
         remote = UpstreamGateEngine(export, "gate", confidence_endpoint=pooling.url, generation_endpoint=generator.url,
                                     threshold=threshold, max_tokens=24)

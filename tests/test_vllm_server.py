@@ -34,7 +34,7 @@ def server():
         pytest.skip(reason)
     folder, _ = resolve_model_path(DEFAULT_MODEL)
     try:
-        process = vllm_server(folder, DEFAULT_MODEL)
+        process = vllm_server(folder, DEFAULT_MODEL, eager=True)
     except RuntimeError as error:
         if "avx512f" in cpu_flags():
             raise

@@ -56,10 +56,13 @@ def why_not_here() -> str | None:
     return None
 
 
-def vllm_server(model_folder: str, served_name: str, *args: str, startup_timeout: float = 600) -> ServerProcess:
-    """Start vLLM's OpenAI-compatible server on `model_folder` as `served_name`; wait for `/health`."""
+def vllm_server(model_folder: str, served_name: str, *args: str, eager: bool = False,
+                startup_timeout: float = 600) -> ServerProcess:
+    """Start vLLM's OpenAI-compatible server on `model_folder` as `served_name`; wait for `/health`. `eager` adds
+    `--enforce-eager`: no torch.compile, which is ~90 s of a ~130 s start on 2 cores (tests check answers, not speed,
+    and pass it; the benchmarks that time vLLM serve it compiled, as a user would)."""
     command = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model_folder,
-               "--served-model-name", served_name, *VLLM_SERVER_ARGS, *args]
+               "--served-model-name", served_name, *VLLM_SERVER_ARGS, *args, *(["--enforce-eager"] if eager else [])]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
            "DO_NOT_TRACK": "1", "TOKENIZERS_PARALLELISM": "false"}
     return ServerProcess(served_name, cwd=None, env=env, startup_timeout=startup_timeout, command=command)
