@@ -97,14 +97,14 @@ def main(argv: list[str] | None = None) -> None:
     from elical_hf.models.default_model import DEFAULT_MODEL
     from elical_hf.demo import DEMO_RECORDS, DEMO_STAGE1
     from elical_hf.evaluation.tables import evaluate_table, paired_differences
-    from elical_hf.signals import read_records, training_columns
+    from elical_hf.signals import load_records, training_columns
     from elical_hf.signals.lexical_judge import has_answer
 
     machine = print_machine()
     model_name, stage1 = args.model or DEFAULT_MODEL, args.stage1_model or DEMO_STAGE1
-    records = read_records(args.records or DEMO_RECORDS)
-    test = [r for r in records if r.get("source_split", r.get("split")) == "in_domain_test"]
-    train = [r for r in records if r.get("source_split", r.get("split")) == "train"]
+    records = load_records(args.records or DEMO_RECORDS, derive=False, splits=True).to_list()
+    test = [r for r in records if r["paper_split"] == "in_domain_test"]
+    train = [r for r in records if r["paper_split"] == "train"]
     rng = random.Random(args.seed)
     rng.shuffle(test)
     test = sorted(test[: args.test_questions], key=lambda r: r["dataset"])

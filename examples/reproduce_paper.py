@@ -156,9 +156,9 @@ def build_partitions(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name in OUT_OF_DOMAIN:
         candidates = load_bundled_questions(name, exclude=seen)
         rng.shuffle(candidates)
-        ood += [{**row, "split": "test"} for row in candidates[: args.ood_per_dataset]]
+        ood += [{**row, "partition": "test"} for row in candidates[: args.ood_per_dataset]]
     # Test questions first: a sampling run stopped early still leaves a complete test set.
-    labelled = {part: [{**row, "split": part} for row in parts[part]] for part in sizes}
+    labelled = {part: [{**row, "partition": part} for row in parts[part]] for part in sizes}
     return labelled["test"] + ood + labelled["dev"] + labelled["train"]
 
 
@@ -219,8 +219,6 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
         return read_records(path)
     if args.records is not None:  # the committed records: retrain and re-evaluate without resampling
         records = load_records(args.records, derive=False, splits=True).to_list()  # as stored: judged again below
-        for record in records:  # `split` is the paper's split, as in a fresh run
-            record["split"] = record["paper_split"]
         if args.correctness != "keep":
             summary = apply_judges(records, correctness=args.correctness)
             logger.info("re-judged the correctness of %d records with %s: %s", len(records), args.correctness, summary)
@@ -233,12 +231,13 @@ def step_judge(args: argparse.Namespace, questions: list[dict[str, Any]]) -> lis
     for record in records:
         for name in ("shard", *TIMING_FIELDS):
             record.pop(name, None)
-        # `split` becomes the paper's split (what `load_honestybench` reads: dev questions come from the training
-        # pool); our own train / dev / test partition stays in `partition`.
-        record["partition"] = record.pop("split")
+        # Our own train / dev / test partition is `partition` (`split` in a folder sampled before it was named so);
+        # `source_split` is the paper's split word, as the published HonestyBench files store it (`load_records` reads
+        # it as the `paper_split`: dev questions come from the training pool).
+        record["partition"] = record.pop("split", None) or record["partition"]
         # the paper's split by the paper's in-domain datasets (IN_DOMAIN is only those with a bundled subset)
         test_split = "in_domain_test" if record["dataset"] in IN_DOMAIN_DATASETS else "ood_test"
-        record["split"] = test_split if record["partition"] == "test" else "train"
+        record["source_split"] = test_split if record["partition"] == "test" else "train"
     correctness = "has_answer" if args.correctness == "keep" else args.correctness
     summary = apply_judges(records, correctness=correctness, consistency="embedding", lexical_scores=True)
     logger.info("judged %d records: %s", len(records), summary)

@@ -54,11 +54,11 @@ def replication_records(path: str, correctness: str = "has_answer") -> tuple[lis
 
 
 def training_rows(records: list[dict], num_samples: int | None = None) -> list[dict]:
-    """Rows (`question`, `dataset`, `split`: the paper's, training columns) of `records` (read with their paper split,
+    """Rows (`question`, `dataset`, `paper_split`, training columns) of `records` (read with their paper split,
     [`replication_records`]); with `num_samples`, the targets come from each record's first `num_samples` samples."""
     from elical_hf.signals import training_columns
 
-    return [{"question": r["question"], "dataset": r["dataset"], "split": r["paper_split"],
+    return [{"question": r["question"], "dataset": r["dataset"], "paper_split": r["paper_split"],
              **training_columns(r, num_samples=num_samples)} for r in records]
 
 
@@ -76,7 +76,7 @@ def load_replication(
     if test_per_split is not None:
         keep = set()
         for split in ("in_domain_test", "ood_test"):
-            members = [i for i, r in enumerate(test) if r["split"] == split]
+            members = [i for i, r in enumerate(test) if r["paper_split"] == split]
             keep.update(rng.sample(members, min(test_per_split, len(members))))
         test = [r for i, r in enumerate(test) if i in keep]
     return train, test
@@ -102,7 +102,7 @@ def test_metrics(test: list[dict], confidences: list[float]) -> dict[str, dict[s
     from elical_hf.evaluation.tables import evaluate_table
 
     table = evaluate_table([r["greedy_correctness"] for r in test], [r["dataset"] for r in test],
-                           [r["split"] for r in test], {"m": confidences})["m"]
+                           [r["paper_split"] for r in test], {"m": confidences})["m"]
     return {column: {m: table[column][m] for m in ("auroc", "ece", "alignment")}
             for column in ("in-domain avg", "OOD avg")}
 

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(questions, "w", encoding="utf-8") as handle:
         for r in chosen:
             row = {"id": r["id"], "question": r["question"], "answer": list(r["answer"]), "dataset": r["dataset"],
-                   "split": r["paper_split"]}
+                   "source_split": r["paper_split"]}
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
     tag = f"{args.train}-{args.test}-seed{args.seed}"
     smol_records = os.path.join(out, f"smollm2-records-{tag}.parquet")

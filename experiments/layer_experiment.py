@@ -189,11 +189,10 @@ def load_partitions(path: str, correctness: str) -> dict[str, list[dict[str, Any
     from elical_hf.signals.judging import apply_judges
     from elical_hf.signals.records import load_records
 
-    records = load_records(path, derive=False).to_list()  # as stored: judged again below
+    records = load_records(path, derive=False, splits=True).to_list()  # as stored: judged again below
     for record in records:
-        record["split"] = record.get("split") or record.get("source_split")
         if not record.get("partition"):
-            record["partition"] = "test" if record["split"] in ("in_domain_test", "ood_test") else "train"
+            record["partition"] = "test" if record["paper_split"] in ("in_domain_test", "ood_test") else "train"
     if correctness != "keep":
         apply_judges(records, correctness=correctness)
     parts = {part: reproduce_paper.partition(records, part) for part in ("train", "dev", "test")}
@@ -360,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         baseline_head_init=BASELINE_HEAD_INIT, features_cache=features.folder,
         runs_folder=folder,
         sizes={"train": len(train_records), "dev": len(dev_records), "test": len(test_records),
-               "in_domain_test": sum(r["split"] == "in_domain_test" for r in test_records),
-               "ood_test": sum(r["split"] == "ood_test" for r in test_records)},
+               "in_domain_test": sum(r["paper_split"] == "in_domain_test" for r in test_records),
+               "ood_test": sum(r["paper_split"] == "ood_test" for r in test_records)},
         seconds=seconds)
     write_results(args.output_dir, result)
     write_run_confidences(os.path.join(args.output_dir, "layer_runs.json"), result, runs, len(dev_records),
@@ -404,7 +403,7 @@ def summarize(args: argparse.Namespace, runs: dict[int, dict[str, list[list[floa
     from elical_hf.evaluation.tables import evaluate_table, paired_difference_over_draws
 
     test_correct = [int(bool(r["greedy_correctness"])) for r in test_records]
-    test_datasets, test_splits = [r["dataset"] for r in test_records], [r["split"] for r in test_records]
+    test_datasets, test_splits = [r["dataset"] for r in test_records], [r["paper_split"] for r in test_records]
     dev = [i for i, r in enumerate(dev_records) if r.get("greedy_correctness") is not None]
     dev_correct = [int(bool(dev_records[i]["greedy_correctness"])) for i in dev]
     dev_datasets = [dev_records[i]["dataset"] for i in dev]
@@ -490,14 +489,14 @@ def write_run_confidences(path: str, result: dict[str, Any], runs: dict[int, dic
                                                             runs[layer][row["run"]]]
     atomic_write_text(path, json.dumps({"ids": [str(r.get("id")) for r in test_records],
                                         "datasets": [r["dataset"] for r in test_records],
-                                        "splits": [r["split"] for r in test_records],
+                                        "splits": [r["paper_split"] for r in test_records],
                                         "correct": [int(bool(r["greedy_correctness"])) for r in test_records],
                                         "seeds": result["seeds"], "confidences": kept}) + "\n")  # compact: 1 MB
 
 
 def _accuracy(records: list[dict[str, Any]], column: str) -> float:
     split = {"in-domain avg": "in_domain_test", "OOD avg": "ood_test"}[column]
-    values = [bool(r["greedy_correctness"]) for r in records if r["split"] == split]
+    values = [bool(r["greedy_correctness"]) for r in records if r["paper_split"] == split]
     return 100 * float(np.mean(values)) if values else math.nan
 
 

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     window_keys = [keys[span] for span in spans] + [total]  # the final layer last: the comparison's reference
     means = layer_experiment.summarize(settings, runs, window_keys, dev_records, test_records, {})
     test_correct = [int(bool(r["greedy_correctness"])) for r in test_records]
-    datasets, splits = [r["dataset"] for r in test_records], [r["split"] for r in test_records]
+    datasets, splits = [r["dataset"] for r in test_records], [r["paper_split"] for r in test_records]
     n_dev, label_of = len(dev_records), {number: key for key, number in keys.items()}
     rows = []
     for single, mean in zip(singles["chosen_vs_final"], means["chosen_vs_final"]):

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
              zip(reproduce_paper.rows_of(records, "train"), reproduce_paper.partition(records, "train"))]
     scores = committed["confidences"]
     correct, datasets = committed["correct"], committed["datasets"]
-    splits = [r["split"] for r in test]
+    splits = [r["paper_split"] for r in test]
 
     out: dict[str, Any] = {"design": __doc__.split("\n\n")[1], "budgets": args.budgets, "seeds": args.seeds,
                            "runs": {}, "differences": {}}

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         from elical_hf.evaluation.tables import paired_difference_over_draws
 
         diff = paired_difference_over_draws(
-            [r["greedy_correctness"] for r in test], [r["dataset"] for r in test], [r["split"] for r in test],
+            [r["greedy_correctness"] for r in test], [r["dataset"] for r in test], [r["paper_split"] for r in test],
             [run["confidences"] for run in a], [run["confidences"] for run in b], args.bootstrap, args.seeds[0])
         return {column: {key: diff[column][key] for key in ("auroc", "auroc_ci", "auroc_per_draw")}
                 for column in ("in-domain avg", "OOD avg")}

@@ -58,8 +58,8 @@ HOMONYMS = {
     "run_name": "evaluate: the tracker run's name (mirrors TrainingArguments', see project); train: TrainingArguments'",
     "revision": "push: the branch to commit to; convert-official: the revision of SRC",
     "seed": "the seed of each command's own draws (default 42 or 0)",
-    "split": "a paper split everywhere: threshold (in_domain_test) and probe-layers (train) read one; diagnose, "
-             "select-labels and monitor filter by it when given (None)",
+    "split": "a paper split everywhere (a record's `paper_split`): threshold and monitor --reference read one "
+             "(in_domain_test), probe-layers too (train); diagnose and select-labels filter by it when given (None)",
     "system_prompt": "convert-official: the converted model's; sample: SamplingSettings' (the chat template's)",
     "worker_index": "judge: from a Slurm array by default; sample: 0 by default",
 }

@@ -58,7 +58,8 @@ def replication(tiny_llama, tmp_path_factory):
 
 def test_reproduce_paper_runs_every_step(replication):
     questions = [json.loads(line) for line in (replication / "questions.jsonl").read_text().splitlines()]
-    by_part = {part: {q["question"].lower() for q in questions if q["split"] == part} for part in ("train", "dev", "test")}
+    by_part = {part: {q["question"].lower() for q in questions if q["partition"] == part}
+               for part in ("train", "dev", "test")}
     assert not (by_part["train"] & by_part["test"]) and not (by_part["dev"] & by_part["test"])
     runs = sorted(path.stem for path in (replication / "runs").iterdir())
     assert runs == ["Cal-Only-head@10", "Cal-Only-head@all", "Cal-Only@10", "Cal-Only@all", "DiM-L2@10", "DiM-L2@all",
@@ -177,10 +178,10 @@ def test_gate_measurement_scripts_run(tiny_llama, tmp_path):
     from elical_hf import AutoModelForConfidence
     from elical_hf.signals.records import load_records, save_records
 
-    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"), splits=True)
     chosen = [r for r in records if r["partition"] == "train"][:40]
-    chosen += [r for r in records if r["source_split"] == "in_domain_test"][:12]
-    chosen += [r for r in records if r["source_split"] == "ood_test"][:12]
+    chosen += [r for r in records if r["paper_split"] == "in_domain_test"][:12]
+    chosen += [r for r in records if r["paper_split"] == "ood_test"][:12]
     save_records(chosen, tmp_path / "records" / "slice.parquet")
     AutoModelForConfidence.from_pretrained(tiny_llama).save_pretrained(tmp_path / "stage1")
     common = ["--records", str(tmp_path / "records"), "--stage1", str(tmp_path / "stage1"), "--output_dir",
@@ -212,10 +213,10 @@ def test_scaling_ablations_cut_the_targets_to_k_samples(tiny_llama, tmp_path):
     k' = 1 is each record's first verdict), and every (N, seed) makes its own stage 1."""
     from elical_hf.signals.records import load_records, save_records
 
-    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"), splits=True)
     chosen = [r for r in records if r["partition"] == "train"][:60]
-    chosen += [r for r in records if r["source_split"] == "in_domain_test"][:16]
-    chosen += [r for r in records if r["source_split"] == "ood_test"][:16]
+    chosen += [r for r in records if r["paper_split"] == "in_domain_test"][:16]
+    chosen += [r for r in records if r["paper_split"] == "ood_test"][:16]
     save_records(chosen, tmp_path / "records" / "slice.parquet")
     assert load_experiment("scaling_ablations").main(
         ["--records", str(tmp_path / "records"), "--base", tiny_llama, "--output_dir", str(tmp_path / "out"),

@@ -17,11 +17,11 @@ def tiny_records(tmp_path_factory) -> str:
     """60 train, every dev (200: the layer rule reads them) and 24 + 24 test records of the committed replication."""
     from elical_hf.signals.records import load_records, save_records
 
-    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"))
+    records = load_records(os.path.join(EXAMPLES, "..", "docs", "results", "honestybench-smollm2-135m"), splits=True)
     chosen = [r for r in records if r["partition"] == "train"][::80]
     chosen += [r for r in records if r["partition"] == "dev"]
-    chosen += [r for r in records if r["source_split"] == "in_domain_test"][::40]
-    chosen += [r for r in records if r["source_split"] == "ood_test"][::40]
+    chosen += [r for r in records if r["paper_split"] == "in_domain_test"][::40]
+    chosen += [r for r in records if r["paper_split"] == "ood_test"][::40]
     folder = tmp_path_factory.mktemp("records")
     save_records(chosen, folder / "slice.parquet")
     return str(folder)

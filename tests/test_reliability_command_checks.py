@@ -55,7 +55,7 @@ def test_train_refuses_another_models_records(tiny_llama, tmp_path, no_training,
     assert cli_main([*argv, "--allow_other_model", "true"]) == 0 and len(no_training) == 1
 
 
-@case("silent", "`elical-hf train` on records whose `split` is `test` (the README chain's bundled questions)",
+@case("silent", "`elical-hf train` on records whose `source_split` is `test` (the README chain's bundled questions)",
       "trains, with a warning: `30 of 30 --calibration_data (…) records come from a test split …`")
 def test_train_warns_about_test_split_records(tiny_llama, tmp_path, no_training, caplog):
     test = save_records(records_of(tiny_llama, split="test"), tmp_path / "test.jsonl")

@@ -105,8 +105,8 @@ def test_merge_says_what_is_identical_and_what_is_rounded(tiny_llama, tmp_path):
 
 
 @case("silent", "records in a file whose name holds a near split word (`rec_jtrain.jsonl`) that all carry their own "
-      "`split` field (`load_honestybench`, `sample --questions`)",
-      "read by their own split: the name is checked only for records without a `split` field, which are still "
+      "`source_split` (or legacy `split`) field (`load_honestybench`, `sample --questions`)",
+      "read by their own split: the name is checked only for records without one, which are still "
       "refused (`'jtrain' looks like the split word 'train' …`)")
 def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(tmp_path):
     from elical_hf.steps.sample import load_questions
@@ -117,8 +117,8 @@ def test_a_near_split_word_in_a_name_never_refuses_records_with_their_own_split(
     path = save_records(records_of("m", split="train"), tmp_path / "rec_jtrain.jsonl")
     loaded = load_honestybench(path, progress=False, cache_dir=str(tmp_path / "cache"))
     assert list(loaded) == ["train"] and len(loaded["train"]) == 30
-    assert [row["split"] for row in load_questions(path)] == ["train"] * 30
-    unsplit = [{k: v for k, v in r.items() if k != "split"} for r in records_of("m")]
+    assert [row["source_split"] for row in load_questions(path)] == ["train"] * 30
+    unsplit = [{k: v for k, v in r.items() if k != "source_split"} for r in records_of("m")]
     bare = save_records(unsplit, tmp_path / "bare" / "rec_jtrain.jsonl")
     with pytest.raises(ValueError, match="'jtrain' looks like the split word 'train'"):
         load_honestybench(bare, progress=False, cache_dir=str(tmp_path / "cache"))

@@ -25,7 +25,8 @@ def records_of(model: str, n: int = 30, split: str = "train") -> list[dict]:
     names = {"good": "nq", "inverted": "hotpotqa", "noise": "pararel"}  # datasets HonestyBench knows
     rows = make_records(n // 3 + 1)[:n]
     for row in rows:
-        row.update(model=model, split=split, dataset=names[row["dataset"]], id=row["id"].replace(
+        del row["split"]  # the diagnosis rows' legacy field: records name their split word `source_split`
+        row.update(model=model, source_split=split, dataset=names[row["dataset"]], id=row["id"].replace(
             row["dataset"], names[row["dataset"]]))
     return rows
 

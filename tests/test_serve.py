@@ -321,7 +321,7 @@ def test_the_system_prompt_figures_in_the_docs_are_the_measured_ones():
 
     root = Path(__file__).resolve().parent.parent
     measured = json.loads((root / "docs" / "results" / "system_prompt.json").read_text())
-    rows = [r for r in load_records(DEMO_RECORDS).to_list() if r["partition"] == "test"]
+    rows = load_records(DEMO_RECORDS, split="in_domain_test").to_list()
     by_dataset = {}
     for i, row in enumerate(rows):
         by_dataset.setdefault(row["dataset"], []).append(i)

@@ -66,7 +66,7 @@ def load_honestybench(
         split (`str` or `list[str]`, *optional*): Keep these of [`PAPER_SPLITS`] only.
         path_parser (`Callable[[str], dict]`, *optional*, defaults to [`parse_record_path`]):
             Maps a file's path relative to the folder (posix) to `{"model", "dataset", "split"}`; used for records
-            without `model` / `dataset` / `split` fields (a record's own fields win).
+            without `model` / `dataset` / `source_split` (or legacy `split`) fields (a record's own fields win).
         revision (`str`, *optional*): Hub revision.
         progress (`bool`, *optional*, defaults to `True`): Progress bar over files.
         allow_incomplete (`bool`, *optional*, defaults to `False`): Read an unfinished `elical-hf sample` folder
@@ -145,7 +145,7 @@ def _group_records(
                 path_component(row["dataset"], "dataset")
             except ValueError as error:
                 raise ValueError(f"{origin}, record {number}: {error}") from None
-            row["source_split"] = source_split(row.pop("split", None), hint, row.get("source_split"))
+            row["source_split"] = source_split(row, hint)
             key = (row["model"], row["dataset"], paper_split(row["dataset"], row["source_split"]))
             groups.setdefault(key, []).append(row)
     if not groups:

@@ -168,8 +168,8 @@ class EvaluateArguments(RecordArguments):
 
 def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | None = None) -> list[dict[str, Any]]:
     """The judged test records of a records input ([`~elical_hf.signals.records.load_records`]): those of
-    [`TEST_SPLITS`], in that order, each with `split` set to its paper split; records without a judged greedy answer
-    are left out (and counted).
+    [`TEST_SPLITS`] (their `paper_split`), in that order; records without a judged greedy answer are left out (and
+    counted).
 
     Raises:
         `ValueError`: no test records, or none with a judged greedy answer (naming the `judge` option that fills it).
@@ -188,7 +188,7 @@ def test_records(records: Any, *, allow_incomplete: bool = False, say: Say | Non
     rows = []
     for name in TEST_SPLITS:
         indices = [i for i, part in enumerate(parts) if part == name]
-        rows += [dict(row, split=name) for row in loaded.select(indices)] if indices else []
+        rows += loaded.select(indices).to_list() if indices else []
     return judged_records(rows, "test", say)
 
 
@@ -413,7 +413,7 @@ def _evaluate(
                 say(f"--model {name}: its threshold was chosen on {sum(chosen_on[name])} of these {len(rows)} "
                     "records; they are left out of its decision table (its AUROC, ECE and alignment keep them).")
     correct = [int(r["greedy_correctness"]) for r in rows]
-    datasets, splits = [r["dataset"] for r in rows], [r["split"] for r in rows]
+    datasets, splits = [r["dataset"] for r in rows], [r["paper_split"] for r in rows]
     evaluation = Evaluation(evaluate_table(correct, datasets, splits, sources, bootstrap=bootstrap, seed=seed),
                             correct, datasets, splits, sources, configs=configs)
     if pairs:

@@ -30,8 +30,8 @@ class MonitorArguments(only(RecordArguments, "allow_incomplete", "batch_size"), 
         metadata={"help": "Records to take the calibration confidences from (scored again); default: those "
                   "`elical-hf threshold` saved in the model folder (calibration_confidences.json)."},
     )
-    split: str = field(default=HELD_OUT_SPLIT, metadata={"help": "With --reference: the split of its records to use "
-                       "(default: the one `elical-hf threshold` calibrates on by default)."})
+    split: str = field(default=HELD_OUT_SPLIT, metadata={"help": "With --reference: the paper split of its records to "
+                       "use (default: the one `elical-hf threshold` calibrates on by default)."})
     significance: float = field(default=DRIFT_SIGNIFICANCE,
                                 metadata={"help": "Report drift when the KS test's p-value is below this."})
     shift: float = field(default=DRIFT_SHIFT, metadata={"help": "Report the test's power: how likely it is, at these "

@@ -72,7 +72,7 @@ class SampleArguments(only(ModelArguments, "dtype"), only(RecordArguments, "allo
         default=None,
         metadata={
             "help": "Dataset name for rows without a `dataset` field (default: inferred from the file name, as is a "
-            "`split` field: `nq_test.jsonl` -> dataset nq, split test)."
+            "`source_split` field: `nq_test.jsonl` -> dataset nq, split test)."
         },
     )
     limit: int | None = field(default=None, metadata={"help": "Sample only the first N questions."})
@@ -111,7 +111,7 @@ class SampleArguments(only(ModelArguments, "dtype"), only(RecordArguments, "allo
 
 def load_questions(source: str, dataset: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """
-    Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `split` "test")
+    Question rows from `bundled:<name>[:<limit>][,<name>[:<limit>]...]` (the bundled sets, their `source_split` "test")
     or a table readable by [`~elical_hf.data.training_table.load_table`] with a `question` column: a file
     (`nq_test.jsonl` names its dataset and split), a saved dataset folder, or a Hub dataset
     `<repo>[:<config>[:<split>]]` (`cais/mmlu:all:test` names its dataset by the repo's name and its split); `dataset`
@@ -128,7 +128,7 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
     from ..data.questions import load_bundled_questions
     from ..data.training_table import TABLE_FORMATS, load_table, split_hub_source
     from ..settings.multiple_choice import check_one_format, multiple_choice_row
-    from ..signals.records import SPLIT_WORDS, canonical_dataset, parse_record_path
+    from ..signals.records.layout import SPLIT_WORDS, canonical_dataset, parse_record_path, source_split
 
     if source.startswith("bundled:"):
         rows = []
@@ -137,8 +137,7 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
             if count and not count.isdigit():
                 raise ValueError(f"Bad bundled limit {count!r} in {source!r}; use bundled:<name>[:<limit>].")
             rows += load_bundled_questions(name, int(count) if count else None)
-        # The bundled sets are the sources' evaluation splits (NQ test, HotpotQA dev, ...): say so.
-        rows = [{"split": "test", **row} for row in rows]
+        named_split = "test"  # the bundled sets are the sources' evaluation splits (NQ test, HotpotQA dev, ...): say so
     else:
         table = load_table(source)
         if "question" not in table.column_names:
@@ -153,18 +152,18 @@ def load_questions(source: str, dataset: str | None = None, limit: int | None = 
             name, extension = os.path.splitext(os.path.basename(source.rstrip("/")))
             name += "" if extension.lower() in TABLE_FORMATS else extension  # `nq_test.csv` too
             # A typo of a split word in the name matters only for rows without a split of their own.
-            named = parse_record_path(name, strict=not all(row.get("split") for row in rows))
+            named = parse_record_path(name, strict=not all(row.get("split") or row.get("source_split") for row in rows))
         else:  # a Hub dataset: `cais/mmlu:all:test` is MMLU's test split
             repo, _, split = split_hub_source(source)
             word = (split or "").split("[")[0]
             named = {"dataset": repo.rsplit("/", 1)[-1], "split": word if word.lower() in SPLIT_WORDS else None}
-        dataset = dataset if dataset is not None else canonical_dataset(named["dataset"])
-        if named["split"] is not None:
-            rows = [{"split": named["split"], **row} for row in rows]
+        dataset, named_split = canonical_dataset(named["dataset"]) if dataset is None else dataset, named["split"]
     check_one_format(rows, f"questions of {source}")
     for row in rows:
         if row.get("dataset") is None and dataset is not None:
             row["dataset"] = dataset
+        if (word := source_split(row, {"split": named_split})) is not None:  # a row's own word before the name's
+            row["source_split"] = word
     return rows[:limit] if limit is not None else rows
 
 

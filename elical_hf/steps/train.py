@@ -140,8 +140,8 @@ def train(
 
 def _check_training_records(table: Any, name: str, model_name_or_path: str, allow_other_model: bool) -> None:
     """Refuse records of another model than `model_name_or_path` (or of several models) unless `allow_other_model`
-    ([`~elical_hf.signals.records.check_records_model`]), and warn about records of a test split (their own `split`
-    word: `test`, `dev`, `validation`, ...): results reported on those questions later would be on training data."""
+    ([`~elical_hf.signals.records.check_records_model`]), and warn about records of a test split (`source_split` or
+    legacy `split` `test`, `dev`, `validation`, ...): results reported on those questions would be on training data."""
     from ..models.hub_ids import hub_id_of_local_copy
     from ..signals.records import SPLIT_WORDS, check_records_model
     from .evaluate import TEST_SPLITS
@@ -151,15 +151,15 @@ def _check_training_records(table: Any, name: str, model_name_or_path: str, allo
         known = hub_id_of_local_copy(model_name_or_path) if os.path.isdir(model_name_or_path) else None
         check_records_model(table["model"], known[0] if known else model_name_or_path, name, allow_other_model,
                             use="the base model you train on is")
-    words = [table[column] for column in ("split", "source_split") if column in columns]
+    words = [table[column] for column in ("source_split", "split") if column in columns]
     if words:
         splits = [next((word for word in row if word is not None), None) for row in zip(*words)]
         test = sum(str(split).lower() in TEST_SPLITS or SPLIT_WORDS.get(str(split).lower()) == "test"
                    for split in splits if split is not None)
         if test:
-            logger.warning("%d of %d %s records come from a test split (their `split` is a test, dev or validation "
-                           "word): do not report results on these questions, the models are trained on them.", test,
-                           len(table), name)
+            logger.warning("%d of %d %s records come from a test split (their `source_split` is a test, dev or "
+                           "validation word): do not report results on these questions, the models are trained on "
+                           "them.", test, len(table), name)
 
 
 def _label_diagnosis(labels: Any) -> dict[str, Any] | None:

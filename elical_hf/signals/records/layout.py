@@ -50,7 +50,7 @@ DATASET_ALIASES: dict[str, str] = {
 SPLIT_WORDS = {"train": "train", "training": "train"} | {
     word: "test" for word in ("test", "dev", "validation", "valid", "val", "eval")
 }
-"""Words that name a source split in paths (or a record's `split` field) -> `"train"` or `"test"`."""
+"""Words that name a source split in paths (or a record's `source_split`) -> `"train"` or `"test"`."""
 
 IGNORED_FOLDERS = {"data", "datasets", "honestybench", "records", "shards", "jsonl", "output", "outputs", "results"}
 """Folder names that never name a model (generic containers)."""
@@ -83,7 +83,7 @@ def _near_split_word(tokens: list[str], where: str) -> None:
         if close:
             raise ValueError(
                 f"{where}: {token!r} looks like the split word {close!r} but is none of {sorted(SPLIT_WORDS)}; "
-                "rename the file or folder, add a `split` field to the records, or pass `path_parser`."
+                "rename the file or folder, add a `source_split` field to the records, or pass `path_parser`."
             )
 
 
@@ -167,7 +167,7 @@ def parse_record_path(relative_path: str, *, strict: bool = True) -> dict[str, s
        a typo of a split word (`tset`, `tests`, `trian`: two letters swapped, one added or left out) is a
        `ValueError`, so test data is never turned into train data by a guess. With `strict=False` a typo is not an
        error (it stays in the leftover text): [`~elical_hf.signals.records.load_records`] reads such a path so, and
-       refuses only records that need the path's split, those without a `split` field of their own.
+       refuses only records that need the path's split, those without a `source_split` (or `split`) of their own.
     4. The **model** is the deepest folder that still has text once its dataset and split tokens are removed and is
        not a generic container ([`IGNORED_FOLDERS`]: `data`, `records`, ...); without one, what is left of the file
        name (`Qwen2.5-7B-Instruct_nq.jsonl` -> `Qwen2.5-7B-Instruct`); else `None`.
@@ -269,11 +269,12 @@ SPLIT_TYPO = "split_typo"
 """The key of a path hint whose split word is a typo (its message): see [`source_split`]."""
 
 
-def source_split(own: Any, hint: Mapping[str, Any], fallback: Any = None) -> Any:
-    """A record's own split word, else its path's, else `fallback`. A path whose split word is a typo is refused here,
-    for a record that has neither a split of its own nor a `fallback`, never for its file name alone."""
-    if own:
+def source_split(record: dict[str, Any], hint: Mapping[str, Any]) -> Any:
+    """A record's own split word (its `source_split`, else a legacy `split` field, removed), else its path's; a path's
+    split word that is a typo is refused here for a record without one of its own, never for its file name alone."""
+    legacy = record.pop("split", None)
+    if own := record.get("source_split") or legacy:
         return own
-    if hint.get(SPLIT_TYPO) and not fallback:
+    if hint.get(SPLIT_TYPO):
         raise ValueError(hint[SPLIT_TYPO])
-    return hint.get("split") or fallback
+    return hint.get("split")

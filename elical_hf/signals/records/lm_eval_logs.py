@@ -274,10 +274,10 @@ class _Task:
         record.update(self._choice(doc, sample, where) if self.choice else self._generated(doc, sample, where))
         record.update(greedy_correctness=_correct(sample[self.metric], self.metric, where),
                       correctness_judge=LM_EVAL_JUDGE + self.metric, lm_eval_filter=self.filter, dataset=self.task,
-                      model=self.model, split=self.split)
+                      model=self.model, source_split=self.split)
         if self.choice and self.task in ("mmlu", f"mmlu_{doc.get('subject')}"):
             # lm-eval's MMLU: one task per subject, each counting its docs from 0; one dataset, the paper's MMLU split
-            record.update(id=f"{self.task}-{sample['doc_id']}", dataset="mmlu", split="mmlu")
+            record.update(id=f"{self.task}-{sample['doc_id']}", dataset="mmlu", source_split="mmlu")
         return record
 
     def _generated(self, doc: Mapping[str, Any], sample: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -482,8 +482,8 @@ def read_lm_eval_records(
     task's target), `greedy_response` (the answer after the task's filter, as lm-eval scored it),
     `greedy_correctness` (its 0/1 metric), `correctness_judge` (`"lm-eval:<metric>"`), `lm_eval_filter`, `dataset`
     (the task), `model` (the run's `model_name`, from `results_<date>.json` beside the samples; without it, the
-    folder lm-eval named after the model) and `split`: `in_domain_test` for the paper's in-domain datasets
-    (`nq_open`, `triviaqa`), `mmlu` for a task named `mmlu`, `ood_test` for any other task ([`lm_eval_split`]).
+    folder lm-eval named after the model) and `source_split` (its `paper_split` once loaded): `in_domain_test` for
+    the in-domain datasets (`nq_open`, `triviaqa`), `mmlu` for a task `mmlu`, `ood_test` else ([`lm_eval_split`]).
 
     Each document of a multiple-choice task (MMLU, ARC, HellaSwag: one log-likelihood per option) becomes one
     multiple-choice record ([`~elical_hf.settings.multiple_choice`]): `question` (the stem with one `A.<option>` line

@@ -114,7 +114,7 @@ class _Reading:
                                  f"({sorted(set(DATASET_ALIASES))}); rename it or pass `path_parser`.")
             record["dataset"] = canonical_dataset(raw) or str(raw)
             record["model"] = record.get("model") or hint.get("model")
-            record["source_split"] = source_split(record.get("split"), hint, record.get("source_split"))
+            record["source_split"] = source_split(record, hint)
             part = record["paper_split"] = paper_split(record["dataset"], record["source_split"])
             self.note(record["model"], record["dataset"], part)
             self.inferred.setdefault(where, set()).add((record["model"], record["dataset"], part))
@@ -145,8 +145,8 @@ class _Reading:
             ))
         if self.unsplit:
             logger.warning(
-                "%d in-domain record(s) in %d file(s) name no split (no `split` field, no split word in the path) and "
-                "count as train: %s. Mark test data with a `split` field or a split word in its path "
+                "%d in-domain record(s) in %d file(s) name no split (no `source_split` field, no split word in the "
+                "path) and count as train: %s. Mark test data with a `source_split` field or a split word in its path "
                 "(`nq_test.jsonl`).",
                 sum(self.unsplit.values()), len(self.unsplit), ", ".join(sorted(self.unsplit)),
             )
@@ -201,9 +201,9 @@ def load_records(
             rows) are left as they are. The evaluation label is the record's own `greedy_correctness`.
         splits (`bool`, *optional*, defaults to `False`): Give every record the paper's split (`paper_split`:
             `train`, `in_domain_test`, `ood_test`, `mmlu` or `other`, [`~elical_hf.signals.records.paper_split`]),
-            with `dataset` (canonical), `model` and `source_split` (its own split word, else its path's) filled from
-            the file's path where the record has none ([`~elical_hf.signals.records.parse_record_path`]). A record
-            that names no dataset, or whose path's split word is a typo while it has no split of its own, is refused.
+            with `dataset` (canonical), `model` and `source_split` (its split word; a legacy `split` field is moved
+            there) filled from the path where the record has none ([`~elical_hf.signals.records.parse_record_path`]).
+            A record naming no dataset, or whose path's split word is a typo while it has no split word, is refused.
             What was inferred is logged (`file -> model / dataset / split`), with a warning that counts in-domain
             records that went to `train` only because nothing names their split.
         models (`str` or `list[str]`, *optional*): Keep these models only (case-insensitive; `"Qwen2.5-7B-Instruct"`
@@ -338,7 +338,7 @@ def _cache_folder(cache_dir: str | os.PathLike | None, hinted: list[tuple[str, s
     stats = [(os.path.abspath(file), os.stat(file).st_size, os.stat(file).st_mtime_ns) for file in files]
     options = {"filters": list(reading.filters), "derive": reading.derive, "splits": reading.splits,
                "num_samples": reading.num_samples}
-    key = json.dumps({"files": stats, **options, "parser": parser_key, "layout": 3})
+    key = json.dumps({"files": stats, **options, "parser": parser_key, "layout": 4})
     root = os.fspath(cache_dir) if cache_dir is not None else os.path.join(config.HF_DATASETS_CACHE, "elical_hf",
                                                                             "records")
     return os.path.join(root, hashlib.sha256(key.encode()).hexdigest())
