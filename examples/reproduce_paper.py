@@ -402,7 +402,6 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
 
     train, dev, test = rows_of(records, "train"), rows_of(records, "dev"), rows_of(records, "test")
     runs = Runs(args, test)
-    common = common_training_args(args)
     eli_dir = os.path.join(runs.models, "eli-only")
 
     def fresh(seed: int = args.seed) -> Any:
@@ -431,7 +430,8 @@ def step_train(args: argparse.Namespace, records: list[dict[str, Any]]) -> None:
     wants_stage1 = "EliCal" in args.lora_methods or "head" in args.calibration
     if (wants_stage1 and not runs.done("Eli-Only")) or (needs_stage1 and not stage1_saved):
         started = time.perf_counter()
-        settings = {**common, "num_train_epochs": args.stage1_epochs, "early_stopping_patience": 1}
+        settings = common_training_args(args, seed=args.seed, num_train_epochs=args.stage1_epochs,
+                                        early_stopping_patience=1)
         trainer = train_stage(fresh(), train, eli_dir, "elicitation", dev_data=dev, seed=args.seed, training_args=settings)
         model = AutoModelForConfidence.from_pretrained(eli_dir)
         confidences = score(model)
@@ -537,10 +537,14 @@ def step_probes(args: argparse.Namespace, records: list[dict[str, Any]]) -> None
                       seed=args.seed if seed is None else seed, layer=layer)
 
 
-def common_training_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The `TrainingArguments` every run of this script shares."""
-    return {"per_device_train_batch_size": args.train_batch_size, "learning_rate": args.learning_rate,
-            "disable_tqdm": False, "report_to": "none", "logging_steps": 20}
+def common_training_args(args: argparse.Namespace, **run: Any) -> Any:
+    """The `ConfidenceTrainingArguments` every LoRA + head run of this script shares, with a run's own `run` fields
+    (its `seed`, epochs and patience)."""
+    from elical_hf import ConfidenceTrainingArguments
+
+    return ConfidenceTrainingArguments(per_device_train_batch_size=args.train_batch_size,
+                                       learning_rate=args.learning_rate, disable_tqdm=False, report_to="none",
+                                       logging_steps=20, **run)
 
 
 def redraw_head(model: Any, seed: int, init: str = BASELINE_HEAD_INIT) -> dict[str, Any]:
@@ -579,8 +583,8 @@ def lora_calibration(
     from elical_hf import AutoModelForConfidence
     from elical_hf.training.recipe import train_stage
 
-    settings = {**common_training_args(args), "num_train_epochs": lora_epochs(args, len(labels)),
-                "early_stopping_patience": 2}
+    settings = common_training_args(args, seed=seed, num_train_epochs=lora_epochs(args, len(labels)),
+                                    early_stopping_patience=2)
     trainer = train_stage(model, labels, folder, "calibration", seed=seed, training_args=settings,
                           calibration_trainable="all")
     return AutoModelForConfidence.from_pretrained(folder), trainer

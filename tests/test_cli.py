@@ -168,6 +168,7 @@ def test_positional_fields_and_overrides(tmp_path):
 
 def test_convert_and_push_keep_their_flags():
     from elical_hf.cli import convert, push
+    from elical_hf.settings.prompts import QA_PROMPT
 
     (options,) = convert.make_parser().parse_with_config(
         ["authors/release", "out", "--base_model", "b", "--no_chat_template", "--no_reference_special_tokens"]
@@ -175,7 +176,8 @@ def test_convert_and_push_keep_their_flags():
     assert (options.src, options.dst, options.base_model) == ("authors/release", "out", "b")
     assert options.no_chat_template and not options.reference_special_tokens
     (options,) = convert.make_parser().parse_with_config(["authors/release", "out"])
-    assert not options.no_chat_template and options.reference_special_tokens and options.prompt_template is None
+    assert not options.no_chat_template and options.reference_special_tokens
+    assert (options.prompt_template, options.system_prompt) == (QA_PROMPT, None)  # sample's: the paper's QA prompt
     (options,) = push.make_parser().parse_with_config(["folder", "alice/x", "--kind", "metric", "--private"])
     assert (options.source, options.repo_id, options.kind, options.private) == ("folder", "alice/x", "metric", True)
     with pytest.raises(SystemExit):
@@ -243,7 +245,8 @@ def test_the_recipe_rules_fill_what_is_left_none(tmp_path, caplog):
         run = run_arguments(patient, str(tmp_path / "e"), "elicitation", num_rows=3, has_dev=False)
     assert (run.early_stopping_patience, run.eval_strategy, run.load_best_model_at_end) == (None, "no", False)
     assert "training without early stopping" in caplog.text
-    # a dict of settings (train_stage's callers) reads the same way, `seed` defaulting to the stage's
-    run = run_arguments({"learning_rate": 1e-3}, str(tmp_path / "d"), "elicitation", num_rows=20_000, has_dev=False,
-                        seed=5)
+    # no settings: the defaults, seeded by the stage's `seed`, with the rules; a dict of settings is refused
+    run = run_arguments(None, str(tmp_path / "d"), "elicitation", num_rows=20_000, has_dev=False, seed=5)
     assert (run.num_train_epochs, run.early_stopping_patience, run.eval_strategy, run.seed) == (15, None, "no", 5)
+    with pytest.raises(TypeError, match=r"pass ConfidenceTrainingArguments\(\*\*settings\)"):
+        run_arguments({"learning_rate": 1e-3}, str(tmp_path / "d"), "elicitation", num_rows=20_000, has_dev=False)

@@ -31,37 +31,39 @@ CHANGED_DEFAULTS = {
 the data size), which the recipe applied to an unset value before too."""
 
 HOMONYMS = {
-    "base_model": "push: the Hub id a local base path stands for; convert-official: the model a release sits on",
-    "baselines": "demo: a list of baselines to run live; evaluate: the comma-separated baselines to score",
-    "batch_size": "sample: SamplingSettings' decoding batch (None: the backend's choice), not RecordArguments' (16)",
-    "bootstrap": "evaluate: 0 (no intervals) by default; demo, diagnose, probe-layers: 1000 resamples of their own",
-    "learning_rate": "demo: its head calibration's (1e-3); train: TrainingArguments' (5e-5)",
-    "log_level": "serve: uvicorn's log level; train: TrainingArguments' logging level",
+    "base_model": "push: the Hub id a local base path stands for (checked against the adapter's); convert-official: "
+                  "the model the release is loaded on (a Hub id or folder, default the release's): two options",
+    "baselines": "demo: a list, the six of its live run (verbal ones included); evaluate: four, comma-separated: one "
+                 "declaration would change either's default or syntax",
+    "batch_size": "sample: SamplingSettings' decoding batch (None: chosen for the machine), not RecordArguments' 16 "
+                  "questions: one default would change the batches of sample or of every other command",
+    "bootstrap": "evaluate: 0 (no intervals) by default; demo, diagnose, probe-layers: 1000 resamples of their own: "
+                 "one default would add intervals to evaluate (and its time) or drop the others'",
+    "learning_rate": "demo: its head calibration's (1e-3); train: TrainingArguments' (5e-5, the paper's): two recipes",
+    "log_level": "serve: uvicorn's log level (info); train: TrainingArguments' logging level (passive): two loggers, "
+                 "two sets of choices",
     "max_new_tokens": "demo: answer length (24); judge: LLM judge reply length (64); sample: answer length (256)",
     "model": "a different model in each: positional folder (threshold, select-labels, probe-layers, serve, export), "
              "NAME=PATH list (evaluate), verbal baselines' model (baselines), optional sampler (sample)",
-    "model_name_or_path": "demo: DemoSettings (elical_hf/demo.py), the demo's single settings object, not folded here",
+    "model_name_or_path": "demo: DemoSettings' (elical_hf/demo.py), a positional dataclass whose fields demo.json "
+                          "records in order: taking ModelArguments' field would reorder them",
     "num_labels": "train: stage-2 budget (None: all); evaluate: probes' labels (0: all); select-labels: 250 to choose; "
                   "demo: 100",
-    "num_samples": "demo: 4 live samples; sample: SamplingSettings' k (20)",
-    "num_workers": "judge: from a Slurm array by default; sample: 1 by default",
+    "num_samples": "demo: 4 live samples (its CPU time); sample: SamplingSettings' k (20, the paper's)",
+    "num_workers": "judge: None, a Slurm array's task count (else 1); sample: 1, no Slurm array read: one declaration "
+                   "would change what one of them does by default",
     "output": "a different file or folder per command (judged records, scored records, a diagnosis, a probe report, "
-              "chosen records)",
-    "output_dir": "a different folder per command (report, shards, merged shards, training runs, the demo)",
-    "overwrite_output_dir": "train: train anew over another run (the same run resumes); evaluate: replace results; "
-                            "export: replace the export folder",
-    "prompt_template": "convert-official: None (the paper's QA prompt); sample: SamplingSettings' prompt",
-    "project": "evaluate: the tracker's project (EvaluateArguments mirrors TrainingArguments', which `evaluate --help` "
-               "must not import: it pulls in torch); train: TrainingArguments' own",
+              "chosen records; required in select-labels)",
+    "output_dir": "a different folder per command (report, shards, merged shards, training runs, the demo, an export), "
+                  "required in some",
     "records": "demo: its committed records by default; RecordArguments' is required",
-    "report_to": "evaluate: the trackers the results go to (mirrors TrainingArguments', see project); train: TrainingArguments'",
-    "run_name": "evaluate: the tracker run's name (mirrors TrainingArguments', see project); train: TrainingArguments'",
-    "revision": "push: the branch to commit to; convert-official: the revision of SRC",
-    "seed": "the seed of each command's own draws (default 42 or 0)",
-    "split": "a paper split everywhere (a record's `paper_split`): threshold and monitor --reference read one "
-             "(in_domain_test), probe-layers too (train); diagnose and select-labels filter by it when given (None)",
-    "system_prompt": "convert-official: the converted model's; sample: SamplingSettings' (the chat template's)",
-    "worker_index": "judge: from a Slurm array by default; sample: 0 by default",
+    "revision": "push: the branch to commit to; convert-official: the revision of SRC to download",
+    "seed": "the seed of each command's own draws: 42 (train: TrainingArguments', sample, baselines, demo) or 0 "
+            "(evaluate's bootstrap, diagnose, probe-layers, select-labels): one default would change the draws, so the "
+            "output, of the commands of the other",
+    "split": "a paper split everywhere (a record's `paper_split`), with each command's default: threshold and monitor "
+             "in_domain_test, probe-layers train, diagnose and select-labels None (no filter)",
+    "worker_index": "judge: None, this Slurm array task's index (else 0); sample: 0 (see num_workers)",
 }
 """One word, different options: the same flag name in two commands' dataclasses for options that differ in default or
 meaning. Anything else declared twice is one option written twice: fold it into a group of `elical_hf.steps.arguments`."""
@@ -103,6 +105,12 @@ FOLDED = {
     "shard_size": {"elical_hf.steps.arguments.ShardArguments"},
     "lexical_scoring": {"elical_hf.steps.arguments.LexicalScoringArguments"},
     "token": {"elical_hf.cli.parser.HubArguments"},
+    "overwrite_output_dir": {"elical_hf.steps.arguments.OverwriteArguments"},  # was train's, evaluate's and export's
+    "report_to": {"elical_hf.settings.training_options.TrackerOptions"},  # TrainingArguments' and evaluate's
+    "run_name": {"elical_hf.settings.training_options.TrackerOptions"},
+    "project": {"elical_hf.settings.training_options.TrackerOptions"},
+    "prompt_template": {"elical_hf.signals.settings.SamplingSettings"},  # sample's and convert-official's
+    "system_prompt": {"elical_hf.signals.settings.SamplingSettings"},
 }
 """Where the options that several commands share are declared now."""
 

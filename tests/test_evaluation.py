@@ -130,13 +130,15 @@ def records_and_model(tmp_path, tiny_llama):
     records.mkdir(parents=True)
     write_records(records, "nq", 30, 0)
     write_records(records, "squad", 20, 1)
+    from elical_hf import ConfidenceTrainingArguments
     from elical_hf.training.recipe import train_stage
     from tests.test_trainer import make_rows
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama)  # `evaluate` refuses a model that was never trained
     train_stage(model, make_rows(4), str(tmp_path / "model"), "elicitation", dev_fraction=0.0,
-                training_args={"num_train_epochs": 1, "per_device_train_batch_size": 4, "report_to": "none",
-                               "use_cpu": True, "disable_tqdm": True, "save_strategy": "no"})
+                training_args=ConfidenceTrainingArguments(num_train_epochs=1, per_device_train_batch_size=4,
+                                                          report_to="none", use_cpu=True, disable_tqdm=True,
+                                                          save_strategy="no"))
 
 
 def test_evaluate_command(tiny_llama, tmp_path):

@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from elical_hf import AutoModelForConfidence
+from elical_hf import AutoModelForConfidence, ConfidenceTrainingArguments
 from elical_hf.training.recipe import train_stage
 
 
@@ -23,9 +23,9 @@ def test_float32_weights_train_under_bf16_autocast(tiny_llama, tmp_path):
     rows = [{"question": f"who wrote book number {i}", "consistency": (i % 4) / 3} for i in range(16)]
     try:
         train_stage(model, rows, str(tmp_path / "m"), "elicitation", dev_fraction=0.0,
-                    training_args={"bf16": True, "use_cpu": True, "num_train_epochs": 1,  # use_cpu: transformers'
-                                   "per_device_train_batch_size": 8, "learning_rate": 1e-2,  # condition for bf16
-                                   "report_to": "none"})  # on a machine without a GPU
+                    training_args=ConfidenceTrainingArguments(
+                        bf16=True, use_cpu=True,  # use_cpu: transformers' condition for bf16 on a machine without a GPU
+                        num_train_epochs=1, per_device_train_batch_size=8, learning_rate=1e-2, report_to="none"))
     finally:
         handle.remove()
     assert torch.bfloat16 in {dtype for _, dtype in seen}  # the matmuls ran in bf16

@@ -161,6 +161,7 @@ def test_tied_embeddings_serve_as_the_lm_head(tmp_path):
 
 
 def test_model_without_lora_trains_only_its_head_in_both_stages(tiny_llama, tmp_path):
+    from elical_hf import ConfidenceTrainingArguments
     from elical_hf.training.recipe import train_stage
 
     model = AutoModelForConfidence.from_pretrained(tiny_llama, use_lora=False)
@@ -169,8 +170,8 @@ def test_model_without_lora_trains_only_its_head_in_both_stages(tiny_llama, tmp_
     rows = [{"question": f"question number {i} about plays", "consistency": (i % 5) / 4, "correctness": float(i % 2)}
             for i in range(24)]
     train_stage(model, rows, str(tmp_path / "stage1"), "elicitation", dev_fraction=0.0,
-                training_args={"num_train_epochs": 1, "per_device_train_batch_size": 8, "learning_rate": 1e-2,
-                               "report_to": "none"})
+                training_args=ConfidenceTrainingArguments(num_train_epochs=1, per_device_train_batch_size=8,
+                                                          learning_rate=1e-2, report_to="none"))
     stage1 = AutoModelForConfidence.from_pretrained(tmp_path / "stage1")
     assert stage1.confidence_config.use_lora is False and not stage1.uses_lora
     trained = dict(stage1.named_parameters())

@@ -32,7 +32,7 @@ def trained_model(tiny_llama, tmp_path_factory) -> str:
     """A tiny confidence model after one real (short) elicitation run."""
     folder = tmp_path_factory.mktemp("trained") / "model"
     train_stage(AutoModelForConfidence.from_pretrained(tiny_llama), make_rows(8), str(folder), "elicitation",
-                dev_fraction=0.0, training_args=QUICK)
+                dev_fraction=0.0, training_args=ConfidenceTrainingArguments(**QUICK))
     return str(folder)
 
 

@@ -266,7 +266,8 @@ def test_train_stage_uses_a_given_dev_set(tiny_llama, tmp_path):
     model = AutoModelForConfidence.from_pretrained(tiny_llama)
     train, dev = make_rows(24, seed=1), make_rows(6, seed=2)
     trainer = train_stage(model, train, str(tmp_path / "out"), "elicitation", dev_data=dev,
-                          training_args={"num_train_epochs": 1, "per_device_train_batch_size": 8, "report_to": "none"})
+                          training_args=ConfidenceTrainingArguments(num_train_epochs=1, per_device_train_batch_size=8,
+                                                                    report_to="none"))
     assert len(trainer.train_dataset) == 24 and len(trainer.eval_dataset) == 6
     assert os.path.isfile(tmp_path / "out" / "confidence_config.json")
     assert not os.path.exists(tmp_path / "out" / "checkpoints")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.signals.settings import SamplingSettings
+from elical_hf.steps.arguments import only
+
 from .parser import ElicalArgumentParser, HubArguments, warn_token_on_command_line
 
 
 @dataclass(kw_only=True)
-class ConvertArguments(HubArguments):
-    """Options of `elical-hf convert-official` (also settable from `--config file.yaml`)."""
+class ConvertArguments(HubArguments, only(SamplingSettings, "prompt_template", "system_prompt")):
+    """Options of `elical-hf convert-official` (also from `--config file.yaml`); the prompt options are `sample`'s."""
 
     src: str = field(metadata={"positional": True, "help": "Release folder or Hub id (lora_epoch_best/ + "
                                "vector_head_epoch_best.pt), e.g. Shiyunee/Honest-Qwen2.5-7B-Instruct."})
@@ -17,9 +20,6 @@ class ConvertArguments(HubArguments):
     base_model: str | None = field(default=None, metadata={"help": "Base model (Hub id or folder); defaults to the release's."})
     subfolder: str | None = field(default=None, metadata={"help": "Folder of the release inside SRC when it holds several."})
     revision: str | None = field(default=None, metadata={"help": "Hub revision of SRC."})
-    prompt_template: str | None = field(
-        default=None, metadata={"help": "Prompt with a {question} field (default: the paper's QA prompt)."}
-    )
     answer_tail: bool = field(
         default=False,
         metadata={"help": "Append the reference prompt table's tail '\\nAnswer: ' to the question prompt. Off by "
@@ -28,7 +28,6 @@ class ConvertArguments(HubArguments):
                   "confidence_config.json (prompt_tail)."},
     )
     no_chat_template: bool = field(default=False, metadata={"help": "Do not wrap the prompt in the chat template."})
-    system_prompt: str | None = field(default=None, metadata={"help": "System message (default: the chat template's own)."})
     reference_special_tokens: bool = field(
         default=True,
         metadata={"help": "Tokenize as the reference code (default); --no_reference_special_tokens tokenizes as "
@@ -54,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     warn_token_on_command_line(argv)
     refuse_output_over_inputs(options.dst, {"SRC": options.src, "--base_model": options.base_model}, "DST")
     check_output_extension(options.dst, None, "DST")
-    settings = {"use_chat_template": not options.no_chat_template, "system_prompt": options.system_prompt}
-    if options.prompt_template is not None:
-        settings["prompt_template"] = options.prompt_template
+    settings = {"use_chat_template": not options.no_chat_template, "system_prompt": options.system_prompt,
+                "prompt_template": options.prompt_template}
     if options.answer_tail:
         settings["prompt_tail"] = REFERENCE_PROMPT_TAIL
     folder = convert_official(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from elical_hf.steps.arguments import OverwriteArguments
+
 from .parser import ElicalArgumentParser
 
 
 @dataclass(kw_only=True)
-class ExportArguments:
+class ExportArguments(OverwriteArguments):
     """Options of `elical-hf export` (also settable from `--config file.yaml`)."""
 
     model: str = field(metadata={"positional": True, "help": "A saved confidence model (folder or Hub id)."})
@@ -19,7 +21,6 @@ class ExportArguments:
                 "classification adapter (--enable-lora --lora-modules NAME=OUT), served on base: the base model as a "
                 "classifier with a zero head, written once for all the adapters of one base.",
         "choices": ["merged", "lora", "base"]})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Replace a non-empty --output_dir."})
 
 
 def make_parser() -> ElicalArgumentParser:

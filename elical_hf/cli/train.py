@@ -49,7 +49,7 @@ def make_help_parser() -> ElicalArgumentParser:
     parser = ElicalArgumentParser(
         (TrainArguments, ModelArguments, ConfidenceTrainingOptions), prog="elical-hf train", description=__doc__,
         usage=USAGE, epilog="Every option of transformers.TrainingArguments is accepted too (--learning_rate, "
-        "--num_train_epochs, --per_device_train_batch_size, --seed, --report_to, ...): "
+        "--num_train_epochs, --per_device_train_batch_size, --seed, --logging_steps, ...): "
         f"`elical-hf train {HELP_ALL}` lists them all.",
     )
     parser.add_argument("--output_dir", metavar="DIR", required=True, help=OUTPUT_DIR_HELP)

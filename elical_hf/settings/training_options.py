@@ -13,7 +13,8 @@ from typing import Any
 from transformers.utils import ExplicitEnum
 
 
-__all__ = ["DEFAULT_LABEL_COLUMNS", "POSITIVE_ARGUMENTS", "CalibrationTrainable", "ConfidenceTrainingOptions", "Stage"]
+__all__ = ["DEFAULT_LABEL_COLUMNS", "POSITIVE_ARGUMENTS", "CalibrationTrainable", "ConfidenceTrainingOptions", "Stage",
+           "TrackerOptions"]
 
 
 class Stage(ExplicitEnum):
@@ -37,7 +38,18 @@ DEFAULT_LABEL_COLUMNS = {Stage.ELICITATION: "consistency", Stage.CALIBRATION: "c
 
 
 @dataclass
-class ConfidenceTrainingOptions:
+class TrackerOptions:
+    """`TrainingArguments`' trackers (same values, same defaults), declared without torch for train and evaluate."""
+
+    report_to: list[str] = field(default_factory=lambda: ["none"], metadata={"help": "Experiment trackers to log to "
+                                 "(train: its training; evaluate: the results table and plots): trackio, wandb, "
+                                 "mlflow, ... (several separated by spaces), all (every installed one) or none."})
+    run_name: str | None = field(default=None, metadata={"help": "The trackers' run name (default: theirs)."})
+    project: str = field(default="huggingface", metadata={"help": "The trackers' project (trackio)."})
+
+
+@dataclass
+class ConfidenceTrainingOptions(TrackerOptions):
     """The fields [`~elical_hf.training.training_args.ConfidenceTrainingArguments`] adds to `TrainingArguments` (stage,
     target, early stopping, how a model named by a string is loaded) and the defaults it changes; documented there."""
 

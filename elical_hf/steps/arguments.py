@@ -1,6 +1,7 @@
 """The option groups several commands share, each option declared once: [`ModelArguments`] (the model a command loads
-and how), [`RecordArguments`] (the records it reads), [`ShardArguments`] and [`LexicalScoringArguments`]; [`only`]
-gives a command the part of a group it has. No torch here: `elical-hf <command> --help` reads these.
+and how), [`RecordArguments`] (the records it reads), [`ShardArguments`], [`LexicalScoringArguments`],
+[`OverwriteArguments`] (and a floor down `TrainingArguments`' trackers, `settings.training_options.TrackerOptions`);
+[`only`] gives a command the part of a group it has. No torch here: `elical-hf <command> --help` reads these.
 
 A command's own options are a dataclass, declared beside its step in `elical_hf/steps/<command>.py`, that inherits
 the groups it uses (`ThresholdArguments(RecordArguments)`), or, for `elical-hf train`, a separate dataclass beside
@@ -20,8 +21,8 @@ from ..settings.configuration import HEAD_INITS, HEAD_TYPES
 from ..models.default_model import DEFAULT_MODEL
 
 
-__all__ = ["LexicalScoringArguments", "ModelArguments", "OptionGroup", "QuestionArguments", "RecordArguments",
-           "ShardArguments", "api_key_env_help", "check_dtype_option", "name_value_pairs", "only"]
+__all__ = ["LexicalScoringArguments", "ModelArguments", "OptionGroup", "OverwriteArguments", "QuestionArguments",
+           "RecordArguments", "ShardArguments", "api_key_env_help", "check_dtype_option", "name_value_pairs", "only"]
 
 Options = TypeVar("Options")
 
@@ -227,3 +228,12 @@ class ShardArguments(OptionGroup):
         super().__post_init__()
         if self.shard_size < 1:
             raise ValueError(f"--shard_size must be >= 1, got {self.shard_size}.")
+
+
+@dataclass(kw_only=True)
+class OverwriteArguments(OptionGroup):
+    """What a command that writes an `--output_dir` (`train`, `evaluate`, `export`) does with one that holds files."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Write into an --output_dir that holds files, "
+                                       "replacing what is there: train trains anew (without it the same run resumes), "
+                                       "evaluate replaces its results, export its folder. Without it it is refused."})

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .arguments import RecordArguments, name_value_pairs
+from .arguments import OverwriteArguments, RecordArguments, name_value_pairs
+from ..settings.training_options import TrackerOptions
 from ..utils.atomic import one_writer
 from ..utils.files import check_output_extension, refuse_output_over_inputs
 from .probe_layers import ProbeSettings
@@ -89,15 +90,14 @@ class Evaluation:
 
 
 @dataclass(kw_only=True)
-class EvaluateArguments(RecordArguments):
+class EvaluateArguments(RecordArguments, OverwriteArguments, TrackerOptions):
     """Options of [`evaluate`] (`elical-hf evaluate`, also settable from `--config file.yaml`); `records` are the test
     records (in Python, also records in memory), and `output_dir` may be `None` in Python (nothing is written). Read
     once checked: `models` (`model` as a dict, name -> path), `field_columns` (`field_sources` as a dict, name ->
     column), `baseline_names` (`baselines` as a list) and `probe_settings` (the [`ProbeSettings`] of `probes`, or
     `None`)."""
 
-    output_dir: str | None = field(default=None,
-                                   metadata={"help": "Where results.json, report.md and the plots go."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where results.json, report.md and the plots go."})
     model: list[str] = field(
         default_factory=list,
         metadata={
@@ -110,9 +110,8 @@ class EvaluateArguments(RecordArguments):
         metadata={"help": "Comma-separated training-free baselines (those whose inputs are missing are skipped; "
                   "option_prob reads the records' option_probabilities).", "comma_separated": True},
     )
-    field_sources: list[str] = field(
-        default_factory=list, metadata={"help": "Extra confidence columns already in the records, as NAME=COLUMN."}
-    )
+    field_sources: list[str] = field(default_factory=list, metadata={"help": "Extra confidence columns already in "
+                                     "the records, as NAME=COLUMN."})
     probes: list[str] = field(
         default_factory=list,
         metadata={"help": "Pre-generation probes to train on the records' train split and score, several separated by "
@@ -130,25 +129,11 @@ class EvaluateArguments(RecordArguments):
                                                             "runs (default: a temporary folder)."})
     bootstrap: int = field(default=0, metadata={"help": "Bootstrap resamples for 95 percent intervals of every metric (0: none)."})
     seed: int = field(default=0, metadata={"help": "Seed of the bootstrap resamples."})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Write into an --output_dir that already holds results (they are replaced). Without it such "
-                  "a folder is refused."},
-    )
     update_model_cards: bool = field(
         default=False,
         metadata={"help": "Also record each --model folder's results (per dataset and averages) and its reliability "
                   "diagram in that folder's model card (README.md model-index), ready for `elical-hf push`."},
     )
-    report_to: list[str] = field(
-        default_factory=lambda: ["none"],
-        metadata={"help": "Experiment trackers to log the results table (AUROC, ECE, alignment and their intervals, "
-                  "per method and dataset) and the report's plots to, as the Trainer's --report_to: trackio, wandb, "
-                  "mlflow, ... (several separated by spaces), all (every installed one) or none."},
-    )
-    run_name: str | None = field(default=None, metadata={"help": "The trackers' run name (default: theirs)."})
-    project: str | None = field(default=None, metadata={"help": "The trackers' project (trackio; default: the "
-                                                        "Trainer's, huggingface)."})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .arguments import ModelArguments, RecordArguments, only
+from .arguments import ModelArguments, OverwriteArguments, RecordArguments, only
 
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
-class TrainArguments(only(RecordArguments, "allow_other_model")):
+class TrainArguments(only(RecordArguments, "allow_other_model"), OverwriteArguments):
     """What `elical-hf train` reads and the recipe's own options, beside [`~elical_hf.steps.arguments.ModelArguments`]
     and [`~elical_hf.ConfidenceTrainingArguments`] (TRL's script arguments)."""
 
@@ -43,11 +43,6 @@ class TrainArguments(only(RecordArguments, "allow_other_model")):
     cal_only: bool = field(default=True, metadata={"help": "Also train Cal-Only on the same labels."})
     dev_fraction: float = field(default=0.1,
                                 metadata={"help": "Share of rows held out (by question) for early stopping."})
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Train anew in an --output_dir that is not empty or holds a run with other data or options "
-                  "(its models are replaced). Without it such a folder is refused, and the same run is resumed."},
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -10,7 +10,6 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping
 from typing import Any
 
 from accelerate import PartialState
@@ -100,7 +99,7 @@ def _warn_single_class(labels: Dataset) -> None:
 
 
 def run_arguments(
-    training_args: ConfidenceTrainingArguments | Mapping[str, Any] | None,
+    training_args: ConfidenceTrainingArguments | None,
     output_dir: str,
     stage: str,
     calibration_trainable: str = "all",
@@ -116,16 +115,16 @@ def run_arguments(
     epoch), `save_total_limit` 1. Without a dev split (`has_dev=False`) a run neither evaluates nor stops early.
 
     Args:
-        training_args ([`ConfidenceTrainingArguments`] or `dict`, *optional*): The settings of every run, or a dict
-            of such fields (`seed` defaulting to `seed`, `num_train_epochs` to the rule).
+        training_args ([`ConfidenceTrainingArguments`], *optional*): The settings of every run (a `dataclasses.replace`
+            of one sets a run's own). `None`: the defaults, with `seed` and the rule's epochs.
     """
-    if isinstance(training_args, ConfidenceTrainingArguments):
-        base = dataclasses.replace(training_args, output_dir=output_dir, stage=stage, label_column=None,
-                                   calibration_trainable=calibration_trainable)
-    else:
-        settings = {"seed": seed, "num_train_epochs": None, **(training_args or {})}
-        base = ConfidenceTrainingArguments(output_dir=output_dir, stage=stage,
-                                           calibration_trainable=calibration_trainable, **settings)
+    if training_args is None:
+        training_args = ConfidenceTrainingArguments(output_dir=output_dir, seed=seed, num_train_epochs=None)
+    elif not isinstance(training_args, ConfidenceTrainingArguments):
+        raise TypeError(f"`training_args` must be ConfidenceTrainingArguments, not {type(training_args).__name__}: "
+                        "pass ConfidenceTrainingArguments(**settings), with `seed`, `num_train_epochs=None` if unset.")
+    base = dataclasses.replace(training_args, output_dir=output_dir, stage=stage, label_column=None,
+                               calibration_trainable=calibration_trainable)
     rules = {"num_train_epochs": paper_epochs(num_rows), "early_stopping_patience": 4 if has_dev else None,
              "save_total_limit": 1}
     run = {name: value for name, value in rules.items() if getattr(base, name) is None}
@@ -144,7 +143,7 @@ def train_stage(
     dev_fraction: float = 0.1,
     dev_data: Any | None = None,
     seed: int = 42,
-    training_args: ConfidenceTrainingArguments | Mapping[str, Any] | None = None,
+    training_args: ConfidenceTrainingArguments | None = None,
     calibration_trainable: str = "all",
     keep_checkpoints: bool = False,
     resume: bool = False,
@@ -152,7 +151,7 @@ def train_stage(
     """Train one stage with a dev set for early stopping, and save the final model to `output_dir`.
 
     The dev set is `dev_data` when given, else a `dev_fraction` of `train_data` (by question) seeded by `seed`, which
-    also seeds training unless `training_args` (the settings, [`run_arguments`]) sets its own. Checkpoints go
+    also seeds training when `training_args` (the settings, [`run_arguments`]) are `None`. Checkpoints go
     to `output_dir/checkpoints` while training and are removed once the final model is saved, unless
     `keep_checkpoints` (only the `checkpoint-<step>` folders the Trainer wrote are removed, nothing else there).
     With `resume`, training continues from the last complete checkpoint there ([`last_complete_checkpoint`]), if any:
