@@ -13,42 +13,31 @@ from .version import __version__
 
 
 _LAZY = {
-    "AutoModelForConfidence": ".models.auto",
-    "CalibrationTrainable": ".settings.training_options",
-    "ConfidenceCardCallback": ".training.callbacks",
-    "ConfidenceConfig": ".settings.configuration",
-    "ConfidenceDataCollator": ".data.training_table",
-    "ConfidenceEstimationPipeline": ".pipeline",
-    "ConfidenceModelCardData": ".models.model_card",
-    "ConfidenceModelOutput": ".models.modeling",
-    "ConfidenceTrainer": ".training.trainer",
-    "ConfidenceTrainingArguments": ".training.training_args",
-    "DEFAULT_MODEL": ".models.default_model",
-    "EvalResultsSource": ".publishing.eval_results",
-    "ForConfidenceMixin": ".models.modeling",
-    "HubPublishError": ".publishing.hub",
-    "ModelArguments": ".steps.arguments",
-    "PeftModelForConfidence": ".models.auto",
-    "RecordArguments": ".steps.arguments",
-    "Stage": ".settings.training_options",
-    "calibrate_head": ".training.head_calibration",
-    "confidence_metrics": ".training.trainer",
-    "convert_official": ".publishing.convert",
-    "diagnose": ".evaluation.diagnosis",
-    "install_metrics": ".publishing.metric_modules",
-    "metric_module_path": ".publishing.metric_modules",
-    "push_folder": ".publishing.hub",
-    "push_gate_space": ".publishing.hub",
-    "push_honestybench": ".publishing.hub",
-    "push_metric_space": ".publishing.hub",
-    "push_model": ".publishing.hub",
-    "register_pipeline": ".pipeline",
-    "train_elical": ".training.recipe",
-    "write_honestybench": ".publishing.dataset_card",
+    ".data.training_table": ("ConfidenceDataCollator",),
+    ".evaluation.diagnosis": ("diagnose",),
+    ".models.auto": ("AutoModelForConfidence", "PeftModelForConfidence"),
+    ".models.default_model": ("DEFAULT_MODEL",),
+    ".models.model_card": ("ConfidenceModelCardData",),
+    ".models.modeling": ("ConfidenceModelOutput", "ForConfidenceMixin"),
+    ".pipeline": ("ConfidenceEstimationPipeline", "register_pipeline"),
+    ".publishing.convert": ("convert_official",),
+    ".publishing.dataset_card": ("write_honestybench",),
+    ".publishing.eval_results": ("EvalResultsSource",),
+    ".publishing.hub": ("HubPublishError", "push_folder", "push_gate_space", "push_honestybench", "push_metric_space",
+        "push_model"),
+    ".publishing.metric_modules": ("install_metrics", "metric_module_path"),
+    ".settings.configuration": ("ConfidenceConfig",),
+    ".settings.training_options": ("CalibrationTrainable", "Stage"),
+    ".steps.arguments": ("ModelArguments", "RecordArguments"),
+    ".training.callbacks": ("ConfidenceCardCallback",),
+    ".training.head_calibration": ("calibrate_head",),
+    ".training.recipe": ("train_elical",),
+    ".training.trainer": ("ConfidenceTrainer", "confidence_metrics"),
+    ".training.training_args": ("ConfidenceTrainingArguments",),
 }
-"""Public name -> the module that defines it (imported on first access)."""
+"""Module -> the public names it defines (each imported on first access)."""
 
-__all__ = sorted(_LAZY)
+__all__ = sorted(name for names in _LAZY.values() for name in names)
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, globals(), _LAZY)

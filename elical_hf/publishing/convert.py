@@ -73,21 +73,27 @@ def _unpickler_reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {reason}".rstrip(": ")
 
 
-def load_head(path: str | os.PathLike, hidden_size: int) -> dict[str, torch.Tensor]:
-    """Load a released head with `weights_only=True`; refuse anything but `{"weight": [1, H], "bias": [1]}`."""
+def _load_tensors(path: str | os.PathLike, expected: str) -> dict[str, torch.Tensor]:
+    """`path` loaded with `weights_only=True`, refused unless it is a plain state_dict of tensors (`expected` says
+    what it should be)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - whatever the unpickler objects to, the file is refused
         raise ValueError(
             f"Refusing {path}: it is not a plain state_dict of tensors (weights-only loading failed: "
-            f"{_unpickler_reason(error)}). Expected the state_dict() of a Linear(H, 1) head; never load an untrusted "
-            "pickle with code in it."
+            f"{_unpickler_reason(error)}). Expected {expected}; never load an untrusted pickle with code in it."
         ) from None
-    if not isinstance(state, dict) or set(state) != {"weight", "bias"}:
-        found = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"Refusing {path}: expected a state_dict with exactly `weight` and `bias`, found {found}.")
-    if not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"Refusing {path}: `weight` and `bias` must be tensors.")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"Refusing {path}: not a plain state_dict of tensors (expected {expected}).")
+    return state
+
+
+def load_head(path: str | os.PathLike, hidden_size: int) -> dict[str, torch.Tensor]:
+    """Load a released head with `weights_only=True`; refuse anything but `{"weight": [1, H], "bias": [1]}`."""
+    state = _load_tensors(path, "the state_dict() of a Linear(H, 1) head")
+    if set(state) != {"weight", "bias"}:
+        raise ValueError(f"Refusing {path}: expected a state_dict with exactly `weight` and `bias`, found "
+                         f"{sorted(state)}.")
     if tuple(state["weight"].shape) != (1, hidden_size) or tuple(state["bias"].shape) != (1,):
         raise ValueError(
             f"Refusing {path}: expected weight [1, {hidden_size}] and bias [1] for this base model, found "
@@ -104,13 +110,7 @@ def _load_adapter_weights(adapter: Path) -> dict[str, torch.Tensor]:
     path = adapter / "adapter_model.bin"
     if not path.is_file():
         raise FileNotFoundError(f"No adapter_model.safetensors (or .bin) in {adapter}.")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001
-        raise ValueError(f"Refusing {path}: not a plain state_dict of tensors ({type(error).__name__}).") from None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ValueError(f"Refusing {path}: not a plain state_dict of tensors.")
-    return state
+    return _load_tensors(path, "a LoRA adapter's state_dict")
 
 
 def _map_lora_keys(released: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -236,46 +236,21 @@ def convert_official(
     Returns:
         `str`: `dst`, loadable with `AutoModelForConfidence.from_pretrained(dst)`.
     """
-    from accelerate import init_empty_weights
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-    from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from ..utils.atomic import atomic_folder
-    from ..models.auto import HEAD_MODULE
-    from ..models.model_card import ConfidenceModelCardData, code_span, render_model_card
-    from ..settings.configuration import ConfidenceConfig, backbone_signature, resolve_feature_layer
     from ..data.encoding import load_tokenizer
-    from ..models.default_model import hub_offline, resolve_model_path
-    from ..utils.files import looks_local
-    from ..models.hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
+    from ..models.default_model import resolve_model_path
+    from ..models.hub_ids import hub_id_of_local_copy
+    from ..models.model_card import code_span
+    from ..settings.configuration import ConfidenceConfig, backbone_signature, resolve_feature_layer
     from ..utils.loading import load_pretrained
-    from ..models.modeling import confidence_class_for, confidence_class_name
 
     src, dst = os.fspath(src), Path(dst)
     if dst.exists() and any(dst.iterdir()):
         raise ValueError(f"{dst} is not empty; convert into a new folder.")
-    if os.path.isdir(src):
-        root = Path(src)
-    elif looks_local(src):  # a mistyped path, not a Hub id
-        raise FileNotFoundError(2, "No such release folder", src)
-    else:
-        from huggingface_hub import snapshot_download
-
-        validate_hub_repo_id(src)
-        patterns = [f"{subfolder.strip('/')}/*", f"{subfolder.strip('/')}/**"] if subfolder else None
-        root = Path(snapshot_download(src, revision=revision, token=token, local_files_only=hub_offline(),
-                                      allow_patterns=patterns))
+    root = _release_root(src, subfolder, revision, token)
     adapter, head_file = _find_release(root, subfolder)
-    lora = LoraConfig.from_pretrained(str(adapter))
-    base = base_model_name_or_path or RELEASED_BASES.get(src) or lora.base_model_name_or_path
-    if not base:
-        raise ValueError(f"{adapter} does not name its base model; pass `base_model_name_or_path=`.")
-    if not os.path.isdir(base) and not is_hub_id(base):
-        raise ValueError(
-            f"{adapter} names its base model {base!r}, which is neither a folder here nor a Hub id (a path on the "
-            "authors' machines?); pass `base_model_name_or_path=` (e.g. \"Qwen/Qwen2.5-7B-Instruct\")."
-        )
+    lora, base = _adapter_config(adapter, base_model_name_or_path or RELEASED_BASES.get(src))
     base_path, _ = resolve_model_path(base, revision=None)
     config = load_pretrained(AutoConfig.from_pretrained, base_path)
     hidden_size, layers = config.get_text_config().hidden_size, config.get_text_config().num_hidden_layers
@@ -284,24 +259,9 @@ def convert_official(
         raise ValueError(f"The paper's heads read the final layer ({layers} of {base}); `feature_layer` {asked} names "
                          "another one: leave it out when converting.")
     head = load_head(head_file, hidden_size)
-
     if os.path.isdir(base):  # record the Hub id of a Hub cache snapshot (or embedded copy), else the absolute path
         base = (hub_id_of_local_copy(base) or (os.path.abspath(base),))[0]
-    lora.base_model_name_or_path = base
-    lora.task_type = None  # loaded by PeftModelForConfidence, not a task-specific PEFT class
-    lora.inference_mode = True
-    lora.modules_to_save = [*(m for m in lora.modules_to_save or [] if m != HEAD_MODULE), HEAD_MODULE]
-    lora.auto_mapping = {"base_model_class": confidence_class_name(config.model_type), "parent_library": _MODELING}
-    with init_empty_weights():  # module names and shapes only: no base weights are loaded
-        skeleton = get_peft_model(confidence_class_for(config.model_type)(config), copy.deepcopy(lora))
-    expected = get_peft_model_state_dict(skeleton)
-    state = _map_lora_keys(_load_adapter_weights(adapter), expected)
-    for name, tensor in head.items():
-        state[f"base_model.model.{HEAD_MODULE}.{name}"] = tensor
-    unknown = sorted(set(state) - set(expected))
-    if unknown:
-        raise ValueError(f"Internal key mismatch while converting: {unknown[:3]}.")
-
+    state = _converted_weights(lora, base, config, adapter, head)
     tokenizer = load_tokenizer(adapter, fallback=base_path)  # the release's own tokenizer, else the base model's
     confidence = ConfidenceConfig.from_dict((confidence_config or ConfidenceConfig()).to_dict())
     confidence.base_model_name_or_path = base
@@ -317,6 +277,80 @@ def convert_official(
             "does the same"
         )
         logger.info("Reproducing the reference tokenization: %s added around each prompt.", added)
+    _write_converted(dst, state, lora, tokenizer, confidence, source)
+    logger.info("Converted %s (%s + %s) into %s.", src, adapter.name, head_file.name, dst)
+    return str(dst)
+
+
+def _release_root(src: str, subfolder: str | None, revision: str | None, token: str | None) -> Path:
+    """The folder of the release `src`: a local folder, or its Hub snapshot (only `subfolder` of it when given)."""
+    from ..models.default_model import hub_offline
+    from ..models.hub_ids import validate_hub_repo_id
+    from ..utils.files import looks_local
+
+    if os.path.isdir(src):
+        return Path(src)
+    if looks_local(src):  # a mistyped path, not a Hub id
+        raise FileNotFoundError(2, "No such release folder", src)
+    from huggingface_hub import snapshot_download
+
+    validate_hub_repo_id(src)
+    patterns = [f"{subfolder.strip('/')}/*", f"{subfolder.strip('/')}/**"] if subfolder else None
+    return Path(snapshot_download(src, revision=revision, token=token, local_files_only=hub_offline(),
+                                  allow_patterns=patterns))
+
+
+def _adapter_config(adapter: Path, base: str | None) -> tuple[Any, str]:
+    """The release's `LoraConfig` and its base model (`base`, else the one the adapter names), which must be a folder
+    here or a Hub id."""
+    from peft import LoraConfig
+
+    from ..models.hub_ids import is_hub_id
+
+    lora = LoraConfig.from_pretrained(str(adapter))
+    base = base or lora.base_model_name_or_path
+    if not base:
+        raise ValueError(f"{adapter} does not name its base model; pass `base_model_name_or_path=`.")
+    if not os.path.isdir(base) and not is_hub_id(base):
+        raise ValueError(
+            f"{adapter} names its base model {base!r}, which is neither a folder here nor a Hub id (a path on the "
+            "authors' machines?); pass `base_model_name_or_path=` (e.g. \"Qwen/Qwen2.5-7B-Instruct\")."
+        )
+    return lora, base
+
+
+def _converted_weights(lora: Any, base: str, config: Any, adapter: Path, head: dict[str, torch.Tensor]) -> dict:
+    """The adapter's weights under our module names, with the head as the `modules_to_save` module; `lora` is made
+    our adapter config (its base `base`), as checked against a skeleton of the model without weights."""
+    from accelerate import init_empty_weights
+    from peft import get_peft_model, get_peft_model_state_dict
+
+    from ..models.auto import HEAD_MODULE
+    from ..models.modeling import confidence_class_for, confidence_class_name
+
+    lora.base_model_name_or_path = base
+    lora.task_type = None  # loaded by PeftModelForConfidence, not a task-specific PEFT class
+    lora.inference_mode = True
+    lora.modules_to_save = [*(m for m in lora.modules_to_save or [] if m != HEAD_MODULE), HEAD_MODULE]
+    lora.auto_mapping = {"base_model_class": confidence_class_name(config.model_type), "parent_library": _MODELING}
+    with init_empty_weights():  # module names and shapes only: no base weights are loaded
+        skeleton = get_peft_model(confidence_class_for(config.model_type)(config), copy.deepcopy(lora))
+    expected = get_peft_model_state_dict(skeleton)
+    state = _map_lora_keys(_load_adapter_weights(adapter), expected)
+    for name, tensor in head.items():
+        state[f"base_model.model.{HEAD_MODULE}.{name}"] = tensor
+    unknown = sorted(set(state) - set(expected))
+    if unknown:
+        raise ValueError(f"Internal key mismatch while converting: {unknown[:3]}.")
+    return state
+
+
+def _write_converted(dst: Path, state: dict, lora: Any, tokenizer: Any, confidence: Any, source: str) -> None:
+    """Write the converted model into `dst` at once (its `confidence_config.json` last), with a card naming `source`."""
+    from safetensors.torch import save_file
+
+    from ..models.model_card import ConfidenceModelCardData, render_model_card
+    from ..utils.atomic import atomic_folder
 
     with atomic_folder(dst) as staging:  # named like `dst`: the card names the model after its folder
         save_file(state, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -325,5 +359,3 @@ def convert_official(
         card_data = ConfidenceModelCardData(tags=["converted"], source=source)
         render_model_card(confidence, card_data, staging).save(staging / "README.md")
         confidence.save_pretrained(staging)  # last: marks the folder complete
-    logger.info("Converted %s (%s + %s) into %s.", src, adapter.name, head_file.name, dst)
-    return str(dst)

@@ -25,7 +25,7 @@ from ..utils.files import links_leaving
 from ..models.hub_ids import hub_id_of_local_copy, is_hub_id, validate_hub_repo_id
 from ..models.model_card import RELIABILITY_IMAGE
 from .eval_results import EVAL_RESULTS_FILE, EvalResultsSource, stage_card
-from .local_paths import publish_no_local_paths, published_source  # noqa: F401 - published_source: re-exported
+from .local_paths import publish_no_local_paths
 from .metric_modules import METRIC_MODULES
 
 

@@ -166,21 +166,29 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         raise ValueError(f"--max_request_bytes must be >= 1, got {max_request_bytes}.")
     batcher = MicroBatcher(engine.run, max_batch_size=max_batch_size, max_wait=batch_wait_ms / 1000,
                            key=lambda job: job.group)
-    created = int(time.time())
+    app = FastAPI(title="elical-hf", summary=f"{engine.mode} server for {engine.model_name}",
+                  lifespan=_closing(batcher))
+    app.add_middleware(HostCheck, hosts=list(LOCAL_HOSTS if allowed_hosts is None else allowed_hosts))
+    app.state.engine, app.state.batcher = engine, batcher
+    _add_error_handlers(app)
+    _add_model_routes(app, engine, batcher)
+    _add_answer_routes(app, engine, batcher, max_request_bytes)
+    return app
+
+
+def _closing(batcher: MicroBatcher) -> Any:
+    """The app's lifespan: `batcher` closes when the server stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         await batcher.close()
 
-    app = FastAPI(title="elical-hf", summary=f"{engine.mode} server for {engine.model_name}", lifespan=lifespan)
-    app.add_middleware(HostCheck, hosts=list(LOCAL_HOSTS if allowed_hosts is None else allowed_hosts))
-    app.state.engine, app.state.batcher = engine, batcher
-    model_card = {"id": engine.model_name, "object": "model", "created": created, "owned_by": "elical-hf",
-                  "elical": {"mode": engine.mode}}
-    if engine.mode == "gate":
-        model_card["elical"].update(threshold=engine.threshold, retrieve_threshold=engine.retrieve_threshold,
-                                    **engine.model_info)
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error as the OpenAI error JSON: a refused request, a schema error, an unknown route, a bug."""
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
@@ -200,6 +208,15 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
     async def bug(request: Request, error: Exception) -> JSONResponse:
         return internal_error(request, error)
 
+
+def _add_model_routes(app: FastAPI, engine: Engine, batcher: MicroBatcher) -> None:
+    """`GET /health`, `GET /v1/models` and `GET /v1/models/{model}`."""
+    model_card = {"id": engine.model_name, "object": "model", "created": int(time.time()), "owned_by": "elical-hf",
+                  "elical": {"mode": engine.mode}}
+    if engine.mode == "gate":
+        model_card["elical"].update(threshold=engine.threshold, retrieve_threshold=engine.retrieve_threshold,
+                                    **engine.model_info)
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "mode": engine.mode, "model": engine.model_name, "batching": dict(batcher.counts)}
@@ -215,14 +232,19 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
                                param="model", code="model_not_found", status=404)
         return model_card
 
-    def respond(request: Request, result: Any) -> Response:
-        """The response to a job's result: its reply, or its error."""
-        if isinstance(result, RequestError):
-            return error_response(result)
-        if isinstance(result, Exception):
-            return internal_error(request, result)
-        assert isinstance(result, Reply)
-        return JSONResponse(result.body, headers=result.headers)
+
+def _respond(request: Request, result: Any) -> Response:
+    """The response to a job's result: its reply, or its error."""
+    if isinstance(result, RequestError):
+        return error_response(result)
+    if isinstance(result, Exception):
+        return internal_error(request, result)
+    assert isinstance(result, Reply)
+    return JSONResponse(result.body, headers=result.headers)
+
+
+def _add_answer_routes(app: FastAPI, engine: Engine, batcher: MicroBatcher, max_request_bytes: int) -> None:
+    """`POST /v1/chat/completions`, `POST /v1/confidence` and `POST /classify`: requests answered in batches."""
 
     async def answer(request: Request, schema: Any, prepare: Any) -> Response:
         """Check the request's body (a `schema`; `prepare`: the parsed body -> its job) before it joins a batch, and
@@ -234,7 +256,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
             if getattr(parsed, "stream", False):
                 usage = parsed.stream_options is not None and bool(parsed.stream_options.include_usage)
                 response = await stream_response(job, batcher.submit(job), engine.model_name, usage,
-                                                  client_gone(request), functools.partial(respond, request))
+                                                  client_gone(request), functools.partial(_respond, request))
                 return Response(status_code=CLIENT_CLOSED) if response is None else response
             answered, result = await unless_client_leaves(request, batcher.submit(job))
         except ClientDisconnect:  # gone before sending its whole body
@@ -246,7 +268,7 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         if not answered:  # nobody to answer: the job was dropped from its batch, or its decoding stops
             job.cancelled.set()
             return Response(status_code=CLIENT_CLOSED)
-        return respond(request, result)
+        return _respond(request, result)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -277,5 +299,3 @@ def create_app(engine: Engine, max_batch_size: int = 16, batch_wait_ms: float = 
         from .confidence import prepare_score
 
         return await scores(request, ScoreRequest, prepare_score)
-
-    return app

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..models.default_model import resolve_model_path
 from ..settings.precision import precision_report, resolve_dtype
-from .decoding import context_length, cut_at_stop, sample_seed
+from .decoding import answer_record, context_length, cut_at_stop, sample_seed
 from .generation import (
     SamplingSettings, build_prompt_ids, complete_prompts, completion_settings, first_token_logprobs, generate_answers,
     next_token_logprobs,
@@ -290,16 +290,11 @@ class VLLMBackend:
             token_ids = list(best.token_ids)
             logprobs = [float(step[token].logprob) for token, step in zip(token_ids, best.logprobs or [])]
             samples = list(sample_request.outputs)
-            records.append(
-                {
-                    "greedy_response": self._decode(token_ids, settings.stop_strings),
-                    "greedy_tokens": self.tokenizer.batch_decode([[t] for t in token_ids]),
-                    "greedy_logprobs": logprobs,
-                    "greedy_cumulative_logprobs": float(sum(logprobs)),
-                    "sampling_response": [self._decode(s.token_ids, settings.stop_strings) for s in samples],
-                    "num_generated_tokens": len(token_ids) + sum(len(s.token_ids) for s in samples),
-                }
-            )
+            records.append(answer_record(
+                self._decode(token_ids, settings.stop_strings), self.tokenizer.batch_decode([[t] for t in token_ids]),
+                logprobs, [self._decode(s.token_ids, settings.stop_strings) for s in samples],
+                len(token_ids) + sum(len(s.token_ids) for s in samples),
+            ))
         return records
 
     def complete(

@@ -32,7 +32,6 @@ def sample_seed(seed: int, question: str, sample_index: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-
 def apply_repetition_penalty(scores: torch.Tensor, token_ids: torch.Tensor, penalty: float) -> torch.Tensor:
     """Hugging Face repetition penalty: logits of the tokens in `token_ids` (`(rows, n)`, repeats allowed) are divided
     by `penalty`, or multiplied by it where negative. Returns a new tensor."""
@@ -94,6 +93,19 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if not ids:
         raise ValueError("Neither the model's generation_config nor the tokenizer defines an EOS token.")
     return ids
+
+
+def _keep_rows(cache: Any, rows: torch.Tensor, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """Keep only `rows` of the KV cache (in place) and of each of `tensors` (`None` stays `None`)."""
+    cache.batch_select_indices(rows)
+    return [tensor[rows] if tensor is not None else None for tensor in tensors]
+
+
+def answer_record(greedy: str, tokens: list[str], logprobs: list[float], samples: list[str], generated: int) -> dict:
+    """One question's answers in the record schema of [`~elical_hf.signals.generate_answers`] (every backend's)."""
+    return {"greedy_response": greedy, "greedy_tokens": tokens, "greedy_logprobs": logprobs,
+            "greedy_cumulative_logprobs": float(sum(logprobs)), "sampling_response": samples,
+            "num_generated_tokens": generated}
 
 
 def cut_at_stop(text: str, stop_strings: list[str]) -> str:
@@ -209,41 +221,23 @@ class Decoder:
         return prefill
 
     def _decode(self, questions: list[str], prompt_ids: list[list[int]]) -> list[dict]:
-        settings, device = self.settings, self.model.device
-        batch, group = len(prompt_ids), self.num_samples + 1
+        settings, device, group = self.settings, self.model.device, self.num_samples + 1
         prefill = self._prefill(prompt_ids)
-        input_ids, attention_mask, logits, cache = prefill.input_ids, prefill.attention_mask, prefill.output, prefill.cache
+        cache = prefill.cache
         # with a separate prefix cache, the model sees the rows' own columns of the mask only (and attends to the
         # prefix inside `prefix_attention`)
         own, prefix = (prefill.shared, prefill.prefix) if prefill.prefix is not None else (0, None)
         keep = self.on_prefill(questions) if self.on_prefill is not None else None
-        # One prefill per question; rows q*group (greedy) and q*group+1..q*group+k (samples) share its cache.
-        # decoding writes in place (room for the new tokens) instead of growing by concatenation
-        reserve_positions(cache, settings.max_new_tokens, repeats=group)
-        logits = logits.repeat_interleave(group, dim=0)
-        attention_mask = attention_mask.repeat_interleave(group, dim=0)
-        next_pos = attention_mask.sum(-1)
-        n_rows = batch * group
-        row_ids = torch.arange(n_rows, device=device)
-        is_greedy = row_ids % group == 0
-        seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
-        if (settings.repetition_penalty != 1.0 and self.num_samples) or settings.greedy_repetition_penalty != 1.0:
-            seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
-            seen = seen.repeat_interleave(group, dim=0)
+        row_ids, logits, attention_mask, next_pos, seen = self._start_rows(prefill, keep)
+        is_greedy = torch.arange(len(prompt_ids) * group, device=device) % group == 0
         generators = [
             None if j == 0 else torch.Generator().manual_seed(sample_seed(settings.seed, q, j - 1))
             for q in questions
             for j in range(group)
         ]
-        tokens: list[list[int]] = [[] for _ in range(n_rows)]
-        logprobs: list[list[float]] = [[] for _ in range(n_rows)]
-        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(n_rows)]
-        if keep is not None and not all(keep):  # prompts not to answer leave before the first token (no output)
-            rows = torch.tensor(keep, device=device).repeat_interleave(group).nonzero().squeeze(-1)
-            cache.batch_select_indices(rows)
-            row_ids, logits, attention_mask, next_pos = row_ids[rows], logits[rows], attention_mask[rows], next_pos[rows]
-            seen = seen[rows] if seen is not None else None
-
+        tokens: list[list[int]] = [[] for _ in range(len(is_greedy))]
+        logprobs: list[list[float]] = [[] for _ in range(len(is_greedy))]
+        tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(len(is_greedy))]
         while len(row_ids):
             rows = row_ids.tolist()
             next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs, tops)
@@ -258,33 +252,47 @@ class Decoder:
                 break
             if any(done):  # finished rows leave the batch and its cache
                 keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
-                cache.batch_select_indices(keep)
-                row_ids, next_tokens, next_pos = row_ids[keep], next_tokens[keep], next_pos[keep]
-                attention_mask = attention_mask[keep]
-                seen = seen[keep] if seen is not None else None
+                row_ids, next_tokens, next_pos, attention_mask, seen = _keep_rows(
+                    cache, keep, row_ids, next_tokens, next_pos, attention_mask, seen)
             if seen is not None:
                 seen = torch.cat([seen, next_tokens[:, None]], dim=-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(next_tokens), 1))], dim=-1)
             with prefix_attention(self.model, prefix) if prefix is not None else nullcontext():
                 logits = self._forward(next_tokens[:, None], attention_mask[:, own:], next_pos[:, None], cache)
             next_pos = next_pos + 1
+        return self._results(len(prompt_ids), tokens, logprobs, tops)
 
-        results = []
+    def _start_rows(self, prefill: SharedPrefill, keep: list[bool] | None) -> tuple:
+        """The rows that decode after `prefill`: rows q*group (greedy) and q*group+1..q*group+k (samples) share
+        prompt q's cache, made room in for the new tokens; the rows of a prompt `keep` leaves out leave before their
+        first token. Returns their `(row ids, logits, attention mask, next positions, tokens seen)`."""
+        settings, group = self.settings, self.num_samples + 1
+        input_ids, cache = prefill.input_ids, prefill.cache
+        reserve_positions(cache, settings.max_new_tokens, repeats=group)  # decoding writes in place, no concatenation
+        logits = prefill.output.repeat_interleave(group, dim=0)
+        attention_mask = prefill.attention_mask.repeat_interleave(group, dim=0)
+        next_pos = attention_mask.sum(-1)
+        row_ids = torch.arange(len(attention_mask), device=self.model.device)
+        seen = None  # token ids seen by each row (for the repetition penalty); pad slots repeat a real prompt token
+        if (settings.repetition_penalty != 1.0 and self.num_samples) or settings.greedy_repetition_penalty != 1.0:
+            seen = torch.where(attention_mask[::group].bool(), input_ids, input_ids[:, -1:])
+            seen = seen.repeat_interleave(group, dim=0)
+        if keep is not None and not all(keep):
+            rows = torch.tensor(keep, device=self.model.device).repeat_interleave(group).nonzero().squeeze(-1)
+            return _keep_rows(cache, rows, row_ids, logits, attention_mask, next_pos, seen)
+        return row_ids, logits, attention_mask, next_pos, seen
+
+    def _results(self, batch: int, tokens: list[list[int]], logprobs: list[list[float]], tops: list) -> list[dict]:
+        """One result per prompt from its rows' tokens: texts cut at the stop strings, the greedy row's tokens and
+        log-probabilities."""
+        group, results = self.num_samples + 1, []
         for q in range(batch):
             rows = range(q * group, (q + 1) * group)
             texts = [self.tokenizer.decode(tokens[r], skip_special_tokens=True) for r in rows]
-            texts = [cut_at_stop(t, settings.stop_strings).strip() for t in texts]
-            greedy_ids, greedy_lps = tokens[q * group], logprobs[q * group]
-            results.append(
-                {
-                    "greedy_response": texts[0],
-                    "greedy_tokens": self.tokenizer.batch_decode([[t] for t in greedy_ids]),
-                    "greedy_logprobs": greedy_lps,
-                    "greedy_cumulative_logprobs": float(sum(greedy_lps)),
-                    "sampling_response": texts[1:],
-                    "num_generated_tokens": sum(len(tokens[r]) for r in rows),
-                }
-            )
+            texts = [cut_at_stop(t, self.settings.stop_strings).strip() for t in texts]
+            greedy_tokens = self.tokenizer.batch_decode([[t] for t in tokens[q * group]])
+            results.append(answer_record(texts[0], greedy_tokens, logprobs[q * group], texts[1:],
+                                         sum(len(tokens[r]) for r in rows)))
             if self.top_logprobs:
                 results[-1]["greedy_top_logprobs"] = tops[q * group]
         return results

@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from .records import JUDGED_MANIFEST_FORMAT, MANIFEST_NAME, read_metadata, read_records, save_records
 from .runner import check_unique_ids, questions_fingerprint
 from .shards import (
-    ShardedKind, check_worker, finish_folder, load_shard, merge_folders, open_folder, shard_path, single_worker,
-    sum_counts, worker_entry, worker_positions,
+    ShardedKind, check_run_options, count_finished, finish_folder, load_shard, merge_folders, open_folder, plan_run,
+    shard_path, sum_counts,
 )
 
 
@@ -100,39 +100,21 @@ def judge_records(
     A shard file that cannot be read, or whose ids do not match its slice, is reported (logged warning) and judged
     again. Two processes must not write to the same `output_dir` (`elical-hf judge` holds its one-writer lock).
     """
-    if not isinstance(shard_size, int) or shard_size < 1:
-        raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
-    check_worker(num_workers, worker_index)
+    check_run_options(shard_size, num_workers, worker_index)
     output_dir = os.fspath(output_dir)
     check_output_folder(output_dir)
     records = list(records)
     keys = [record_key(r, row) for row, r in enumerate(records)]
-    fingerprint = questions_fingerprint([{name: r.get(name) for name in FINGERPRINT_FIELDS} for r in records])
-    worker, positions = single_worker(JUDGED, len(records)), None
     if num_workers > 1:
         check_unique_ids([{"id": key, "question": r.get("question")} for key, r in zip(keys, records)])
-        positions = worker_positions(keys, num_workers, worker_index)
-        worker = worker_entry(JUDGED, len(records), num_workers, worker_index)
-        records = [records[i] for i in positions]
-    num_shards = -(-len(records) // shard_size)
-    manifest = {
-        "format": JUDGED_MANIFEST_FORMAT,
-        "settings": json.loads(json.dumps(dict(settings), default=str)),  # as a rerun reads it back
-        "num_records": len(records),
-        "shard_size": shard_size,
-        "num_shards": num_shards,
-        "fingerprint": fingerprint,
-        "worker": worker,
-        **({"positions": positions} if positions is not None else {}),
-    }
+    fingerprint = questions_fingerprint([{name: r.get(name) for name in FINGERPRINT_FIELDS} for r in records])
+    records, manifest, slices = plan_run(JUDGED, records, keys, shard_size, num_workers, worker_index, fingerprint,
+                                         settings=json.loads(json.dumps(dict(settings), default=str)))  # as read back
     existed = os.path.isdir(output_dir)
     found = open_folder(output_dir, manifest, JUDGED)
-    slices = [records[i * shard_size : (i + 1) * shard_size] for i in range(num_shards)]
     finished = (found or {}).get("totals") if (found or {}).get("complete") else None
     shards = [_load_judged(shard_path(output_dir, i), chunk, finished is not None) for i, chunk in enumerate(slices)]
-    done = sum(len(chunk) for chunk, shard in zip(slices, shards) if shard is not None)
-    if done:
-        logger.info("Resuming in %s: %d of %d records already judged.", output_dir, done, len(records))
+    done = count_finished(output_dir, JUDGED, slices, shards)
     with tqdm(total=len(records), initial=done, unit="record", desc="Judging", disable=not progress) as bar:
         for index, chunk in enumerate(slices):
             if shards[index] is None:
@@ -195,9 +177,6 @@ def _judge_shard(judge: Callable, chunk: list[dict[str, Any]], path: str) -> tup
 
 def merge_judged(inputs: list[str | os.PathLike], output_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Combine the folders of the N workers of one judging run ([`judge_records`] with `num_workers=N`) into the
-    layout one worker writes (the records in their original order, the same shard size; the manifest's totals
-    are the workers' added up), with the refusals of [`~elical_hf.signals.runner.merge_samples`]: an unfinished
-    folder, manifests that disagree (settings but `batch_size`/`progress`, records, number of workers), a worker
-    missing or given twice, shards that lost or repeat records. Written atomically.
-    """
+    layout one worker writes, the manifest's totals the workers' added up; refuses what
+    [`~elical_hf.signals.runner.merge_samples`] refuses (settings compared but [`JUDGED`]'s free ones)."""
     return merge_folders(inputs, output_dir, JUDGED)

@@ -81,14 +81,14 @@ def response_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _answer_list(answers: str | Iterable[str]) -> list[str]:
+def answer_list(answers: str | Iterable[str]) -> list[str]:
     """Gold aliases as a list of strings (a single string counts as one alias; `None` entries dropped)."""
     return [answers] if isinstance(answers, str) else [str(a) for a in answers if a is not None]
 
 
 def normalized_aliases(answers: str | Iterable[str]) -> list[str]:
     """SQuAD-normalized, non-empty gold aliases."""
-    return [a for a in map(normalize_answer, _answer_list(answers)) if a]
+    return [a for a in map(normalize_answer, answer_list(answers)) if a]
 
 
 def has_answer(prediction: str, answers: str | Iterable[str]) -> bool:
@@ -112,7 +112,7 @@ def has_answer(prediction: str, answers: str | Iterable[str]) -> bool:
     ```
     """
     tokens = reference_tokens(prediction)
-    return any(contains_run(tokens, reference_tokens(alias)) for alias in _answer_list(answers))
+    return any(contains_run(tokens, reference_tokens(alias)) for alias in answer_list(answers))
 
 
 def has_answer_squad(prediction: str, answers: str | Iterable[str]) -> bool:
@@ -325,7 +325,7 @@ def judge_correctness(records: list[dict], method: str = "has_answer", f1_thresh
     judged = without_answer = 0
     skipped: list[str] = []
     for record in records:
-        aliases = _answer_list(record.get("answer") or [])
+        aliases = answer_list(record.get("answer") or [])
         answers = [alias for alias in aliases if normalize(alias)]
         skipped += [alias for alias in aliases if not normalize(alias)]
         if not answers:

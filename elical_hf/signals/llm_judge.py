@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..settings.prompts import CORRECTNESS_PROMPT, SEMANTIC_CONSISTENCY_PROMPT
-from .lexical_judge import normalized_aliases, response_text, contains_run, reference_tokens
+from .lexical_judge import answer_list, contains_run, normalized_aliases, reference_tokens, response_text
 from .reasoning import strip_thinking as remove_thinking, unfinished_thinking
 
 
@@ -203,18 +203,10 @@ def call_completion(complete: CompletionFn, prompts: Sequence[str], **options: A
     return [by_prompt[p] for p in prompts]
 
 
-def _gold(record: dict) -> list[str]:
-    answers = record.get("answer")
-    if answers is None:
-        return []
-    answers = [answers] if isinstance(answers, str) else [str(a) for a in answers if a is not None]
-    return answers if normalized_aliases(answers) else []
-
-
 def _correctness_prompts(record: dict) -> list[str]:
     """One correctness prompt per answer (the greedy one, then each sample); none without a usable gold alias."""
-    answers = _gold(record)
-    if not answers:
+    answers = answer_list(record.get("answer") or [])
+    if not normalized_aliases(answers):
         return []
     question = str(record.get("question", ""))
     responses = [response_text(record.get("greedy_response"))]
@@ -228,38 +220,28 @@ def _consistency_prompts(record: dict) -> list[str]:
     return [consistency_prompt(question, greedy, response_text(s)) for s in record.get("sampling_response") or []]
 
 
-def _store_correctness(record: dict, verdicts: list[bool | None]) -> None:
-    record["greedy_correctness"], record["sampling_correctness"] = verdicts[0], verdicts[1:]
-
-
-def _store_consistency(record: dict, verdicts: list[bool | None]) -> None:
-    record["consistency_judgement"] = verdicts
-
-
-def _store_correctness_probability(record: dict, probabilities: list[float | None]) -> None:
-    record["greedy_correctness_probability"] = probabilities[0]
-    record["sampling_correctness_probability"] = probabilities[1:]
-
-
-def _store_consistency_probability(record: dict, probabilities: list[float | None]) -> None:
-    record["consistency_probability"] = probabilities
+def _store(record: dict, fields: tuple[str, ...], values: list) -> None:
+    """Put a record's judgements into `fields`: the greedy answer's and the samples' (two fields), or all of them."""
+    if len(fields) == 2:
+        record[fields[0]], record[fields[1]] = values[0], values[1:]
+    else:
+        record[fields[0]] = values
 
 
 class _LLMJudge(NamedTuple):
     prompts: Callable[[dict], list[str]]  # a record's prompts, none when it cannot be judged
-    store: Callable[[dict, list[bool | None]], None]  # puts a record's verdicts into its fields
-    store_probability: Callable[[dict, list[float | None]], None]  # the same for P("certain") (logprob verdicts)
-    fields: tuple[str, ...]  # the fields it fills (set to None when absent in a record it skips)
+    fields: tuple[str, ...]  # the fields its verdicts fill (set to None when absent in a record it skips)
+    probability_fields: tuple[str, ...]  # the fields P("certain") fills (logprob verdicts)
     skipped: str  # the summary key counting the records it skips
 
 
 _LLM_JUDGES: dict[str, _LLMJudge] = {
     "correctness": _LLMJudge(
-        _correctness_prompts, _store_correctness, _store_correctness_probability,
-        ("greedy_correctness", "sampling_correctness"), "without_answer",
+        _correctness_prompts, ("greedy_correctness", "sampling_correctness"),
+        ("greedy_correctness_probability", "sampling_correctness_probability"), "without_answer",
     ),
-    "consistency": _LLMJudge(_consistency_prompts, _store_consistency, _store_consistency_probability,
-                             ("consistency_judgement",), "without_samples"),
+    "consistency": _LLMJudge(_consistency_prompts, ("consistency_judgement",), ("consistency_probability",),
+                             "without_samples"),
 }
 """The LLM judges of [`judge_with_llm`] by kind."""
 
@@ -374,9 +356,9 @@ def judge_with_llm(
     summary["unparseable"] += sum(v is None for v in verdicts)
     start = 0
     for record, count in spans:
-        judge.store(record, verdicts[start : start + count])
+        _store(record, judge.fields, verdicts[start : start + count])
         if probabilities is not None:
-            judge.store_probability(record, probabilities[start : start + count])
+            _store(record, judge.probability_fields, probabilities[start : start + count])
         if judge_model is not None:
             record[f"{kind}_judge"] = judge_model
         start += count

@@ -35,7 +35,7 @@ import os
 import re
 
 from ..models.default_model import resolve_model_path
-from .decoding import cut_at_stop, sample_seed
+from .decoding import answer_record, cut_at_stop, sample_seed
 from .generation import SamplingSettings, completion_settings, render_prompts
 from .openai_client import BadReply, OpenAIClient, parsed, sampling_extras
 from .records import same_model
@@ -170,14 +170,8 @@ class OpenAIBackend:
             if sample_tokens is None:  # a server without `usage`: the samples' text, tokenized here
                 sample_tokens = sum(len(self.tokenizer(s.text or "", add_special_tokens=False)["input_ids"])
                                     for s in samples)
-            records.append({
-                "greedy_response": cut_at_stop(best.text or "", settings.stop_strings).strip(),
-                "greedy_tokens": tokens,
-                "greedy_logprobs": logprobs,
-                "greedy_cumulative_logprobs": float(sum(logprobs)),
-                "sampling_response": [cut_at_stop(s.text or "", settings.stop_strings).strip() for s in samples],
-                "num_generated_tokens": len(tokens) + sample_tokens,
-            })
+            texts = [cut_at_stop(reply.text or "", settings.stop_strings).strip() for reply in (best, *samples)]
+            records.append(answer_record(texts[0], tokens, logprobs, texts[1:], len(tokens) + sample_tokens))
         return records
 
     def complete(self, prompts: list[str], max_new_tokens: int = 16, batch_size: int = 16, progress: bool = True, *,

@@ -20,17 +20,8 @@ SmolLM2): a worker batches other questions together, which changes the padding, 
 order of the float reductions. For the same reason a near-tie between two tokens could, rarely, decode another token.
 The timing fields differ.
 
-Layout of `output_dir`:
-
-```
-manifest.json                  # written atomically first, rewritten with totals when all shards are done
-shards/shard-00000.parquet     # records of questions[0:shard_size], in question order
-shards/shard-00001.parquet
-...
-```
-
-The folder machinery (manifest checks, shards made again, worker split, merge) is [`~elical_hf.signals.shards`]'s,
-shared with `elical-hf judge` ([`~elical_hf.signals.judge_runner`]).
+The folder's layout and machinery (manifest checks, shards made again, worker split, merge) are
+[`~elical_hf.signals.shards`]'s, shared with `elical-hf judge` ([`~elical_hf.signals.judge_runner`]).
 """
 
 from __future__ import annotations
@@ -40,6 +31,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -50,8 +42,8 @@ from .decoding import check_prompt_lengths
 from .generation import SamplingSettings, build_prompt_ids
 from .records import MANIFEST_FORMAT, normalize_record, save_records
 from .shards import (
-    ShardedKind, check_worker, finish_folder, load_shard, merge_folders, open_folder, shard_path, single_worker,
-    worker_entry, worker_of, worker_positions,
+    ShardedKind, check_run_options, count_finished, finish_folder, load_shard, merge_folders, open_folder, plan_run,
+    shard_path,
 )
 
 
@@ -105,10 +97,7 @@ def check_unique_ids(questions: list[dict[str, Any]]) -> None:
 def _warn_repeats(questions: list[dict[str, Any]]) -> None:
     """Warn (with the count) when questions repeat: each is sampled once per shard and its answers copied, since the
     samples are seeded by the question and would be the same."""
-    counts: dict[str, int] = {}
-    for question in questions:
-        counts[question["question"]] = counts.get(question["question"], 0) + 1
-    repeats = {text: n for text, n in counts.items() if n > 1}
+    repeats = {text: n for text, n in Counter(q["question"] for q in questions).items() if n > 1}
     if repeats:
         text, n = max(repeats.items(), key=lambda item: item[1])
         logger.warning(
@@ -173,8 +162,9 @@ def sample_records(
         shard_size (`int`, *optional*, defaults to `64`): Questions per shard (and per call to the backend).
         progress (`bool`, *optional*, defaults to `True`): Progress bar over questions with questions/s and tokens/s.
         num_workers (`int`, *optional*, defaults to `1`), worker_index (`int`, *optional*, defaults to `0`):
-            Sample only the questions of worker `worker_index` out of `num_workers` ([`worker_of`] their id); every
-            worker gets the same `questions` and its own `output_dir`, and [`merge_samples`] combines the folders.
+            Sample only the questions of worker `worker_index` out of `num_workers`
+            ([`~elical_hf.signals.shards.worker_of`] of their id); every worker gets the same `questions` and its own
+            `output_dir`, and [`merge_samples`] combines the folders.
 
     Returns:
         `list[dict]`: one normalized record per question (of this worker), in input order: the question's fields, the
@@ -195,64 +185,30 @@ def sample_records(
     if tokenizer is not None:  # the manifest records the template variables the prompts were really rendered with
         settings = replace(settings, chat_template_kwargs=chat_template_kwargs_for(tokenizer,
                                                                                    settings.chat_template_kwargs))
-    if not isinstance(shard_size, int) or shard_size < 1:
-        raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
-    check_worker(num_workers, worker_index)
+    check_run_options(shard_size, num_workers, worker_index)
     questions = _prepare_questions(list(questions))
     check_unique_ids(questions)
     _warn_repeats(questions)
-    fingerprint, total = questions_fingerprint(questions), len(questions)
-    worker = single_worker(SAMPLED, total)
-    if num_workers > 1:
-        positions = worker_positions([q["id"] for q in questions], num_workers, worker_index)
-        questions = [questions[i] for i in positions]
-        worker = worker_entry(SAMPLED, total, num_workers, worker_index)
+    questions, manifest, slices = plan_run(
+        SAMPLED, questions, [q["id"] for q in questions], shard_size, num_workers, worker_index,
+        questions_fingerprint(questions), backend=_backend_info(backend), settings=asdict(settings),
+    )
     _check_context(backend, questions, settings)  # before anything is written
     output_dir = os.fspath(output_dir)
-    num_shards = -(-len(questions) // shard_size)
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "backend": _backend_info(backend),
-        "settings": asdict(settings),
-        "num_questions": len(questions),
-        "shard_size": shard_size,
-        "num_shards": num_shards,
-        "fingerprint": fingerprint,
-        "worker": worker,
-    }
-    if num_workers > 1:
-        manifest["positions"] = positions  # where this worker's questions stand in the whole list, for merging
     open_folder(output_dir, manifest, SAMPLED)
-
-    slices = [questions[i * shard_size : (i + 1) * shard_size] for i in range(num_shards)]
     shards = [load_shard(shard_path(output_dir, i), [q["id"] for q in chunk], SAMPLED)
               for i, chunk in enumerate(slices)]
-    done = sum(len(s) for s, records in zip(slices, shards) if records is not None)
-    if done:
-        logger.info("Resuming in %s: %d of %d questions already sampled.", output_dir, done, len(questions))
+    done = count_finished(output_dir, SAMPLED, slices, shards)
     bar = tqdm(total=len(questions), initial=done, unit="q", desc="Sampling", disable=not progress)
     start, new_questions, new_tokens = time.perf_counter(), 0, 0
     try:
-        for index, (chunk, records) in enumerate(zip(slices, shards)):
-            if records is not None:
-                continue
-            shard_start = time.perf_counter()
-            distinct = list(dict.fromkeys(q["question"] for q in chunk))  # a repeated question is sampled once
-            answers = backend.generate(distinct, settings, progress=False)
-            seconds = time.perf_counter() - shard_start
-            if len(answers) != len(distinct):
-                raise RuntimeError(f"The backend returned {len(answers)} answers for {len(distinct)} questions.")
-            tokens = sum(int(a.get("num_generated_tokens", 0)) for a in answers)  # tokens generated, once each
-            by_question = dict(zip(distinct, answers))
-            answers = [dict(by_question[q["question"]]) for q in chunk]
-            timing = {"model": backend.name, "shard": index, "shard_seconds": seconds, "shard_tokens": tokens}
-            records = [normalize_record({**q, **a, **timing}) for q, a in zip(chunk, answers)]
-            save_records(records, shard_path(output_dir, index))
-            shards[index] = records
-            new_questions, new_tokens = new_questions + len(chunk), new_tokens + tokens
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.update(len(chunk))
-            bar.set_postfix(q_s=f"{new_questions / elapsed:.2f}", tok_s=f"{new_tokens / elapsed:.1f}")
+        for index, chunk in enumerate(slices):
+            if shards[index] is None:
+                shards[index], tokens = _sample_shard(backend, chunk, settings, index, shard_path(output_dir, index))
+                new_questions, new_tokens = new_questions + len(chunk), new_tokens + tokens
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                bar.update(len(chunk))
+                bar.set_postfix(q_s=f"{new_questions / elapsed:.2f}", tok_s=f"{new_tokens / elapsed:.1f}")
     finally:
         bar.close()
     all_records = [record for records in shards for record in records]
@@ -262,6 +218,25 @@ def sample_records(
     }
     finish_folder(output_dir, manifest, totals)
     return all_records
+
+
+def _sample_shard(
+    backend: Any, chunk: list[dict[str, Any]], settings: SamplingSettings, index: int, path: str
+) -> tuple[list[dict[str, Any]], int]:
+    """Sample shard `index`'s questions (each distinct question once) and write its records to `path`; returns the
+    records and the tokens generated."""
+    shard_start = time.perf_counter()
+    distinct = list(dict.fromkeys(q["question"] for q in chunk))  # a repeated question is sampled once
+    answers = backend.generate(distinct, settings, progress=False)
+    seconds = time.perf_counter() - shard_start
+    if len(answers) != len(distinct):
+        raise RuntimeError(f"The backend returned {len(answers)} answers for {len(distinct)} questions.")
+    tokens = sum(int(a.get("num_generated_tokens", 0)) for a in answers)  # tokens generated, once each
+    by_question = dict(zip(distinct, answers))
+    timing = {"model": backend.name, "shard": index, "shard_seconds": seconds, "shard_tokens": tokens}
+    records = [normalize_record({**q, **by_question[q["question"]], **timing}) for q in chunk]
+    save_records(records, path)
+    return records, tokens
 
 
 def merge_samples(inputs: list[str | os.PathLike], output_dir: str | os.PathLike) -> list[dict[str, Any]]:

@@ -34,9 +34,9 @@ from .records import MANIFEST_NAME, read_records, save_records
 
 
 __all__ = [
-    "ShardedKind", "check_manifest", "check_worker", "check_workers_agree", "finish_folder", "load_manifest",
-    "load_shard", "manifest_format", "merge_folders", "open_folder", "read_finished_manifest", "shard_path",
-    "single_worker", "sum_counts", "worker_entry", "worker_of", "worker_positions",
+    "ShardedKind", "check_manifest", "check_run_options", "check_workers_agree", "count_finished", "finish_folder",
+    "load_manifest", "load_shard", "manifest_format", "merge_folders", "open_folder", "plan_run",
+    "read_finished_manifest", "shard_path", "single_worker", "sum_counts", "worker_entry", "worker_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -89,17 +89,43 @@ def worker_of(question_id: Any, num_workers: int) -> int:
     return int.from_bytes(digest[:8], "little") % num_workers
 
 
-def check_worker(num_workers: Any, worker_index: Any) -> None:
-    """Refuse a `num_workers` that is not an integer >= 1 or a `worker_index` outside `[0, num_workers)`."""
+def check_run_options(shard_size: Any, num_workers: Any, worker_index: Any) -> None:
+    """Refuse a `shard_size` or `num_workers` that is not an integer >= 1, or a `worker_index` outside
+    `[0, num_workers)`."""
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"`shard_size` must be an integer >= 1, got {shard_size!r}.")
     if not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(f"`num_workers` must be an integer >= 1, got {num_workers!r}.")
     if not isinstance(worker_index, int) or not 0 <= worker_index < num_workers:
         raise ValueError(f"`worker_index` must be an integer in [0, {num_workers}), got {worker_index!r}.")
 
 
-def worker_positions(ids: Sequence[Any], num_workers: int, worker_index: int) -> list[int]:
-    """Where the rows of worker `worker_index` stand among rows with these `ids` ([`worker_of`] each id)."""
-    return [i for i, key in enumerate(ids) if worker_of(key, num_workers) == worker_index]
+def plan_run(
+    kind: ShardedKind, rows: list, ids: Sequence[Any], shard_size: int, num_workers: int, worker_index: int,
+    fingerprint: str, **entries: Any,
+) -> tuple[list, dict[str, Any], list[list]]:
+    """This worker's share of `rows` (whose ids are `ids`: [`worker_of`] each), its run's manifest (`entries`, such
+    as the settings, after its format) and the rows of each of its shards."""
+    worker, positions = single_worker(kind, len(rows)), None
+    if num_workers > 1:
+        positions = [i for i, key in enumerate(ids) if worker_of(key, num_workers) == worker_index]
+        worker = worker_entry(kind, len(rows), num_workers, worker_index)
+        rows = [rows[i] for i in positions]
+    slices = [rows[start : start + shard_size] for start in range(0, len(rows), shard_size)]
+    manifest = {"format": kind.format, **entries, kind.count: len(rows), "shard_size": shard_size,
+                "num_shards": len(slices), "fingerprint": fingerprint, "worker": worker}
+    if positions is not None:
+        manifest["positions"] = positions  # where this worker's rows stand in the whole list, for merging
+    return rows, manifest, slices
+
+
+def count_finished(output_dir: str, kind: ShardedKind, slices: list[list], shards: list) -> int:
+    """How many rows the shards already on disk hold (`shards[i]`: `None` for one still to make), logged."""
+    done = sum(len(chunk) for chunk, shard in zip(slices, shards) if shard is not None)
+    if done:
+        logger.info("Resuming in %s: %d of %d %s already %s.", output_dir, done, sum(map(len, slices)), kind.rows,
+                    kind.done)
+    return done
 
 
 def single_worker(kind: ShardedKind, total: Any) -> dict[str, Any]:

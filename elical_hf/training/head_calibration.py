@@ -158,6 +158,33 @@ def fit_head(
     """
     args = head_training_args(args, **overrides)
     _check_supported(args)
+    features, targets, dev = _placed_inputs(head, features, targets, dev_features, dev_targets)
+    batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps  # the exact accumulated loss
+    steps_per_epoch = math.ceil(len(features) / batch_size)
+    total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+    flags = [p.requires_grad for p in head.parameters()]  # a model loaded for inference has a frozen head
+    head.requires_grad_(True)
+    head.zero_grad(set_to_none=True)
+    try:
+        with torch.enable_grad():
+            epoch, step, train_loss, dev_loss, best = _optimise(head, features, targets, dev, args, batch_size,
+                                                                 total_steps)
+    finally:
+        for parameter, flag in zip(head.parameters(), flags):
+            parameter.requires_grad_(flag)
+    summary = {"epochs": step / steps_per_epoch, "global_steps": step, "best_epoch": epoch, "train_loss": train_loss}
+    if dev is not None and args.load_best_model_at_end and best["state"] is not None:
+        head.load_state_dict(best["state"])
+        summary.update(best_epoch=best["epoch"], eval_loss=best["loss"])
+    elif dev is not None:
+        summary["eval_loss"] = dev_loss
+    return summary
+
+
+def _placed_inputs(
+    head: nn.Module, features: torch.Tensor, targets: Any, dev_features: Any, dev_targets: Any
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """The checked training rows and the dev split (`None` when absent or empty) on the head's device and dtype."""
     targets = torch.as_tensor(targets, dtype=torch.float32)
     if features.ndim != 2 or len(features) != len(targets) or len(targets) == 0:
         raise ValueError(f"features {tuple(features.shape)} and targets {tuple(targets.shape)} do not match.")
@@ -167,15 +194,17 @@ def fit_head(
         raise ValueError("Pass both dev_features and dev_targets, or neither.")
     weight = next(head.parameters())
     place = {"device": weight.device, "dtype": weight.dtype}  # features are computed on the CPU in float32
-    features, targets = features.to(**place), targets.to(**place)
-    has_dev = dev_features is not None and len(dev_features) > 0
-    if has_dev:
-        dev_features = dev_features.to(**place)
-        dev_y = torch.as_tensor(dev_targets, dtype=torch.float32).to(**place)
+    dev = None
+    if dev_features is not None and len(dev_features) > 0:
+        dev = dev_features.to(**place), torch.as_tensor(dev_targets, dtype=torch.float32).to(**place)
+    return features.to(**place), targets.to(**place), dev
 
-    batch_size = args.per_device_train_batch_size * args.gradient_accumulation_steps  # the exact accumulated loss
-    steps_per_epoch = math.ceil(len(features) / batch_size)
-    total_steps = args.max_steps if args.max_steps > 0 else math.ceil(args.num_train_epochs * steps_per_epoch)
+
+def _optimise(
+    head: nn.Module, features: torch.Tensor, targets: torch.Tensor, dev: tuple[torch.Tensor, torch.Tensor] | None,
+    args: ConfidenceTrainingArguments, batch_size: int, total_steps: int,
+) -> tuple[int, int, float, float, dict[str, Any]]:
+    """The Trainer's loop on cached features: `(epochs, steps, last train loss, last dev loss, best dev epoch)`."""
     optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, head)
     parameters = dict(head.named_parameters())  # the Trainer's decay rule, for Linear layers: weights, not biases
     groups = [
@@ -184,69 +213,44 @@ def fit_head(
         {"params": [p for name, p in parameters.items() if name.endswith("bias")], "weight_decay": 0.0},
     ]
     optimizer = optimizer_cls(groups, **optimizer_kwargs)
-    scheduler = get_scheduler(
-        args.lr_scheduler_type,
-        optimizer=optimizer,
-        num_warmup_steps=args.get_warmup_steps(total_steps),
-        num_training_steps=total_steps,
-        scheduler_specific_kwargs=args.lr_scheduler_kwargs,
-    )
+    scheduler = get_scheduler(args.lr_scheduler_type, optimizer=optimizer, num_training_steps=total_steps,
+                              num_warmup_steps=args.get_warmup_steps(total_steps),
+                              scheduler_specific_kwargs=args.lr_scheduler_kwargs)
     sequential = getattr(args, "train_sampling_strategy", "random") == "sequential"
     seed = args.data_seed if args.data_seed is not None else args.seed
     generator = torch.Generator().manual_seed(seed)  # CPU generator: the row order does not depend on the device
     clip = args.max_grad_norm is not None and args.max_grad_norm > 0
-    patience = args.early_stopping_patience if has_dev else None
-    restore_best = has_dev and args.load_best_model_at_end
-
+    patience = args.early_stopping_patience
     best: dict[str, Any] = {"loss": math.inf, "epoch": 0, "state": None}
     epoch, step, train_loss, dev_loss = 0, 0, math.nan, math.nan
-    flags = [p.requires_grad for p in head.parameters()]  # a model loaded for inference has a frozen head
-    head.requires_grad_(True)
-    head.zero_grad(set_to_none=True)
-    try:
-        with torch.enable_grad():
-            while step < total_steps:
-                epoch += 1
-                order = torch.arange(len(features)) if sequential else torch.randperm(len(features), generator=generator)
-                order = order.to(features.device)
-                losses = []
-                for start in range(0, len(order), batch_size):
-                    if step == total_steps:
-                        break
-                    rows = order[start : start + batch_size]
-                    loss = _mse(head, features[rows], targets[rows])
-                    loss.backward()
-                    if clip:
-                        torch.nn.utils.clip_grad_norm_(head.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
-                    losses.append(loss.item())
-                    step += 1
-                train_loss = sum(losses) / len(losses)
-                if not has_dev:
-                    continue
-                with torch.no_grad():
-                    dev_loss = _mse(head, dev_features, dev_y).item()
-                if dev_loss < best["loss"]:
-                    best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
-                elif patience is not None and epoch - best["epoch"] >= patience:  # EarlyStoppingCallback's rule
-                    break
-    finally:
-        for parameter, flag in zip(head.parameters(), flags):
-            parameter.requires_grad_(flag)
-    summary: dict[str, Any] = {
-        "epochs": step / steps_per_epoch,
-        "global_steps": step,
-        "best_epoch": epoch,
-        "train_loss": train_loss,
-    }
-    if restore_best and best["state"] is not None:
-        head.load_state_dict(best["state"])
-        summary.update(best_epoch=best["epoch"], eval_loss=best["loss"])
-    elif has_dev:
-        summary["eval_loss"] = dev_loss
-    return summary
+    while step < total_steps:
+        epoch += 1
+        order = torch.arange(len(features)) if sequential else torch.randperm(len(features), generator=generator)
+        order = order.to(features.device)
+        losses = []
+        for start in range(0, len(order), batch_size):
+            if step == total_steps:
+                break
+            rows = order[start : start + batch_size]
+            loss = _mse(head, features[rows], targets[rows])
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(head.parameters(), args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+            step += 1
+        train_loss = sum(losses) / len(losses)
+        if dev is None:
+            continue
+        with torch.no_grad():
+            dev_loss = _mse(head, *dev).item()
+        if dev_loss < best["loss"]:
+            best = {"loss": dev_loss, "epoch": epoch, "state": {k: v.clone() for k, v in head.state_dict().items()}}
+        elif patience is not None and epoch - best["epoch"] >= patience:  # EarlyStoppingCallback's rule
+            break
+    return epoch, step, train_loss, dev_loss, best
 
 
 def _check_supported(args: ConfidenceTrainingArguments) -> None:

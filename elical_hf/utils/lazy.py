@@ -8,9 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_attributes(package: str, namespace: dict[str, Any], names: dict[str, str]) -> tuple[Callable, Callable]:
-    """`(__getattr__, __dir__)` for the package `package` whose globals are `namespace`: `names` maps each public
-    name to its (relative) module."""
+def lazy_attributes(
+    package: str, namespace: dict[str, Any], modules: dict[str, tuple[str, ...]]
+) -> tuple[Callable, Callable]:
+    """`(__getattr__, __dir__)` for the package `package` whose globals are `namespace`: `modules` maps each
+    (relative) module to the public names it defines."""
+    names = {name: module for module, defined in modules.items() for name in defined}
 
     def __getattr__(name: str) -> Any:
         if name in names:
