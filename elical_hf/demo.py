@@ -23,11 +23,12 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from .utils.atomic import atomic_write_json
 from .models.default_model import DEFAULT_MODEL
-from .utils.memory import limit_heap_growth, release_memory
+from .utils.memory import release_memory
 
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def run_live(settings: DemoSettings, test: list[dict], pool: list[dict]) -> dict
     backend = HFBackend(settings.model_name_or_path)
     sampling = SamplingSettings(num_samples=settings.num_samples, max_new_tokens=settings.max_new_tokens,
                                 seed=settings.seed)
-    keep = ("id", "dataset", "question", "answer", "split")
+    keep = ("id", "dataset", "question", "answer", "source_split")
     start = time.perf_counter()
     sampled = sample(SampleArguments(questions=[{k: r[k] for k in keep if k in r} for r in chosen]), sampling,
                      backend=backend)
@@ -221,21 +222,19 @@ def calibrate_draws(settings: DemoSettings, parts: dict[str, list[dict]], models
     return out
 
 
+def in_child(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` in a spawned process: what it imports and what its heap keeps go when it ends; its
+    (picklable) result comes back, and its exception is raised here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
 def _sample_labels(pool: list[dict], num_labels: int, seed: int) -> list[dict]:
     """The demo's label draw: `num_labels` records of the pool in the order `random.Random(seed).sample` gives."""
     return random.Random(seed).sample(pool, num_labels)
-
-
-def cpu_bf16() -> bool:
-    """Whether the demo runs in bfloat16 on the CPU (the precision policy's choice here). There, limiting the heap
-    ([`~elical_hf.utils.memory.limit_heap_growth`]) brought the peak under 1.5 GB (1509-1529 MiB over five runs, against
-    1557-1694 without) for 1.25x the wall time; in float32 it changed the peak by 10 MiB and took 1.47x the time
-    (`docs/benchmarks.md` section 5)."""
-    import torch
-
-    from .settings.precision import default_device, resolve_dtype
-
-    return default_device() == "cpu" and resolve_dtype() == torch.bfloat16
 
 
 def warn_if_busy() -> float | None:
@@ -274,8 +273,6 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     from .steps import DiagnoseArguments, EvaluateArguments, diagnose, evaluate, write_evaluation
 
     settings = settings or DemoSettings()
-    if cpu_bf16():  # bf16's half-size tensors fragment glibc's heap: limit it (elical_hf.utils.memory; float32 only slows)
-        limit_heap_growth()
     warn_if_busy()
     start, timings = time.perf_counter(), {}
 
@@ -289,7 +286,9 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     models_dir = os.path.join(settings.output_dir, "models")
     parts = demo_partitions(settings.records, settings)
 
-    live = run_live(settings, parts["test"], parts["pool"])
+    # The live step runs in a spawned child before this process imports torch: the judges' imports
+    # (sentence-transformers, scikit-learn: ~270 MiB) and its heap leave with it (docs/benchmarks.md section 5)
+    live = in_child(run_live, settings, parts["test"], parts["pool"])
     save_records(live.pop("records"), os.path.join(settings.output_dir, "live_records.parquet"))
     lap("live sampling, judging and baselines")
     stage1_live = run_stage1_live(settings, parts["stage1"], os.path.join(models_dir, "stage1-live"))

@@ -330,3 +330,19 @@ def test_label_budget_sweep_draws_a_fresh_head_per_seed(tiny_llama):
     # the model's own head on the same draw: the fresh runs did not start from it
     kept = next(label_budget_sweep(model, _rows(), [(12, 0)], cache, QUESTIONS[:5], start_head=start, **settings))
     assert max(abs(a - b) for a, b in zip(fresh[0].confidences, kept.confidences)) > 1e-4
+
+
+def test_label_budget_sweep_checks_the_cached_features_once(tiny_llama, monkeypatch):
+    """One recomputed question per sweep (every draw has the same model and features), and a cache from another
+    model is still refused on the first draw."""
+    model = AutoModelForConfidence.from_pretrained(tiny_llama)
+    cache = dict(zip(QUESTIONS, model.prompt_features(QUESTIONS)))
+    calls = []
+    compute = model.prompt_features
+    monkeypatch.setattr(model, "prompt_features", lambda questions, **kw: calls.append(len(questions)) or
+                        compute(questions, **kw))
+    runs = list(label_budget_sweep(model, _rows(), [(8, 0), (8, 1), (12, 2)], cache, QUESTIONS[:5], **SWEEP))
+    assert len(runs) == 3 and calls == [1]
+    wrong = {q: torch.randn_like(v) * 10 for q, v in cache.items()}
+    with pytest.raises(ValueError, match="not this model's"):
+        next(label_budget_sweep(model, _rows(), [(8, 0)], wrong, QUESTIONS[:5], **SWEEP))

@@ -278,6 +278,7 @@ def calibrate_head(
     seed: int | None = None,
     features: Mapping[str, torch.Tensor] | None = None,
     feature_batch_size: int = 32,
+    check_features: bool = True,
     **fit_kwargs: Any,
 ) -> dict[str, Any]:
     """
@@ -306,6 +307,9 @@ def calibrate_head(
             question text (e.g. to share them between label budgets); missing questions are computed.
         feature_batch_size (`int`, *optional*, defaults to 32): At most this many questions per forward pass when
             computing features (see [`~ForConfidenceMixin.confidence`]).
+        check_features (`bool`, *optional*, defaults to `True`): Recompute one cached question's features to check
+            that `features` are this model's ([`check_cached_features`]; shapes are checked either way).
+            [`label_budget_sweep`] checks on its first draw only: every draw has the same model and features.
         fit_kwargs: Fields of [`ConfidenceTrainingArguments`] (`num_train_epochs`, `learning_rate`, `batch_size` (the
             training batch), `max_grad_norm`, ...).
 
@@ -328,7 +332,7 @@ def calibrate_head(
     train, dev = split_dev(dataset, dev_fraction, args.seed, "calibration")
     cache = dict(features or {})
     questions = list(train[question_column]) + (list(dev[question_column]) if dev is not None else [])
-    check_cached_features(model, cache, questions)
+    check_cached_features(model, cache, questions, recompute=check_features)
     missing = list(dict.fromkeys(q for q in questions if q not in cache))
     if missing:
         cache.update(zip(missing, model.prompt_features(missing, batch_size=feature_batch_size)))
@@ -360,10 +364,11 @@ FEATURE_MISMATCH = 0.05
 another model: bfloat16 and batching noise stay near 1e-2, the neighbouring layer's state differs by ~0.3."""
 
 
-def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questions: list[str]) -> None:
-    """Refuse cached features that this model did not compute: a wrong shape, or (checked on one question, recomputed
-    alone) the state of another layer, adapter or model. Features are keyed by question text only, so a cache made
-    before a `feature_layer` change or by a stage-1 model would otherwise train the head on the wrong inputs."""
+def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questions: list[str],
+                          recompute: bool = True) -> None:
+    """Refuse cached features that this model did not compute: a wrong shape, or (with `recompute`, checked on one
+    question recomputed alone) the state of another layer, adapter or model. Features are keyed by question text only,
+    so a cache made before a `feature_layer` change or by a stage-1 model would otherwise train the head on the wrong inputs."""
     used = [q for q in dict.fromkeys(questions) if q in cache]
     if not used:
         return
@@ -374,6 +379,8 @@ def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questio
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
             raise ValueError(f"features[{question!r}] has shape {shape}; this model's head reads vectors of {width} "
                              "(pass the model's own `prompt_features`, keyed by question).")
+    if not recompute:
+        return
     probe = used[0]
     fresh = model.prompt_features([probe], batch_size=1)[0].float()
     gap = ((cache[probe].float().cpu() - fresh.cpu()).norm() / fresh.norm().clamp_min(1e-12)).item()
@@ -457,7 +464,7 @@ def label_budget_sweep(
     draw_labels = draw_labels or take_labels
     head, config = confidence_head_module(model), unwrap_peft(model).confidence_config
     start = {key: value.clone() for key, value in (start_head or head.state_dict()).items()}
-    history = list(config.training_history)
+    history, first = list(config.training_history), True
     for num_labels, seed in draws:
         labels = draw_labels(pool, num_labels, seed)
         head.load_state_dict(start)
@@ -465,7 +472,9 @@ def label_budget_sweep(
         if fresh_head is not None:
             torch.manual_seed(seed)
             initialize_confidence_head(head, fresh_head)
-        summary = calibrate_head(model, labels, None, seed=seed, features=features, **calibrate_kwargs)
+        summary = calibrate_head(model, labels, None, seed=seed, features=features, check_features=first,
+                                 **calibrate_kwargs)
+        first = False
         if isinstance(scored, torch.Tensor):
             confidences = head_confidences(model, scored)
         else:
