@@ -2,7 +2,8 @@
 
 Three ways to produce the same signals on the same questions, model and dtype (the precision policy's):
 - ours: `generate_answers` (one prefill per question shared by its greedy and k sample rows; finished rows leave
-  the batch);
+  the batch), and as rows of their own its two ways with the prompt prefix every question shares: repeated per row,
+  or attended to apart (the sampler picks one: `decoding.REPEATED_PREFIX_MAX`);
 - HF batched: `generate(do_sample=True, num_return_sequences=k)` plus a greedy `generate` with scores, over the same
   batches of questions;
 - HF per sample: one `generate` call per sample and one greedy call per question (how LM-Polygraph samples), run on
@@ -72,8 +73,8 @@ def concatenating_cache():
 
 @contextlib.contextmanager
 def repeated_prefix():
-    """Our sampler as it was before the shared prompt prefix had its own attention (`elical_hf.models.prefix_attention`):
-    the prefix's KV cache repeated for every row of the batch."""
+    """Our sampler with the shared prompt prefix's KV cache always repeated for every row of the batch (never attended to
+    apart, `elical_hf.models.prefix_attention`)."""
     from elical_hf.models import kv_prefix
 
     supports = kv_prefix.supports_prefix_attention
@@ -82,6 +83,20 @@ def repeated_prefix():
         yield
     finally:
         kv_prefix.supports_prefix_attention = supports
+
+
+@contextlib.contextmanager
+def prefix_apart():
+    """Our sampler with the prompt prefix always attended to apart (`elical_hf.models.prefix_attention`), even where the
+    sampler repeats a short one (bf16 on a CPU: `decoding.REPEATED_PREFIX_MAX`)."""
+    from elical_hf.signals import decoding
+
+    longest = decoding.REPEATED_PREFIX_MAX
+    decoding.REPEATED_PREFIX_MAX = -1
+    try:
+        yield
+    finally:
+        decoding.REPEATED_PREFIX_MAX = longest
 
 
 def run_ours(model, tokenizer, questions, settings) -> dict:
@@ -275,9 +290,11 @@ def main(argv: list[str] | None = None) -> None:
             profile_ours(model, tokenizer, questions, settings)
         with repeated_prefix():
             repeated = run_ours(model, tokenizer, questions, settings)
+        with prefix_apart():
+            apart = run_ours(model, tokenizer, questions, settings)
         with concatenating_cache():
             concat = run_ours(model, tokenizer, questions, settings)
-        results = {"ours": ours, "repeated": repeated, "concat": concat, "hf": batched}
+        results = {"ours": ours, "repeated": repeated, "apart": apart, "concat": concat, "hf": batched}
         if args.loop_questions:
             results["loop"] = run_hf(model, tokenizer, questions[: args.loop_questions], settings, per_sample=True)
         speed = {name: r["tokens"] / r["seconds"] for name, r in results.items()}
@@ -285,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         ceiling = machine[f"{ceiling_dtype}_gflops"]
         share = flop_share(model, tokenizer, questions, settings, ours, ceiling)
         labels = {"ours": "ours (generate_answers)",
-                  "repeated": "ours, prompt prefix's KV cache repeated per row (before)",
+                  "repeated": "ours, prompt prefix's KV cache repeated per row",
+                  "apart": "ours, prompt prefix attended to apart (cascade attention)",
                   "concat": "ours, KV cache grown by torch.cat (before both)",
                   "hf": "HF generate(num_return_sequences=k) + greedy",
                   "loop": f"HF per-sample generate loop ({args.loop_questions} q)"}
@@ -295,7 +313,8 @@ def main(argv: list[str] | None = None) -> None:
             spread = 2 * statistics.stdev(lengths) / len(lengths) ** 0.5
             rows.append([k, label, round(speed[name], 1), round(speed["ours"] / speed[name], 2),
                          f"{statistics.mean(lengths):.1f} ± {spread:.1f}", round(result["same_as_greedy"], 3)])
-        print(f"k={k}: identical answers with the prefix repeated: {ours['texts'] == repeated['texts']}, with the "
+        print(f"k={k}: identical answers with the prefix repeated: {ours['texts'] == repeated['texts']}, apart: "
+              f"{ours['texts'] == apart['texts']}, with the "
               f"cache grown by torch.cat: {ours['texts'] == concat['texts']}.")
         print(f"k={k}, batches of {batch} questions: our sampler reaches {share:.1%} of the measured {ceiling_dtype} "
               f"matmul ceiling ({ceiling} GFLOP/s).")

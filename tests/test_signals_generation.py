@@ -394,3 +394,25 @@ def test_prompt_without_chat_template_keeps_the_tokenizers_bos(append_eos):
     plain = make_tiny_tokenizer()
     assert special_prefix(plain) == ""
     assert render_prompt(plain, "Question : Paris ?", use_chat_template=False) == "Question : Paris ?"
+
+
+@pytest.mark.parametrize("words, apart", [(6, False), (20, True)])
+def test_bf16_on_a_cpu_repeats_a_short_prefix_and_keeps_a_long_one_apart(model, tokenizer, monkeypatch, words, apart):
+    """In bfloat16 on a CPU a shared prefix of at most REPEATED_PREFIX_MAX tokens is repeated per row (faster there
+    than the cascade's softmax); a longer one is attended to apart. In float32 every shared prefix stays apart."""
+    import elical_hf.signals.decoding as decoding
+    from elical_hf.settings.prompts import shared_prefix_length
+    from elical_hf.signals import generate_answers
+    from elical_hf.signals.generation import build_prompt_ids
+
+    separate = []
+    prefill = decoding.prefill_shared_prefix
+    monkeypatch.setattr(decoding, "prefill_shared_prefix", lambda *args, **kwargs: separate.append(
+        kwargs["prefix_model"] is not None) or prefill(*args, **kwargs))
+    settings = SamplingSettings(num_samples=2, max_new_tokens=3, batch_size=2, seed=5,
+                                system_prompt=" ".join(["answer briefly and well"] * words))
+    shared = shared_prefix_length(build_prompt_ids(tokenizer, QUESTIONS[:2], settings))
+    assert (shared > decoding.REPEATED_PREFIX_MAX) == apart and shared > 0
+    generate_answers(model, tokenizer, QUESTIONS[:2], settings, progress=False, autocast_dtype=torch.bfloat16)
+    generate_answers(model, tokenizer, QUESTIONS[:2], settings, progress=False, autocast_dtype=None)
+    assert separate == [apart, model.dtype == torch.float32]

@@ -114,6 +114,14 @@ def cut_at_stop(text: str, stop_strings: list[str]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+REPEATED_PREFIX_MAX = 64
+"""The longest shared prompt prefix whose KV cache the sampler repeats for every row in bfloat16 on a CPU, instead of
+attending to it apart ([`~elical_hf.models.prefix_attention`]): there the fused attention over the repeated ~32-token
+chat-template prefix ran 1.11x (k=5) and 1.15x (k=20) faster than the cascade's own softmax (`benchmarks/
+sampling_speed.py`, docs/benchmarks.md section 2). Longer prefixes (Verbal-10's ~870 tokens of demonstrations) stay
+apart: repeated, they would cost ~20 MB of cache per row."""
+
+
 class Decoder:
     """Decodes one batch of prompts: the greedy row and k sample rows per prompt, from one shared prefill."""
 
@@ -206,17 +214,20 @@ class Decoder:
         """Left-padded prompts run through the model. With `share_prefix`, a token prefix common to every prompt
         (kept when >= `MIN_SHARED_PREFIX` tokens) is run once, and the rest of each prompt after it, padded between the
         prefix and the rest ([`~elical_hf.models.kv_prefix.prefill_shared_prefix`]). Where the model supports it, the
-        prefix's cache is not repeated per row ([`~elical_hf.models.prefix_attention`]), and a prefix that the previous
-        batch ran (Verbal-10's demonstrations in every batch) is not run again."""
+        prefix's cache is not repeated per row ([`~elical_hf.models.prefix_attention`]; except a short prefix in bf16
+        on a CPU, [`REPEATED_PREFIX_MAX`]), and a prefix that the previous batch ran (Verbal-10's demonstrations in
+        every batch) is not run again."""
         shared = shared_prefix_length(prompt_ids) if self.share_prefix else 0
+        dtype = self.autocast_dtype or self.model.dtype
+        apart = not (shared <= REPEATED_PREFIX_MAX and dtype == torch.bfloat16 and self.model.device.type == "cpu")
         reused = None
-        if self.share_prefix and self._last_prefix is not None:  # every prompt starts with it and goes on after it
+        if apart and self._last_prefix is not None:  # every prompt starts with it and goes on after it
             tokens, cache = self._last_prefix
             if all(len(ids) > len(tokens) and ids[: len(tokens)] == tokens for ids in prompt_ids):
                 shared, reused = len(tokens), cache
         prefill = prefill_shared_prefix(self._forward, prompt_ids, shared, self.model.config, self.model.device,
-                                        padding_side="left", pad_id=self.pad_id, prefix_model=self.model,
-                                        prefix=reused)
+                                        padding_side="left", pad_id=self.pad_id,
+                                        prefix_model=self.model if apart else None, prefix=reused)
         self._last_prefix = (list(prompt_ids[0][:shared]), prefill.prefix) if prefill.prefix is not None else None
         return prefill
 
