@@ -237,6 +237,24 @@ def _sample_labels(pool: list[dict], num_labels: int, seed: int) -> list[dict]:
     return random.Random(seed).sample(pool, num_labels)
 
 
+def live_in_child() -> bool:
+    """Whether the demo runs its live step (sampling, judges, baselines) in a spawned child ([`in_child`]), before its
+    own process imports torch: where the precision policy will pick bfloat16 on this CPU, read without torch (its
+    `ELICAL_HF_CPU_BF16`, else native bf16 in the CPU's flags). There the step's half-size tensors fragment glibc's heap
+    and the judges' imports (sentence-transformers, scikit-learn: ~270 MiB) stay for the later peaks, unless a child
+    takes both away when it ends; in float32 a child only adds its start-up and the parent's records to the tree's peak
+    (docs/benchmarks.md section 5 has the runs)."""
+    forced = os.environ.get("ELICAL_HF_CPU_BF16", "").strip().lower()
+    if forced:
+        return forced in ("1", "true", "yes")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
 def warn_if_busy() -> float | None:
     """Warn when other work already keeps this machine's cores busy (1-minute load average at or above the core
     count): torch runs one OpenMP thread per core, and two such jobs on the same cores slow each other far more than
@@ -286,9 +304,8 @@ def run_demo(settings: DemoSettings | None = None) -> dict[str, Any]:
     models_dir = os.path.join(settings.output_dir, "models")
     parts = demo_partitions(settings.records, settings)
 
-    # The live step runs in a spawned child before this process imports torch: the judges' imports
-    # (sentence-transformers, scikit-learn: ~270 MiB) and its heap leave with it (docs/benchmarks.md section 5)
-    live = in_child(run_live, settings, parts["test"], parts["pool"])
+    live_args = (settings, parts["test"], parts["pool"])
+    live = in_child(run_live, *live_args) if live_in_child() else run_live(*live_args)
     save_records(live.pop("records"), os.path.join(settings.output_dir, "live_records.parquet"))
     lap("live sampling, judging and baselines")
     stage1_live = run_stage1_live(settings, parts["stage1"], os.path.join(models_dir, "stage1-live"))
