@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.signals.records import load_records
 
     machine = print_machine()
-    stored = [r for r in load_records(args.records, derive=False, split=["in_domain_test", "ood_test"]).to_list()
-              if r.get("sampling_response")]
+    stored = [r for r in load_records(args.records, derive=False).to_list()
+              if r.get("partition", "test") == "test" and r.get("sampling_response")]
     chosen = sorted(random.Random(args.seed).sample(range(len(stored)), min(args.num_records, len(stored))))
     base = [stored[i] for i in chosen]
     labels = [int(bool(r["greedy_correctness"])) for r in base]

@@ -30,7 +30,7 @@ from elical_hf.training.head_calibration import confidence_head_module
 from elical_hf.metrics.functional import auroc
 from elical_hf.settings.precision import precision_report
 from elical_hf.signals.judging import apply_judges
-from elical_hf.signals.records import load_records
+from elical_hf.signals.records import read_records
 
 
 def reference_batched(model, questions: list[str], batch_size: int) -> list[float]:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", default=None, help="Also write the result as JSON here.")
     args = parser.parse_args(argv)
 
-    records = load_records(args.records, derive=False, split="in_domain_test").to_list()[: args.limit]
+    records = [r for r in read_records(args.records) if r.get("partition") == "test"][: args.limit]
     apply_judges(records, correctness="has_answer")  # the paper's rule (the demo records store the SQuAD one)
     questions = [r["question"] for r in records]
     correct = [int(bool(r["greedy_correctness"])) for r in records]

@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     from elical_hf.evaluation.tables import evaluate_table, paired_differences
     from elical_hf.signals.records import load_records
 
-    rows = load_records(DEMO_RECORDS, split="in_domain_test").to_list()
+    rows = [r for r in load_records(DEMO_RECORDS).to_list() if r["partition"] == "test"]
     questions = [r["question"] for r in rows]
     correct = [int(r["greedy_correctness"]) for r in rows]
-    datasets, splits = [r["dataset"] for r in rows], [r["paper_split"] for r in rows]
+    datasets, splits = [r["dataset"] for r in rows], ["in_domain_test"] * len(rows)
     model = AutoModelForConfidence.from_pretrained(DEMO_CALIBRATED, dtype="float32").get_base_model()
     trained = model.confidence_config
     confidences = {"as trained": model.confidence(questions, progress=True)}
