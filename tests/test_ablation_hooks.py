@@ -105,3 +105,30 @@ def test_train_command_passes_both_options(tmp_path, monkeypatch):
     ((args, kwargs),) = calls
     assert kwargs["num_elicitation"] == 2
     assert args[1]["consistency"] == [1.0] * 3 and args[2]["correctness"] == [1.0] * 3  # from the first 2 samples
+
+
+def test_train_elical_takes_stage_2_settings_as_training_arguments(tiny_llama, tmp_path, monkeypatch):
+    """Stage 2 and Cal-Only get `calibration_training_args` (stage 1 `training_args`); a dict of changes is refused
+    before anything is written."""
+    import dataclasses
+
+    import elical_hf.training.recipe as recipe
+    from elical_hf import ConfidenceTrainingArguments
+
+    rates = {}
+
+    def fake_train_stage(model, data, output_dir, stage, training_args, **kwargs):
+        rates.setdefault(stage, []).append(training_args.learning_rate)
+        model.save_pretrained(output_dir)
+
+    monkeypatch.setattr(recipe, "train_stage", fake_train_stage)
+    rows = [{"question": f"who wrote book number {i}", "consistency": (i % 4) / 3, "correctness": float(i % 2)}
+            for i in range(30)]
+    args = ConfidenceTrainingArguments(output_dir=str(tmp_path / "run"), learning_rate=1e-4, num_train_epochs=None)
+    with pytest.raises(TypeError, match="calibration_training_args` must be ConfidenceTrainingArguments, not dict"):
+        train_elical(tiny_llama, rows, rows, str(tmp_path / "run"), training_args=args,
+                     calibration_training_args={"learning_rate": 1e-5})
+    assert not (tmp_path / "run").exists()
+    train_elical(tiny_llama, rows, rows, str(tmp_path / "run"), num_labels=10, training_args=args,
+                 calibration_training_args=dataclasses.replace(args, learning_rate=1e-5))
+    assert rates == {"elicitation": [1e-4], "calibration": [1e-5, 1e-5]}  # EliCal's stage 2 and Cal-Only

@@ -308,7 +308,7 @@ def train_elical(
     num_elicitation: int | None = None,
     cal_only: bool = True,
     dev_fraction: float = 0.1,
-    calibration_training_args: dict[str, Any] | None = None,
+    calibration_training_args: ConfidenceTrainingArguments | None = None,
     overwrite_output_dir: bool = False,
 ) -> dict[str, str]:
     """
@@ -346,8 +346,9 @@ def train_elical(
             Also train Cal-Only (LoRA + head from scratch on the same labels) for comparison.
         dev_fraction (`float`, *optional*, defaults to 0.1):
             Share of each stage's rows held out (by question) for early stopping.
-        calibration_training_args (`dict`, *optional*):
-            Fields of `training_args` set otherwise for stage 2 and Cal-Only.
+        calibration_training_args ([`ConfidenceTrainingArguments`], *optional*):
+            The settings of stage 2 and Cal-Only, when other than `training_args`'s (e.g.
+            `dataclasses.replace(training_args, learning_rate=1e-5)`); `seed` stays `training_args`'s.
         overwrite_output_dir (`bool`, *optional*, defaults to `False`):
             Train anew in an `output_dir` that holds other files or another run (its models are replaced; files we
             did not write are left alone).
@@ -358,11 +359,13 @@ def train_elical(
     args = training_args
     if args is None:
         args = ConfidenceTrainingArguments(output_dir=output_dir, num_train_epochs=None)
-    check_recipe_arguments(args)
+    stage2_args = args if calibration_training_args is None else calibration_training_args
+    for settings in (args, stage2_args):
+        if not isinstance(settings, ConfidenceTrainingArguments):
+            raise TypeError(f"`training_args` and `calibration_training_args` must be ConfidenceTrainingArguments, not "
+                            f"{type(settings).__name__} (stage 2's: e.g. dataclasses.replace(training_args, ...)).")
+        check_recipe_arguments(settings)
     seed, calibration_trainable = args.seed, args.calibration_trainable.value
-    stage2_args = args
-    if calibration_training_args:
-        stage2_args = dataclasses.replace(args, **calibration_training_args)
     labelled = take_labels(calibration_data, num_labels, seed)
     elicitation_data = take_elicitation(elicitation_data, num_elicitation, seed)
     paths = {key: os.path.join(output_dir, folder) for key, folder in STAGE_DIRS.items()}
