@@ -368,7 +368,8 @@ def check_cached_features(model: Any, cache: Mapping[str, torch.Tensor], questio
                           recompute: bool = True) -> None:
     """Refuse cached features that this model did not compute: a wrong shape, or (with `recompute`, checked on one
     question recomputed alone) the state of another layer, adapter or model. Features are keyed by question text only,
-    so a cache made before a `feature_layer` change or by a stage-1 model would otherwise train the head on the wrong inputs."""
+    so a cache made before a `feature_layer` change or by a stage-1 model would otherwise train the head on the wrong
+    inputs."""
     used = [q for q in dict.fromkeys(questions) if q in cache]
     if not used:
         return

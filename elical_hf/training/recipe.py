@@ -120,9 +120,7 @@ def run_arguments(
     """
     if training_args is None:
         training_args = ConfidenceTrainingArguments(output_dir=output_dir, seed=seed, num_train_epochs=None)
-    elif not isinstance(training_args, ConfidenceTrainingArguments):
-        raise TypeError(f"`training_args` must be ConfidenceTrainingArguments, not {type(training_args).__name__}: "
-                        "pass ConfidenceTrainingArguments(**settings), with `seed`, `num_train_epochs=None` if unset.")
+    _require_training_args(training_args, "training_args")
     base = dataclasses.replace(training_args, output_dir=output_dir, stage=stage, label_column=None,
                                calibration_trainable=calibration_trainable)
     rules = {"num_train_epochs": paper_epochs(num_rows), "early_stopping_patience": 4 if has_dev else None,
@@ -272,6 +270,14 @@ def _write_run_manifest(output_dir: str, run: dict[str, Any], done: list[str]) -
     atomic_write_json(os.path.join(output_dir, RUN_MANIFEST_NAME), manifest)
 
 
+def _require_training_args(settings: Any, name: str) -> None:
+    """Refuse settings `name` that are not [`ConfidenceTrainingArguments`] (a dict of fields, say), in one line."""
+    if not isinstance(settings, ConfidenceTrainingArguments):
+        raise TypeError(f"`{name}` must be ConfidenceTrainingArguments, not {type(settings).__name__}: pass "
+                        "ConfidenceTrainingArguments(**settings), with `seed`, `num_train_epochs=None` if unset (or a "
+                        "`dataclasses.replace` of another).")
+
+
 def check_recipe_arguments(args: ConfidenceTrainingArguments) -> None:
     """Refuse training arguments that set what [`train_elical`] sets per run: `stage` and `label_column` (stage 1 on
     `consistency`, then calibration on `correctness`)."""
@@ -360,10 +366,8 @@ def train_elical(
     if args is None:
         args = ConfidenceTrainingArguments(output_dir=output_dir, num_train_epochs=None)
     stage2_args = args if calibration_training_args is None else calibration_training_args
-    for settings in (args, stage2_args):
-        if not isinstance(settings, ConfidenceTrainingArguments):
-            raise TypeError(f"`training_args` and `calibration_training_args` must be ConfidenceTrainingArguments, not "
-                            f"{type(settings).__name__} (stage 2's: e.g. dataclasses.replace(training_args, ...)).")
+    for name, settings in (("training_args", args), ("calibration_training_args", stage2_args)):
+        _require_training_args(settings, name)  # before anything is written
         check_recipe_arguments(settings)
     seed, calibration_trainable = args.seed, args.calibration_trainable.value
     labelled = take_labels(calibration_data, num_labels, seed)
