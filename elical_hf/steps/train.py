@@ -90,7 +90,7 @@ def train(
             answers of the base model (unless `allow_other_model`), and records of a test split are trained on with
             a warning that counts them. Its `output_dir` is not an input, nor inside or around an input folder.
         training_args ([`~elical_hf.ConfidenceTrainingArguments`]): The settings of every run
-            ([`~elical_hf.training.recipe. train_elical`]: `None` epochs or patience follow the recipe's rules), with
+            ([`~elical_hf.training.recipe.train_elical`]: `None` epochs or patience follow the recipe's rules), with
             `model_args.model_init_kwargs()` added to its `model_init_kwargs` (whose own keys may not name an option of
             `model_args`); the caller's object is left as it is.
         model_args ([`~elical_hf.steps.arguments.ModelArguments`], *optional*): The base model and how it loads
