@@ -39,6 +39,30 @@ def test_prompt_features_are_what_the_head_reads(tiny_llama):
     assert model.prompt_features([]).shape == (0, model.config.hidden_size)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scoring_skips_a_lora_that_adds_nothing_and_reads_the_same_features(tiny_llama, dtype):
+    """A fresh model's LoRA adds exact zeros (`lora_B` is zero): scoring leaves its branch out (`idle_adapters_off`)
+    and reads, bit for bit, what the full forward pass gives; a LoRA layer that adds something still runs."""
+    from peft.tuners.lora import LoraLayer
+
+    model = AutoModelForConfidence.from_pretrained(tiny_llama, dtype=dtype)
+    layers = [module for module in model.modules() if isinstance(module, LoraLayer)]
+    calls = []
+    for layer in layers:
+        layer.lora_A["default"].register_forward_hook(lambda *_: calls.append(1))
+    skipped = model.prompt_features(QUESTIONS[:5], batch_size=2)
+    assert not calls
+    with torch.enable_grad():  # gradients on: every LoRA branch runs
+        full = torch.cat(model._map_prompts(QUESTIONS[:5], lambda pooled: pooled.detach().float(), 2, None, False))
+    assert len(calls) >= len(layers) and torch.equal(skipped, full)
+    assert not any(layer.disable_adapters for layer in layers)  # each switch restored
+    with torch.no_grad():
+        layers[0].lora_B["default"].weight.fill_(0.5)
+    calls.clear()
+    moved = model.prompt_features(QUESTIONS[:5], batch_size=2)
+    assert len(calls) == 3 and not torch.equal(moved, skipped)  # that layer alone, once per batch
+
+
 def test_fit_head_learns_and_restores_the_best_epoch():
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(200, 6, generator=generator)

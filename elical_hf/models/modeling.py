@@ -371,6 +371,7 @@ class ForConfidenceMixin:
         from tqdm.auto import tqdm
 
         from ..data.encoding import encode_prompts, length_batches, pad_batch
+        from .auto import idle_adapters_off
 
         if self.confidence_config is None:
             raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
@@ -396,11 +397,12 @@ class ForConfidenceMixin:
         was_training = self.training
         self.eval()
         try:
-            outputs = [
-                fn(self.pooled_hidden_state(**pad_batch([encoded[i] for i in batch], tokenizer, self.device),
-                                            layer=layer))
-                for batch in tqdm(batches, desc="Scoring", unit="batch", disable=not progress)
-            ]
+            with idle_adapters_off(self):  # a fresh model's zero LoRA: the same outputs without its branch
+                outputs = [
+                    fn(self.pooled_hidden_state(**pad_batch([encoded[i] for i in batch], tokenizer, self.device),
+                                                layer=layer))
+                    for batch in tqdm(batches, desc="Scoring", unit="batch", disable=not progress)
+                ]
         finally:
             self.train(was_training)
         stacked = torch.cat(outputs)
