@@ -32,12 +32,13 @@ def sample_seed(seed: int, question: str, sample_index: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def apply_repetition_penalty(scores: torch.Tensor, token_ids: torch.Tensor, penalty: float) -> torch.Tensor:
+def apply_repetition_penalty(scores: torch.Tensor, token_ids: torch.Tensor, penalty: float, inplace: bool = False
+                             ) -> torch.Tensor:
     """Hugging Face repetition penalty: logits of the tokens in `token_ids` (`(rows, n)`, repeats allowed) are divided
-    by `penalty`, or multiplied by it where negative. Returns a new tensor."""
+    by `penalty`, or multiplied by it where negative. Returns a new tensor, or `scores` changed with `inplace=True`."""
     picked = scores.gather(1, token_ids)
     picked = torch.where(picked < 0, picked * penalty, picked / penalty)
-    return scores.scatter(1, token_ids, picked)
+    return scores.scatter_(1, token_ids, picked) if inplace else scores.scatter(1, token_ids, picked)
 
 
 _TIE_MARGIN = 16
@@ -195,10 +196,12 @@ class Decoder:
                     tops[r].append(list(zip(*pairs)))
         if not greedy.all():
             sampled = ~greedy
-            scores = logits[sampled]
+            scores = logits[sampled]  # a copy (boolean indexing): penalised and scaled in place, rows x vocab is large
             if seen is not None:
-                scores = apply_repetition_penalty(scores, seen[sampled], settings.repetition_penalty)
-            values, ids = filter_candidates(scores / settings.temperature, settings.top_k, settings.top_p)
+                apply_repetition_penalty(scores, seen[sampled], settings.repetition_penalty, inplace=True)
+            if settings.temperature != 1.0:  # as in transformers, which skips a temperature of 1
+                scores.div_(settings.temperature)
+            values, ids = filter_candidates(scores, settings.top_k, settings.top_p)
             next_tokens[sampled] = _sample(values, ids, [generators[r] for r in row_ids[sampled].tolist()])
         return next_tokens
 
