@@ -22,10 +22,11 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ.setdefault(_name, str(_threads))
 
 from tests.precision_record import (  # noqa: E402,F401  (hooks: which tests the other precision branch reruns)
-    pytest_collection_modifyitems, pytest_configure, pytest_fixture_setup, pytest_runtest_protocol,
-    pytest_sessionfinish, pytest_testnodedown, pytest_unconfigure,
+    pytest_configure, pytest_fixture_setup, pytest_runtest_protocol, pytest_sessionfinish, pytest_testnodedown,
+    pytest_unconfigure,
 )
-from tests.scheduling import pytest_xdist_make_scheduler  # noqa: E402,F401  (the real-vLLM tests on one worker)
+from tests.precision_record import pytest_collection_modifyitems as keep_recorded_tests  # noqa: E402
+from tests.scheduling import pytest_xdist_make_scheduler, slow_first  # noqa: E402,F401  (the vLLM tests on one worker)
 from tests.tiny import make_tiny_causal_lm, make_tiny_tokenizer  # noqa: E402
 
 
@@ -37,6 +38,11 @@ def save_tiny_base(folder, arch: str = "llama", seed: int = 0, **overrides) -> s
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def pytest_collection_modifyitems(config, items):
+    keep_recorded_tests(config, items)
+    slow_first(items)
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """How `make test` hands tests to its pytest-xdist workers (`--dist loadgroup`): the tests of an `xdist_group` go to one
-worker as one unit, first (the largest units lead), and every other test is handed out alone as workers free up.
+worker as one unit, first (the largest units lead), and every other test is handed out alone as workers free up, the
+`slow` ones first ([`slow_first`]), so that no long test starts when the other worker is nearly done.
 
 pytest >= 9.2 computes a test's id from its collection tree, so pytest-xdist 3.8 can no longer append the group name
 to it (it sets the former `item._nodeid`) and its `loadgroup` would scatter a group. The scheduler below also groups
@@ -30,3 +31,9 @@ def pytest_xdist_make_scheduler(config, log):
             return next((name for name, prefixes in GROUPS.items() if nodeid.startswith(prefixes)), nodeid)
 
     return GroupScheduling(config, log)
+
+
+def slow_first(items: list) -> None:
+    """Put the tests marked `slow` (the end-to-end runs, minutes each) before the others, each part in its order: the
+    order every worker collects in, which the scheduler hands out."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

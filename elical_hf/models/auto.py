@@ -13,11 +13,9 @@ folder is found, and its decision rule rewritten, in [`~elical_hf.models.saved_m
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -444,33 +442,6 @@ def check_feature_layer(name: str, feature_layer: int | None, **hub_kwargs: Any)
     path, _ = resolve_model_path(name, revision=hub_kwargs.get("revision"))
     config = load_pretrained(AutoConfig.from_pretrained, path, **hub_kwargs)
     return resolve_feature_layer(feature_layer, config.get_text_config().num_hidden_layers)
-
-
-@contextlib.contextmanager
-def idle_adapters_off(model: torch.nn.Module) -> Iterator[None]:
-    """For the block, switch off every LoRA layer inside `model` whose active adapters add exactly nothing: plain LoRA
-    (no DoRA, no bias) whose `lora_B` is all zero, as in a fresh model or one whose head alone was trained. Such a
-    layer adds a zero to its base layer's output, so the outputs are the same, without the adapters' matmuls and
-    dtype casts (about half of a bf16 forward pass of SmolLM2-135M). Only where gradients are off (under `no_grad` or
-    `inference_mode`), since they would no longer reach those adapters. Each layer's switch is restored after."""
-    from peft.tuners.lora import Linear as LoraLinear
-
-    idle = [] if torch.is_grad_enabled() else [
-        module for module in model.modules() if isinstance(module, LoraLinear) and not module.disable_adapters
-        and not module.merged and _adds_nothing(module)]
-    try:
-        for layer in idle:
-            layer._disable_adapters = True  # not enable_adapters(False), which also freezes the adapters' weights
-        yield
-    finally:
-        for layer in idle:
-            layer._disable_adapters = False
-
-
-def _adds_nothing(layer: Any) -> bool:
-    adapters = [name for name in layer.active_adapters if name in layer.lora_A]
-    return all(name not in layer.lora_variant and not layer.lora_bias.get(name, False)
-               and not bool(layer.lora_B[name].weight.any()) for name in adapters)
 
 
 def switch_off_unused_lora(model: PeftModelForConfidence) -> PeftModelForConfidence:

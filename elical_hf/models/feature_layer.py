@@ -9,6 +9,8 @@ whose answer needs every block).
 
 Both change nothing for the final layer. Below it they need the backbone's decoder blocks in `backbone.layers` and its
 final norm in `backbone.norm`, as every architecture of [`~elical_hf.models.modeling.CONFIDENCE_BACKBONES`] keeps them.
+
+[`idle_adapters_off`] leaves out of a scoring pass the LoRA layers that add nothing (a fresh model's).
 """
 
 from __future__ import annotations
@@ -88,3 +90,30 @@ def blocks_with_lora(backbone: Any) -> list[int]:
 
     return [index for index, block in enumerate(decoder_blocks(backbone))
             if any(isinstance(module, BaseTunerLayer) for module in block.modules())]
+
+
+@contextmanager
+def idle_adapters_off(model: torch.nn.Module) -> Iterator[None]:
+    """For the block, switch off every LoRA layer inside `model` whose active adapters add exactly nothing: plain LoRA
+    (no DoRA, no bias) whose `lora_B` is all zero, as in a fresh model or one whose head alone was trained. Such a
+    layer adds a zero to its base layer's output, so the outputs are the same, without the adapters' matmuls and
+    dtype casts (about half of a bf16 forward pass of SmolLM2-135M). Only where gradients are off (under `no_grad` or
+    `inference_mode`), since they would no longer reach those adapters. Each layer's switch is restored after."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    idle = [] if torch.is_grad_enabled() else [
+        module for module in model.modules() if isinstance(module, LoraLinear) and not module.disable_adapters
+        and not module.merged and _adds_nothing(module)]
+    try:
+        for layer in idle:
+            layer._disable_adapters = True  # not enable_adapters(False), which also freezes the adapters' weights
+        yield
+    finally:
+        for layer in idle:
+            layer._disable_adapters = False
+
+
+def _adds_nothing(layer: Any) -> bool:
+    adapters = [name for name in layer.active_adapters if name in layer.lora_A]
+    return all(name not in layer.lora_variant and not layer.lora_bias.get(name, False)
+               and not bool(layer.lora_B[name].weight.any()) for name in adapters)

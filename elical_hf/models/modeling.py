@@ -19,7 +19,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.utils import ModelOutput
 
 from ..settings.configuration import ConfidenceConfig, resolve_feature_layer
-from .feature_layer import num_layers, stop_after_layer
+from .feature_layer import idle_adapters_off, num_layers, stop_after_layer
 from .kv_prefix import cache_kwarg, position_ids_from_attention_mask, prefill_shared_prefix
 from ..settings.prompts import shared_prefix_length
 
@@ -371,7 +371,6 @@ class ForConfidenceMixin:
         from tqdm.auto import tqdm
 
         from ..data.encoding import encode_prompts, length_batches, pad_batch
-        from .auto import idle_adapters_off
 
         if self.confidence_config is None:
             raise ValueError(UNKNOWN_CONFIDENCE_CONFIG)
