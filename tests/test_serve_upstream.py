@@ -29,6 +29,10 @@ pytestmark = pytest.mark.float32
 QUESTIONS = ["who wrote hamlet", "what is the capital of france", "how tall is mount everest in metres?",
              "when was the king born"]
 ANSWER = ["Paris", " is", " the", " capital", "."]
+SERVED = 1e-4
+"""How far a confidence served from the export may lie from the model's own, in float32 (as in
+tests/test_vllm_engines.py): the export's LoRA is merged into the weights, and the server batches a request with
+whatever else arrived, so rounding differs (2e-5 seen on this file's tiny model with large weights)."""
 
 
 class Engines:
@@ -129,7 +133,7 @@ def test_decisions_are_the_gates_and_answers_come_from_the_chat_engine(upstream)
                                       {"messages": [{"role": "user", "content": question}]})
         assert status == 200, reply
         gate = reply["elical"]
-        assert gate["confidence"] == pytest.approx(confidence, abs=1e-5) and gate["threshold"] == pytest.approx(
+        assert gate["confidence"] == pytest.approx(confidence, abs=SERVED) and gate["threshold"] == pytest.approx(
             threshold)
         assert headers["x-elical-decision"] == gate["decision"] == ("answer" if confidence >= threshold else "abstain")
         choice = reply["choices"][0]
@@ -164,9 +168,9 @@ def test_a_streamed_answer_comes_after_its_decision(upstream):
 def test_scores_only_routes_read_the_confidence_engine(upstream):
     port, _, confidences, threshold = upstream
     status, reply, _ = post(port, "/v1/confidence", {"questions": QUESTIONS})
-    assert status == 200 and [d["confidence"] for d in reply["data"]] == pytest.approx(confidences, abs=1e-5)
+    assert status == 200 and [d["confidence"] for d in reply["data"]] == pytest.approx(confidences, abs=SERVED)
     status, reply, _ = post(port, "/classify", {"inputs": QUESTIONS[0]})
-    assert status == 200 and reply["score"] == pytest.approx(confidences[0], abs=1e-5)
+    assert status == 200 and reply["score"] == pytest.approx(confidences[0], abs=SERVED)
 
 
 def test_a_failing_upstream_is_one_openai_error_naming_it(upstream):
@@ -193,7 +197,7 @@ def test_a_failing_upstream_is_one_openai_error_naming_it(upstream):
     assert reply["error"]["message"].startswith(f"The generation endpoint {engines.generation_url}/chat/completions "
                                                 "failed: Connection error")
     status, reply, _ = post(port, "/v1/confidence", {"questions": [answered]})  # scoring needs only its engine
-    assert status == 200 and reply["data"][0]["confidence"] == pytest.approx(max(confidences), abs=1e-5)
+    assert status == 200 and reply["data"][0]["confidence"] == pytest.approx(max(confidences), abs=SERVED)
 
 
 def test_the_command_line_takes_both_endpoints_or_neither(tmp_path, raise_user_errors):
