@@ -23,11 +23,9 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 def cpu_flags() -> list[str]:
     """The bf16-relevant flags of this CPU (from `/proc/cpuinfo`)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
-    except OSError:
-        flags = []
+    from elical_hf.utils.cpu import cpu_flags as all_flags
+
+    flags = all_flags()
     return [flag for flag in CPU_FLAGS if flag in flags]
 
 

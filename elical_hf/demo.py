@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .utils.atomic import atomic_write_json
+from .utils.cpu import cpu_flags, forced_cpu_bf16
 from .models.default_model import DEFAULT_MODEL
 from .utils.memory import release_memory
 
@@ -249,15 +250,8 @@ def live_in_child() -> bool:
     and the judges' imports (sentence-transformers, scikit-learn: ~270 MiB) stay for the later peaks, unless a child
     takes both away when it ends; in float32 a child only adds its start-up and the parent's records to the tree's peak
     (docs/benchmarks.md section 5 has the runs)."""
-    forced = os.environ.get("ELICAL_HF_CPU_BF16", "").strip().lower()
-    if forced:
-        return forced in ("1", "true", "yes")
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    forced = forced_cpu_bf16()
+    return forced if forced is not None else bool({"amx_bf16", "avx512_bf16"} & cpu_flags())
 
 
 def warn_if_busy() -> float | None:

@@ -116,12 +116,13 @@ def test_in_child_runs_in_another_process_and_raises_its_error_here():
 @pytest.mark.parametrize("forced, child", [("1", True), ("0", False)])
 def test_the_live_step_runs_in_a_child_where_the_policy_picks_bf16(monkeypatch, forced, child):
     from elical_hf import demo
+    from elical_hf.utils import cpu
 
     monkeypatch.setenv("ELICAL_HF_CPU_BF16", forced)
     assert demo.live_in_child() is child
     monkeypatch.delenv("ELICAL_HF_CPU_BF16")
     flags = {"flags": "fpu avx2 avx512f" + (" amx_bf16" if child else "")}
-    monkeypatch.setattr(demo, "open", lambda *a, **k: io.StringIO("".join(f"{k}\t: {v}\n" for k, v in flags.items())),
+    monkeypatch.setattr(cpu, "open", lambda *a, **k: io.StringIO("".join(f"{k}\t: {v}\n" for k, v in flags.items())),
                         raising=False)
     assert demo.live_in_child() is child
 

@@ -15,6 +15,7 @@ import os
 import platform
 import subprocess
 
+from elical_hf.utils.cpu import cpu_flags
 from tests.serving import ServerProcess
 
 
@@ -29,14 +30,6 @@ def vllm_python() -> str | None:
     """The Python of the vLLM venv, or `None` when there is none."""
     python = os.environ.get(VLLM_PYTHON_ENV) or os.path.join(VLLM_VENV, "bin", "python")
     return python if os.path.isfile(python) else None
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            return {flag for line in handle if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-    except OSError:
-        return set()
 
 
 def why_not_here() -> str | None:

@@ -23,10 +23,11 @@ from typing import Any
 
 import torch
 
+from ..utils.cpu import CPU_BF16_ENV, cpuinfo_field, forced_cpu_bf16
+
 
 logger = logging.getLogger(__name__)
 
-CPU_BF16_ENV = "ELICAL_HF_CPU_BF16"
 """Environment variable overriding the CPU bf16 check: `1` (native and fast) or `0` (not)."""
 TRACE_ENV = "ELICAL_HF_PRECISION_TRACE"
 """When set to a file path, every process appends one line there (its pid and the decision) each time it decides the
@@ -79,14 +80,7 @@ class CPUCapability:
 
 def cpu_model_name() -> str:
     """The CPU's model name, from `/proc/cpuinfo` where there is one."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    return cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
 
 
 def _onednn_bf16() -> bool:
@@ -123,11 +117,9 @@ def cpu_capability() -> CPUCapability:
 
 
 def _decide_cpu_capability() -> CPUCapability:
-    name, forced = cpu_model_name(), os.environ.get(CPU_BF16_ENV, "").strip().lower()
-    if forced:
-        if forced not in ("0", "1", "true", "false", "yes", "no"):
-            raise ValueError(f"{CPU_BF16_ENV} must be 1 or 0, got {forced!r}.")
-        return CPUCapability(name, forced in ("1", "true", "yes"), None, "environment")
+    name, forced = cpu_model_name(), forced_cpu_bf16()
+    if forced is not None:
+        return CPUCapability(name, forced, None, "environment")
     if not _onednn_bf16():
         return CPUCapability(name, False, None, "detected")
     speedup = matmul_gflops(torch.bfloat16) / matmul_gflops(torch.float32)
