@@ -124,6 +124,8 @@ class StubServer:
         stop = body.get("stop") or []
         n, temperature = int(body.get("n") or 1), float(body.get("temperature", 1.0))
         seed = body.get("seed") if self.honour_seed else None
+        if temperature == 0:  # the greedy row decodes beside one sample row, which is dropped: a fixed seed keeps the
+            seed = 0  # batch it decodes in, and so its floats (its log-probabilities), the same on every request
         settings = SamplingSettings(
             num_samples=n, temperature=temperature if temperature > 0 else 1.0, top_p=float(body.get("top_p", 1.0)),
             top_k=int(body.get("top_k", 0)), repetition_penalty=float(body.get("repetition_penalty", 1.0)),

@@ -124,6 +124,18 @@ def test_a_server_that_ignores_seeds_is_not_reproducible(stub, tiny_llama):
         r["sampling_response"] for r in first]
 
 
+def test_the_stubs_greedy_replies_do_not_depend_on_the_seed(stub):
+    """A greedy reply is the same on every request, floats included, as an engine's: the stub decodes it beside a
+    sample row it drops, whose length (from the seed) would otherwise change the batch the greedy row decodes in."""
+    replies = set()
+    for seed in range(40):
+        body = {"model": stub.served_name, "prompt": "who wrote hamlet?", "max_tokens": 8, "temperature": 0.0,
+                "logprobs": 1, "seed": seed}
+        (choice,) = stub.answer(body, chat=False)["choices"]
+        replies.add((choice["text"], tuple(choice["logprobs"]["token_logprobs"])))
+    assert len(replies) == 1
+
+
 @pytest.mark.parametrize("fault", [503, 429, 500, "garbage", "empty", "drop"])
 def test_failed_requests_are_retried(stub, tiny_llama, fault):
     backend = OpenAIBackend(stub.url, tiny_llama, max_retries=3)
