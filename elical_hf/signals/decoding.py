@@ -115,6 +115,13 @@ def cut_at_stop(text: str, stop_strings: list[str]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+LEAVE_SHARE = 0.25
+"""Finished rows leave the decoding batch (a copy of every layer's cache for the rows that stay) once they are this
+share of it; until then they ride along, their tokens dropped. Leaving at every finish copied the cache ~10 times per
+96-row batch at k=5; waiting for a quarter ran 1.02x (k=5) and 1.04x (k=20) faster in bf16 on machine B (medians of 5
+alternated runs of `benchmarks/sampling_speed.py`'s settings; docs/benchmarks.md section 2)."""
+
+
 REPEATED_PREFIX_MAX = 64
 """The longest shared prompt prefix whose KV cache the sampler repeats for every row in bfloat16 on a CPU, instead of
 attending to it apart ([`~elical_hf.models.prefix_attention`]): there the fused attention over the repeated ~32-token
@@ -252,22 +259,26 @@ class Decoder:
         tokens: list[list[int]] = [[] for _ in range(len(is_greedy))]
         logprobs: list[list[float]] = [[] for _ in range(len(is_greedy))]
         tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(len(is_greedy))]
+        done = [False] * len(row_ids)  # rows of the batch that have finished (they may ride along a few steps)
         while len(row_ids):
             rows = row_ids.tolist()
             next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs, tops)
-            done = []
-            for r, t in zip(rows, next_tokens.tolist()):
+            for i, (r, t) in enumerate(zip(rows, next_tokens.tolist())):
+                if done[i]:
+                    continue
                 tokens[r].append(t)
                 if self.on_token is not None and r % group == 0:
                     self.on_token(questions[r // group], t, logprobs[r][-1], tops[r][-1] if self.top_logprobs else None)
-                done.append(self._finished(tokens[r]) or (self.cancelled is not None and
-                                                          self.cancelled(questions[r // group])))
+                done[i] = self._finished(tokens[r]) or (self.cancelled is not None and
+                                                        self.cancelled(questions[r // group]))
             if all(done):
                 break
-            if any(done):  # finished rows leave the batch and its cache
+            finished = sum(done)
+            if finished and finished >= LEAVE_SHARE * len(done):  # finished rows leave the batch and its cache
                 keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
                 row_ids, next_tokens, next_pos, attention_mask, seen = _keep_rows(
                     cache, keep, row_ids, next_tokens, next_pos, attention_mask, seen)
+                done = [False] * len(row_ids)
             if seen is not None:
                 seen = torch.cat([seen, next_tokens[:, None]], dim=-1)
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(next_tokens), 1))], dim=-1)
