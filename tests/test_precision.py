@@ -33,7 +33,7 @@ def test_native_but_measured_slower_is_not_used(cpu_bf16, monkeypatch):
     cpu_bf16(True)
     monkeypatch.delenv(CPU_BF16_ENV)
     precision.cpu_capability.cache_clear()
-    monkeypatch.setattr(precision, "_onednn_bf16", lambda: True)
+    monkeypatch.setattr(precision, "onednn_bf16", lambda: True)
     speeds = {torch.bfloat16: 10.0, torch.float32: 40.0}  # e.g. oneDNN limited to AVX2 by ONEDNN_MAX_CPU_ISA
     monkeypatch.setattr(precision, "matmul_gflops", lambda dtype, **_: speeds[dtype])
     capability = precision.cpu_capability()

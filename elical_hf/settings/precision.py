@@ -46,6 +46,7 @@ __all__ = [
     "cpu_capability",
     "default_device",
     "matmul_gflops",
+    "onednn_bf16",
     "parse_dtype",
     "precision_report",
     "resolve_dtype",
@@ -83,7 +84,8 @@ def cpu_model_name() -> str:
     return cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown"
 
 
-def _onednn_bf16() -> bool:
+def onednn_bf16() -> bool:
+    """Whether this PyTorch's oneDNN runs bfloat16 on this CPU (natively or emulated)."""
     try:
         return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -120,7 +122,7 @@ def _decide_cpu_capability() -> CPUCapability:
     name, forced = cpu_model_name(), forced_cpu_bf16()
     if forced is not None:
         return CPUCapability(name, forced, None, "environment")
-    if not _onednn_bf16():
+    if not onednn_bf16():
         return CPUCapability(name, False, None, "detected")
     speedup = matmul_gflops(torch.bfloat16) / matmul_gflops(torch.float32)
     return CPUCapability(name, True, round(speedup, 2), "detected")

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models.kv_prefix import SharedPrefill, cache_kwarg, forward_parameters, prefill_shared_prefix, reserve_positions
+from ..models.packed_linear import packed_linears
 from ..models.prefix_attention import prefix_attention
 from ..settings.prompts import shared_prefix_length
 
@@ -366,8 +367,11 @@ def check_prompt_lengths(
         )
 
 
-def decode_all(decoder: Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str) -> list:
-    """Run `decoder` over all prompts in batches of similar length; results in input order."""
+def decode_all(decoder: Decoder, keys: list[str], prompt_ids: list[list[int]], progress: bool, desc: str,
+               pack: bool = False) -> list:
+    """Run `decoder` over all prompts in batches of similar length; results in input order. `pack`: the model's
+    linear layers run on weights packed once for the whole run ([`~elical_hf.models.packed_linear.packed_linears`];
+    for bulk work, where packing's one-off cost is small beside the steps it speeds up)."""
     model, batch_size = decoder.model, decoder.settings.batch_size
     if batch_size is None:
         batch_size = auto_batch_size(decoder.num_samples + 1, model.device)
@@ -377,15 +381,17 @@ def decode_all(decoder: Decoder, keys: list[str], prompt_ids: list[list[int]], p
     model.eval()
     bar = tqdm(total=len(keys), unit="q", desc=desc, disable=not progress)
     start, generated = time.perf_counter(), 0
+    rows = batch_size * (decoder.num_samples + 1)
     try:
-        for begin in range(0, len(order), batch_size):
-            idx = order[begin : begin + batch_size]
-            for i, result in zip(idx, decoder([keys[i] for i in idx], [prompt_ids[i] for i in idx])):
-                results[i] = result
-                generated += result["num_generated_tokens"]
-            bar.update(len(idx))
-            elapsed = max(time.perf_counter() - start, 1e-9)
-            bar.set_postfix(q_s=f"{bar.n / elapsed:.2f}", tok_s=f"{generated / elapsed:.1f}")
+        with packed_linears(model, decoder.autocast_dtype or model.dtype, rows) if pack else nullcontext():
+            for begin in range(0, len(order), batch_size):
+                idx = order[begin : begin + batch_size]
+                for i, result in zip(idx, decoder([keys[i] for i in idx], [prompt_ids[i] for i in idx])):
+                    results[i] = result
+                    generated += result["num_generated_tokens"]
+                bar.update(len(idx))
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                bar.set_postfix(q_s=f"{bar.n / elapsed:.2f}", tok_s=f"{generated / elapsed:.1f}")
     finally:
         bar.close()
         model.train(was_training)

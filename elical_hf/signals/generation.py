@@ -127,7 +127,7 @@ def generate_answers(
     prompt_ids = build_prompt_ids(tokenizer, questions, settings)
     check_prompt_lengths(prompt_ids, context_length(model), settings.max_new_tokens,
                          [f"question row {i}" for i in range(len(questions))])
-    return decode_all(decoder, questions, prompt_ids, progress, "Generating answers")
+    return decode_all(decoder, questions, prompt_ids, progress, "Generating answers", pack=True)
 
 
 def completion_settings(
@@ -196,7 +196,8 @@ def complete_prompts(
     prompt_ids = build_prompt_ids(tokenizer, prompts, settings)
     check_prompt_lengths(prompt_ids, context_length(model), max_new_tokens,
                          [f"prompt row {i}" for i in range(len(prompts))])
-    return [r["greedy_response"] for r in decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts")]
+    outputs = decode_all(decoder, prompts, prompt_ids, progress, "Completing prompts", pack=True)
+    return [r["greedy_response"] for r in outputs]
 
 
 def _last_token_logprobs(
