@@ -8,6 +8,7 @@ from transformers import (
 )
 
 from elical_hf.settings.prompts import QA_PROMPT, render_prompt
+from elical_hf.signals import decoding
 from elical_hf.signals import (
     SamplingSettings,
     apply_repetition_penalty,
@@ -111,7 +112,9 @@ def test_samples_depend_on_seed_and_sample_index(model, tokenizer):
     assert sample_seed(42, "q", 0) == sample_seed(42, "q", 0)
 
 
-def test_finished_rows_leave_the_batch(tokenizer):
+def decode_with_eos_after_even_tokens(tokenizer) -> tuple[list[dict], list[int]]:
+    """Answers of a tiny model whose rows end after an even token (so they finish at different steps), and the batch
+    size of each forward pass (the prefill first)."""
     model = make_tiny_causal_lm(tokenizer, initializer_range=0.3)
     eos = tokenizer.eos_token_id
     batch_sizes = []
@@ -123,17 +126,38 @@ def test_finished_rows_leave_the_batch(tokenizer):
         output.logits[stop, -1, eos] = output.logits[stop, -1].max(-1).values + 100
         return output
 
-    handle = model.register_forward_hook(force_eos_after_even_tokens, with_kwargs=True)
-    try:
-        results = run(model, tokenizer, QUESTIONS, num_samples=4, max_new_tokens=12, batch_size=4)
-    finally:
-        handle.remove()
+    model.register_forward_hook(force_eos_after_even_tokens, with_kwargs=True)
+    return run(model, tokenizer, QUESTIONS, num_samples=4, max_new_tokens=12, batch_size=4), batch_sizes
+
+
+def test_finished_rows_leave_the_batch(tokenizer):
+    results, batch_sizes = decode_with_eos_after_even_tokens(tokenizer)
     rows = len(QUESTIONS) * 5
     prefill, decode = batch_sizes[0], batch_sizes[1:]
     assert prefill == len(QUESTIONS)
     assert decode == sorted(decode, reverse=True) and decode[-1] < rows
     # Each row costs one decode slot per token after its first: nothing is spent on finished rows.
     assert sum(decode) == sum(r["num_generated_tokens"] for r in results) - rows
+
+
+def test_finished_rows_ride_along_until_they_are_a_share_of_the_batch(tokenizer, monkeypatch):
+    """Where leaving (a copy of the cache) costs more than riding (bf16 on a CPU), finished rows stay in the batch,
+    their tokens dropped, until they are `leave_share` of it: the same answers, fewer leavings."""
+    rule = decoding.leave_share
+    assert rule(torch.bfloat16, torch.device("cpu")) == decoding.LEAVE_SHARE
+    assert rule(torch.float32, torch.device("cpu")) == rule(torch.bfloat16, torch.device("meta")) == 0.0
+    at_once, at_once_sizes = decode_with_eos_after_even_tokens(tokenizer)
+    monkeypatch.setattr(decoding, "leave_share", lambda dtype, device: 0.5)
+    riding, sizes = decode_with_eos_after_even_tokens(tokenizer)
+    for a, b in zip(riding, at_once):  # the same tokens; floats from batches of other sizes may round differently
+        assert {k: v for k, v in a.items() if "logprob" not in k} == {k: v for k, v in b.items() if "logprob" not in k}
+        assert len(a["greedy_logprobs"]) == len(a["greedy_tokens"])  # nothing logged for a row that rode along
+        assert a["greedy_logprobs"] == pytest.approx(b["greedy_logprobs"], abs=1e-5)
+    decode = sizes[1:]
+    assert sum(decode) > sum(r["num_generated_tokens"] for r in riding) - len(QUESTIONS) * 5  # rows rode along
+    drops = [(before, after) for before, after in zip(decode, decode[1:]) if after != before]
+    assert drops and len(drops) < len({*at_once_sizes[1:]}) - 1
+    assert all(after <= before / 2 for before, after in drops)  # half the batch had finished each time
 
 
 def test_all_rows_finish_at_once(tokenizer):

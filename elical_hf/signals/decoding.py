@@ -117,10 +117,18 @@ def cut_at_stop(text: str, stop_strings: list[str]) -> str:
 
 
 LEAVE_SHARE = 0.25
-"""Finished rows leave the decoding batch (a copy of every layer's cache for the rows that stay) once they are this
-share of it; until then they ride along, their tokens dropped. Leaving at every finish copied the cache ~10 times per
-96-row batch at k=5; waiting for a quarter ran 1.02x (k=5) and 1.04x (k=20) faster in bf16 on machine B (medians of 5
-alternated runs of `benchmarks/sampling_speed.py`'s settings; docs/benchmarks.md section 2)."""
+"""In bfloat16 on a CPU, finished rows leave the decoding batch (a copy of every layer's cache for the rows that stay)
+once they are this share of it; until then they ride along, their tokens dropped. Leaving at every finish copied the
+cache ~10 times per 96-row batch at k=5; waiting for a quarter ran 1.02x (k=5) and 1.04x (k=20) faster in bf16 on
+machine B, and 0.94x in float32, whose steps cost their matmuls, so float32 rows leave at once (medians of 5 alternated
+runs of `benchmarks/sampling_speed.py`'s settings; docs/benchmarks.md section 2)."""
+
+
+
+def leave_share(dtype: torch.dtype, device: torch.device) -> float:
+    """The share of a decoding batch its finished rows make up before they leave it: [`LEAVE_SHARE`] in bfloat16 on a
+    CPU, where a step costs its operators' count more than its rows; 0 (at once) elsewhere."""
+    return LEAVE_SHARE if dtype == torch.bfloat16 and torch.device(device).type == "cpu" else 0.0
 
 
 REPEATED_PREFIX_MAX = 64
@@ -162,6 +170,7 @@ class Decoder:
         self.cache_kwarg = cache_kwarg(model)
         self.keep_last_only = "logits_to_keep" in forward_parameters(model)
         self.autocast_dtype = autocast_dtype
+        self.leave_share = leave_share(autocast_dtype or model.dtype, model.device)
         # Tokens in the tail decoded to look for stop strings: each token adds at least one byte.
         self.stop_window = max((len(s.encode("utf-8")) for s in settings.stop_strings), default=0) + 2
         self._last_prefix: tuple[list[int], Any] | None = None  # (tokens, cache) of the last separate prefix
@@ -181,10 +190,11 @@ class Decoder:
         tail = self.tokenizer.decode(tokens[-self.stop_window :], skip_special_tokens=True)
         return any(s in tail for s in self.settings.stop_strings)
 
-    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs, tops) -> torch.Tensor:
+    def _next_tokens(self, logits, greedy, row_ids, seen, generators, logprobs, tops, done) -> torch.Tensor:
         """Greedy rows: argmax of the logits (after `greedy_repetition_penalty` when it is not 1), logging the raw
-        log-probability of the chosen token (and the `top_logprobs` most likely tokens' in `tops`). Sample rows:
-        penalty, temperature, top-k, top-p, then a draw from the row's own generator."""
+        log-probability of the chosen token (and the `top_logprobs` most likely tokens' in `tops`) unless the row is
+        `done` (finished, riding along). Sample rows: penalty, temperature, top-k, top-p, then a draw from the row's
+        own generator."""
         settings = self.settings
         next_tokens = torch.empty(len(row_ids), dtype=torch.long, device=logits.device)
         if greedy.any():
@@ -196,12 +206,15 @@ class Decoder:
             next_tokens[greedy] = chosen
             log_probs = raw.log_softmax(-1)
             chosen_logprobs = log_probs.gather(-1, chosen[:, None]).squeeze(-1).tolist()
-            for r, logprob in zip(row_ids[greedy].tolist(), chosen_logprobs):
-                logprobs[r].append(logprob)
+            rows = [(i, r) for i, r in zip(greedy.nonzero().squeeze(-1).tolist(), row_ids[greedy].tolist())]
+            for (i, r), logprob in zip(rows, chosen_logprobs):
+                if not done[i]:
+                    logprobs[r].append(logprob)
             if self.top_logprobs:
                 values, ids = log_probs.topk(min(self.top_logprobs, log_probs.shape[-1]), dim=-1)
-                for r, pairs in zip(row_ids[greedy].tolist(), zip(ids.tolist(), values.tolist())):
-                    tops[r].append(list(zip(*pairs)))
+                for (i, r), pairs in zip(rows, zip(ids.tolist(), values.tolist())):
+                    if not done[i]:
+                        tops[r].append(list(zip(*pairs)))
         if not greedy.all():
             sampled = ~greedy
             scores = logits[sampled]  # a copy (boolean indexing): penalised and scaled in place, rows x vocab is large
@@ -263,7 +276,8 @@ class Decoder:
         done = [False] * len(row_ids)  # rows of the batch that have finished (they may ride along a few steps)
         while len(row_ids):
             rows = row_ids.tolist()
-            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs, tops)
+            next_tokens = self._next_tokens(logits, is_greedy[row_ids], row_ids, seen, generators, logprobs, tops,
+                                            done)
             for i, (r, t) in enumerate(zip(rows, next_tokens.tolist())):
                 if done[i]:
                     continue
@@ -275,7 +289,7 @@ class Decoder:
             if all(done):
                 break
             finished = sum(done)
-            if finished and finished >= LEAVE_SHARE * len(done):  # finished rows leave the batch and its cache
+            if finished and finished >= self.leave_share * len(done):  # finished rows leave the batch and its cache
                 keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
                 row_ids, next_tokens, next_pos, attention_mask, seen = _keep_rows(
                     cache, keep, row_ids, next_tokens, next_pos, attention_mask, seen)
