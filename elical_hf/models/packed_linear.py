@@ -105,12 +105,11 @@ def packed_linears(model: Any, dtype: torch.dtype | None, rows: int = 64) -> Ite
                 packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.to(dtype), rows)
                 bias = module.bias.to(dtype) if module.bias is not None else None
                 module.forward = partial(_packed_forward, packed, bias, dtype)
-                if id(module.weight) in own:
+                given_up = id(module.weight) in own
+                patched.append((module, packed if given_up else None))
+                if given_up:
                     module.weight.data = module.weight.new_empty(0)
                     trimmer.add(packed)
-                    patched.append((module, packed))
-                else:
-                    patched.append((module, None))
         trimmer.flush()
         yield
     finally:
