@@ -124,7 +124,6 @@ machine B, and 0.94x in float32, whose steps cost their matmuls, so float32 rows
 runs of `benchmarks/sampling_speed.py`'s settings; docs/benchmarks.md section 2)."""
 
 
-
 def leave_share(dtype: torch.dtype, device: torch.device) -> float:
     """The share of a decoding batch its finished rows make up before they leave it: [`LEAVE_SHARE`] in bfloat16 on a
     CPU, where a step costs its operators' count more than its rows; 0 (at once) elsewhere."""
