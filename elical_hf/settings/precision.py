@@ -28,7 +28,6 @@ from ..utils.cpu import CPU_BF16_ENV, cpuinfo_field, forced_cpu_bf16
 
 logger = logging.getLogger(__name__)
 
-"""Environment variable overriding the CPU bf16 check: `1` (native and fast) or `0` (not)."""
 TRACE_ENV = "ELICAL_HF_PRECISION_TRACE"
 """When set to a file path, every process appends one line there (its pid and the decision) each time it decides the
 CPU policy: which processes the policy reached (the test suite uses it to find the tests that depend on it)."""

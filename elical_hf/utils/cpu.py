@@ -9,6 +9,7 @@ import os
 __all__ = ["CPU_BF16_ENV", "cpu_flags", "cpuinfo_field", "forced_cpu_bf16"]
 
 CPU_BF16_ENV = "ELICAL_HF_CPU_BF16"
+"""Environment variable overriding the CPU bf16 check: `1` (native and fast) or `0` (not)."""
 
 
 def cpuinfo_field(name: str) -> str | None:
